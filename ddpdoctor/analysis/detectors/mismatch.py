@@ -1,0 +1,94 @@
+"""collective_mismatch: at the same seq, ranks called collectives that differ."""
+
+from __future__ import annotations
+
+from ddpdoctor.analysis.matcher import Divergence, MatchState, find_divergence
+from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
+from ddpdoctor.analysis.source import rank_condition, source_line
+
+FIXES = {
+    MatchState.OP_MISMATCH: (
+        "Make every rank call the same collectives in the same order: a collective inside "
+        "a rank-dependent branch must have a matching call on every other rank (move it out "
+        "of the branch, or call it on all ranks)."),
+    MatchState.SIZE_MISMATCH: (
+        "Give the collective tensors of the same size on every rank: pad to the largest size "
+        "(gather the sizes first), use drop_last=True, or all_gather_object for ragged data."),
+    MatchState.DTYPE_MISMATCH: (
+        "Cast to one dtype on every rank before the collective (e.g. `t.float()`)."),
+    MatchState.REDUCE_OP_MISMATCH: "Use the same reduce op (ReduceOp.SUM, ...) on every rank.",
+    MatchState.ROOT_MISMATCH: "Pass the same src/dst rank on every rank.",
+}
+
+
+def _tie_break(div: Divergence) -> tuple[int, ...]:
+    """With no majority, blame the ranks whose call sits under a rank-dependent branch
+    when the others' do not (the evidence in the source); else every rank."""
+    conditional = {r for r, c in div.calls.items() if rank_condition(c.callsite)}
+    if conditional and len(conditional) < len(div.calls):
+        return tuple(sorted(conditional))
+    return div.culprits
+
+
+def _line(call: Call) -> str:
+    cond = rank_condition(call.callsite)
+    src = source_line(call.callsite)
+    text = f"rank {call.rank}: {call.describe()} at {call.short_site}"
+    if src:
+        text += f"  `{src}`"
+    if cond:
+        text += f"  (inside {cond})"
+    return text
+
+
+def finding_for(div: Divergence) -> Finding:
+    culprits = _tie_break(div) if not div.majority else div.culprits
+    calls = div.calls
+    others = [r for r in calls if r not in culprits]
+    bad = calls[culprits[0]]
+    if others:
+        ref = calls[others[0]]
+        summary = (f"rank{'s' if len(culprits) > 1 else ''} {_ranks(culprits)} called "
+                   f"{bad.describe()} at {bad.short_site} where rank{'s' if len(others) > 1 else ''} "
+                   f"{_ranks(others)} called {ref.describe()} at {ref.short_site} "
+                   f"(seq {div.seq}, {div.state.value} differs)")
+    else:
+        summary = (f"ranks {_ranks(culprits)} diverged at seq {div.seq}: "
+                   + "; ".join(f"rank {r} {c.describe()} at {c.short_site}"
+                               for r, c in calls.items()))
+    detail = (f"Collective #{div.seq} on process group {div.group} does not match across "
+              f"ranks ({div.state.value} differs):\n"
+              + "\n".join("  " + _line(c) for c in calls.values()))
+    if div.majority:
+        detail += f"\nRanks {_ranks(div.majority)} agree; the odd one{'s' if len(culprits) > 1 else ''} out: {_ranks(culprits)}."
+    evidence = {
+        "group": div.group, "differs": div.state.value,
+        "calls": {str(r): {"op": c.op, "shapes": [list(s) for s in c.in_shapes],
+                           "dtypes": list(c.dtypes), "reduce_op": c.reduce_op or None,
+                           "root": c.peer if c.peer >= 0 else None, "callsite": c.callsite,
+                           "condition": rank_condition(c.callsite)}
+                  for r, c in calls.items()},
+    }
+    return Finding("collective_mismatch", Severity.ERROR, tuple(culprits), div.seq, summary,
+                   detail, FIXES[div.state], evidence)
+
+
+def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
+    ranks = list(ranks)
+    if len(ranks) <= 1:
+        return ", ".join(map(str, ranks))
+    return ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+
+
+def divergences(job: JobView) -> list[Divergence]:
+    found = []
+    for group in job.groups():
+        by_rank = {r: run.calls[group] for r, run in job.ranks.items() if group in run.calls}
+        div = find_divergence(by_rank, group)
+        if div is not None:
+            found.append(div)
+    return found
+
+
+def detect(job: JobView) -> list[Finding]:
+    return [finding_for(d) for d in divergences(job)]

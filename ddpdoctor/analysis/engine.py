@@ -1,0 +1,64 @@
+"""Run the detectors over a JobView and keep root causes over their symptoms."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from ddpdoctor.analysis.model import Finding, JobView, Severity
+
+Detector = Callable[[JobView], list[Finding]]
+SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+def detectors() -> list[tuple[str, Detector]]:
+    """Every detector to run: the built-ins and those plugins register."""
+    try:
+        from ddpdoctor.plugins import registered_detectors
+    except ImportError:
+        from ddpdoctor.analysis.detectors import builtin_detectors
+
+        return builtin_detectors()
+    return registered_detectors()
+
+
+def _explained(f: Finding, roots: list[Finding]) -> bool:
+    """Is a missing_collective finding a symptom of a root cause found elsewhere?"""
+    if f.kind != "missing_collective":
+        return False
+    absent = set(f.ranks) | set(int(r) for r in f.evidence.get("absent", {}))
+    for root in roots:
+        if root.kind == "collective_mismatch" and (root.seq is None or f.seq is None or
+                                                   root.seq <= f.seq):
+            if root.evidence.get("group") == f.evidence.get("group"):
+                return True
+        if root.kind in ("rank_failed", "uneven_batches") and absent & set(root.ranks):
+            return True
+    return False
+
+
+def analyze(job: JobView, problems: list[str] | None = None) -> list[Finding]:
+    """All findings, root causes first.  A detector that raises is noted in ``problems``
+    (or job.problems) and skipped: one broken detector never loses the others' findings."""
+    notes = problems if problems is not None else job.problems
+    findings: list[Finding] = []
+    for name, detect in detectors():
+        try:
+            findings.extend(detect(job))
+        except Exception as e:  # noqa: BLE001 - a detector bug must not lose the report
+            notes.append(f"detector {name} failed: {type(e).__name__}: {e}")
+    roots = [f for f in findings if f.kind != "missing_collective"]
+    kept = [_demote_crash_of_mismatch(f, roots) for f in findings if not _explained(f, roots)]
+    return sorted(kept, key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
+
+
+def _demote_crash_of_mismatch(f: Finding, roots: list[Finding]) -> Finding:
+    """gloo aborts a rank (SIGABRT) on a size mismatch: that crash is the mismatch's symptom."""
+    if f.kind != "rank_failed" or "SIGABRT" not in f.summary:
+        return f
+    mismatch = next((r for r in roots if r.kind == "collective_mismatch"), None)
+    if mismatch is None:
+        return f
+    return dataclasses.replace(
+        f, severity=Severity.INFO,
+        summary=f"{f.summary} (a consequence of the collective mismatch at seq {mismatch.seq})")

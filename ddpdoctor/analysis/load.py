@@ -1,0 +1,154 @@
+"""Load one or more run dirs (one per node) into a JobView."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.analysis.model import Call, JobView, RankRun
+from ddpdoctor.errors import UserError
+from ddpdoctor.launch.rundir import is_run_dir, read_run_file
+from ddpdoctor.launch.process import alive, proc_state
+from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.reader import RankTrace, TraceError, read_meta, read_trace
+
+SUPERVISOR_LOG = "supervisor.jsonl"
+MAX_STACK_BYTES = 8 << 20
+
+
+def _group_names(trace: RankTrace) -> tuple[dict[int, str], dict[str, list[int]]]:
+    names: dict[int, str] = {}
+    ranks: dict[str, list[int]] = {}
+    for idx, g in trace.groups().items():
+        name = str(g.get("name", idx))
+        names[idx] = name
+        members = g.get("ranks")
+        if isinstance(members, list) and all(isinstance(r, int) for r in members):
+            ranks[name] = members
+    return names, ranks
+
+
+def rank_run(trace: RankTrace) -> RankRun:
+    """Split a rank's trace into calls by group, p2p calls, ring steps and batches."""
+    names, group_ranks = _group_names(trace)
+    rank = trace.header.rank
+    calls: dict[str, list[Call]] = {}
+    p2p: list[Call] = []
+    ring, batches = [], []
+    for rec in trace.records:
+        if rec.kind == L.RecordKind.COLLECTIVE:
+            group = names.get(rec.group, str(rec.group))
+            calls.setdefault(group, []).append(Call.from_record(rank, group, rec))
+        elif rec.kind == L.RecordKind.P2P:
+            p2p.append(Call.from_record(rank, names.get(rec.group, str(rec.group)), rec))
+        elif rec.kind == L.RecordKind.RING_STEP:
+            ring.append(rec)
+        elif rec.kind == L.RecordKind.BATCH:
+            batches.append(rec)
+    for seq_calls in calls.values():
+        seq_calls.sort(key=lambda c: c.seq)
+    return RankRun(rank, trace, calls, p2p, ring, batches, group_ranks)
+
+
+def load_stack(path: Path) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """A rank's py-spy stack as written by the supervisor: (frames, None) or (None, why)."""
+    try:
+        raw = path.read_bytes()[:MAX_STACK_BYTES]
+        data = json.loads(raw)
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError, RecursionError) as e:
+        return None, f"unreadable stack file {path.name} ({type(e).__name__})"
+    if not isinstance(data, dict):
+        return None, f"unreadable stack file {path.name}"
+    frames = data.get("frames")
+    if isinstance(frames, list):
+        return [f for f in frames if isinstance(f, dict)], None
+    return None, str(data.get("error") or "no stack")
+
+
+def _read_traces(run_dir: Path, problems: list[str]) -> list[RankTrace]:
+    traces = []
+    for path in sorted((run_dir / "traces").glob("pid-*.ring")):
+        try:
+            traces.append(read_trace(path))
+        except TraceError as e:
+            problems.append(str(e))
+    return traces
+
+
+def _fault_text(trace: RankTrace) -> str:
+    path = trace.path.with_name(trace.path.name.replace(".ring", ".fault.txt"))
+    try:
+        return path.read_text(errors="replace")[:20000].strip()
+    except OSError:
+        return ""
+
+
+def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | None = None,
+             stacks: bool = True) -> JobView:
+    """Read every trace of the run dirs.  Raises UserError for a path that is no run dir."""
+    problems: list[str] = []
+    ranks: dict[int, RankRun] = {}
+    launchers: list[RankTrace] = []
+    sup_events: list[dict[str, Any]] = []
+    command: list[str] = []
+    timeout = hang_timeout
+    for run_dir in run_dirs:
+        if not run_dir.exists():
+            raise UserError(f"no such run dir: {run_dir}")
+        if not run_dir.is_dir() or not is_run_dir(run_dir):
+            raise UserError(f"not a ddpdoctor run dir (no run.json or traces/): {run_dir}")
+        info = read_run_file(run_dir)
+        if not command and isinstance(info.get("command"), list):
+            command = [str(c) for c in info["command"]]
+        if timeout is None and isinstance(info.get("hang_timeout"), (int, float)):
+            timeout = float(info["hang_timeout"])
+        events, bad = read_meta(run_dir / SUPERVISOR_LOG)
+        sup_events += events
+        problems += bad
+        for trace in _read_traces(run_dir, problems):
+            problems += trace.problems
+            if trace.header.rank < 0:
+                launchers.append(trace)
+                continue
+            old = ranks.get(trace.header.rank)
+            if old is not None and old.trace.header.started_ns > trace.header.started_ns:
+                continue  # an earlier incarnation (a restart): keep the newest
+            run = rank_run(trace)
+            run.fault = _fault_text(trace)
+            if stacks:
+                run.stack, run.stack_error = load_stack(
+                    run_dir / "stacks" / f"pid-{trace.header.pid}.json")
+            ranks[trace.header.rank] = run
+    _attach_exits(ranks, launchers, sup_events, live)
+    world = max([r.header.world_size for r in ranks.values()] + [len(ranks)]) if ranks else 0
+    outcome = next((e.get("outcome") for e in reversed(sup_events)
+                    if e.get("event") == "outcome"), None)
+    return JobView(list(run_dirs), ranks, world, time.time_ns(), timeout or 60.0, live,
+                   launchers, problems, sup_events, command, outcome)
+
+
+def _attach_exits(ranks: dict[int, RankRun], launchers: list[RankTrace],
+                  sup_events: list[dict[str, Any]], live: bool) -> None:
+    by_pid = {run.pid: run for run in ranks.values()}
+    for launcher in launchers:
+        for ev in launcher.meta_events("child_exit"):
+            run = by_pid.get(ev.get("pid"))  # type: ignore[arg-type]
+            if run is not None and isinstance(ev.get("returncode"), int):
+                run.returncode = ev["returncode"]
+    for ev in sup_events:
+        run = by_pid.get(ev.get("pid"))  # type: ignore[arg-type]
+        if run is None:
+            continue
+        if ev.get("event") == "rank_gone" and run.gone_at_ns is None:
+            run.gone_at_ns = ev.get("t")
+        if ev.get("event") == "rank_stopped":
+            run.proc_state = "T"
+    if live:
+        for run in ranks.values():
+            run.alive = alive(run.pid)
+            if run.alive:
+                run.proc_state = proc_state(run.pid)

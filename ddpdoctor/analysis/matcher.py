@@ -1,0 +1,130 @@
+"""Align the ranks' collective sequences per process group and find where they first differ."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+from ddpdoctor.analysis.model import Call
+
+ROOTED = {"broadcast", "reduce", "gather", "scatter", "broadcast_object_list",
+          "gather_object", "scatter_object_list"}
+
+
+class MatchState(str, enum.Enum):
+    """How two calls at the same seq compare (most telling first)."""
+
+    MATCH = "match"
+    OP_MISMATCH = "op"
+    REDUCE_OP_MISMATCH = "reduce op"
+    ROOT_MISMATCH = "root rank"
+    DTYPE_MISMATCH = "dtype"
+    SIZE_MISMATCH = "shape"
+
+
+def _numels(shapes: Iterable[tuple[int, ...]]) -> tuple[int, ...]:
+    return tuple(math.prod(s) for s in shapes)
+
+
+def size_key(call: Call) -> tuple:
+    """What must agree in size across ranks for this op (gloo's rules, per op)."""
+    op = call.op
+    if op in ("barrier", "monitored_barrier", "all_gather_object", "gather_object",
+              "all_to_all", "all_to_all_single"):
+        return ()
+    if op in ("scatter", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base"):
+        return _numels(call.out_shapes)
+    if op in ("all_gather", "gather"):
+        return _numels(call.in_shapes)
+    if op in ("all_gather_into_tensor", "_all_gather_base"):
+        return _numels(call.in_shapes) + _numels(call.out_shapes)
+    return _numels(call.in_shapes)
+
+
+def compare(a: Call, b: Call) -> MatchState:
+    """Do calls ``a`` and ``b`` (same group, same seq, different ranks) match?"""
+    if a.op != b.op:
+        return MatchState.OP_MISMATCH
+    if a.reduce_op != b.reduce_op:
+        return MatchState.REDUCE_OP_MISMATCH
+    if a.op in ROOTED and a.peer != b.peer:
+        return MatchState.ROOT_MISMATCH
+    if a.op not in ("barrier", "monitored_barrier") and a.dtypes and b.dtypes and \
+            a.dtypes[0] != b.dtypes[0]:
+        return MatchState.DTYPE_MISMATCH
+    if size_key(a) != size_key(b):
+        return MatchState.SIZE_MISMATCH
+    return MatchState.MATCH
+
+
+def fingerprint(call: Call) -> tuple:
+    return (call.op, call.reduce_op, call.peer if call.op in ROOTED else -1,
+            call.dtypes[:1] if call.op not in ("barrier", "monitored_barrier") else (),
+            size_key(call))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first seq of ``group`` at which the ranks' calls differ.
+
+    culprits: the ranks blamed (the minority by fingerprint with 3+ ranks; with two
+    fingerprints in a tie, every rank).  state: what differs.
+    """
+
+    group: str
+    seq: int
+    calls: dict[int, Call]
+    state: MatchState
+    culprits: tuple[int, ...]
+    majority: tuple[int, ...]
+
+
+def blame(calls: dict[int, Call]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(culprits, majority): the ranks whose call differs from the strict majority's."""
+    counts = Counter(fingerprint(c) for c in calls.values())
+    (top, n), *rest = counts.most_common()
+    if rest and rest[0][1] == n:  # a tie: no majority to trust
+        return tuple(sorted(calls)), ()
+    majority = tuple(sorted(r for r, c in calls.items() if fingerprint(c) == top))
+    culprits = tuple(sorted(r for r, c in calls.items() if fingerprint(c) != top))
+    return culprits, majority
+
+
+def find_divergence(by_rank: dict[int, list[Call]], group: str,
+                    start_seq: int = 0) -> Divergence | None:
+    """The first seq >= start_seq where at least two ranks recorded differing calls."""
+    index: dict[int, dict[int, Call]] = {}
+    for rank, calls in by_rank.items():
+        for c in calls:
+            if c.seq >= start_seq:
+                index.setdefault(c.seq, {})[rank] = c
+    for seq in sorted(index):
+        at = index[seq]
+        if len(at) < 2:
+            continue
+        prints = {fingerprint(c) for c in at.values()}
+        if len(prints) == 1:
+            continue
+        culprits, majority = blame(at)
+        ref = at[majority[0]] if majority else at[min(at)]
+        state = next((compare(ref, c) for c in at.values()
+                      if compare(ref, c) != MatchState.MATCH), MatchState.OP_MISMATCH)
+        return Divergence(group, seq, dict(sorted(at.items())), state, culprits, majority)
+    return None
+
+
+def first_callsite_difference(by_rank: dict[int, list[Call]]) -> tuple[int, dict[int, Call]] | None:
+    """The first seq where the ranks called from different lines (an early sign of
+    rank-dependent control flow, even when the calls themselves still matched)."""
+    index: dict[int, dict[int, Call]] = {}
+    for rank, calls in by_rank.items():
+        for c in calls:
+            index.setdefault(c.seq, {})[rank] = c
+    for seq in sorted(index):
+        at = index[seq]
+        if len(at) >= 2 and len({c.callsite for c in at.values()}) > 1:
+            return seq, dict(sorted(at.items()))
+    return None

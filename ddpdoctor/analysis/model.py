@@ -1,0 +1,172 @@
+"""The job as analysis sees it: Call, RankRun, JobView, Finding."""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.reader import RankTrace, TraceRecord
+
+NS = 1_000_000_000
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis, serialised as a report's ``findings[i]``.
+
+    kind: a finding kind of the contract (collective_mismatch, rank_failed, ...).
+    severity: error (the job is broken), warning (it trains wrong or slow), info.
+    ranks: the ranks at fault where that can be told, else every rank involved.
+    seq: position in the rank's collective sequence on the group, or None.
+    summary: one line. detail: what happened, with evidence. fix: what to change.
+    evidence: machine-readable facts behind the finding.
+    """
+
+    kind: str
+    severity: Severity
+    ranks: tuple[int, ...]
+    seq: int | None
+    summary: str
+    detail: str
+    fix: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "severity": self.severity.value, "ranks": list(self.ranks),
+                "seq": self.seq, "summary": self.summary, "detail": self.detail,
+                "fix": self.fix, "evidence": self.evidence}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One collective or p2p call of one rank."""
+
+    rank: int
+    group: str
+    seq: int
+    op: str
+    reduce_op: str
+    in_shapes: tuple[tuple[int, ...], ...]
+    out_shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+    peer: int
+    flags: int
+    callsite: str
+    t_start: int
+    t_end: int
+    aux: int
+    kind: L.RecordKind = L.RecordKind.COLLECTIVE
+
+    @property
+    def open(self) -> bool:
+        return self.t_end == 0
+
+    @property
+    def short_site(self) -> str:
+        path, _, line = self.callsite.rpartition(":")
+        return f"{os.path.basename(path)}:{line}" if path else self.callsite
+
+    def describe(self) -> str:
+        """``all_reduce(float32[10], sum)`` at a glance."""
+        tensors = ", ".join(
+            f"{dt}[{'x'.join(map(str, s))}]" for dt, s in zip(self.dtypes or ("?",) *
+                                                          len(self.in_shapes), self.in_shapes))
+        extra = [self.reduce_op] if self.reduce_op else []
+        if self.op in ("broadcast", "reduce", "gather", "scatter", "broadcast_object_list",
+                       "gather_object", "scatter_object_list") and self.peer >= 0:
+            extra.append(f"root {self.peer}")
+        inner = ", ".join(x for x in [tensors, *extra] if x)
+        return f"{self.op}({inner})"
+
+    @staticmethod
+    def from_record(rank: int, group: str, rec: TraceRecord) -> "Call":
+        return Call(rank, group, rec.seq, rec.op, rec.reduce_op, rec.in_shapes,
+                    rec.out_shapes, rec.dtypes, rec.peer, rec.flags, rec.callsite,
+                    rec.t_start, rec.t_end, rec.aux, rec.kind)
+
+
+@dataclass
+class RankRun:
+    """One rank: its trace, its calls by group, and how its process ended."""
+
+    rank: int
+    trace: RankTrace
+    calls: dict[str, list[Call]]  # group name -> collectives in seq order
+    p2p: list[Call]
+    ring_steps: list[TraceRecord]
+    batches: list[TraceRecord]
+    group_ranks: dict[str, list[int]]
+    alive: bool | None = None  # None: not known (offline)
+    proc_state: str = ""  # kernel state letter when alive (T = stopped)
+    returncode: int | None = None  # from the launcher (negative: killed by that signal)
+    gone_at_ns: int | None = None  # when the supervisor saw the process vanish
+    fault: str = ""  # faulthandler's dump after a fatal signal
+    stack: list[dict[str, Any]] | None = None
+    stack_error: str | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.trace.header.pid
+
+    @property
+    def header(self) -> Any:
+        return self.trace.header
+
+    def exception(self) -> dict[str, Any] | None:
+        """The uncaught exception of the main thread, else of any thread."""
+        found = self.trace.meta_events("exception")
+        main = [e for e in found if e.get("thread") == "main"]
+        return (main or found or [None])[-1]
+
+    def last_call(self, group: str) -> Call | None:
+        calls = self.calls.get(group)
+        return calls[-1] if calls else None
+
+    def open_call(self) -> Call | None:
+        """The collective (or p2p) this rank is inside now, the newest first."""
+        candidates = [c for calls in self.calls.values() for c in calls[-4:] if c.open]
+        candidates += [c for c in self.p2p[-16:] if c.open]
+        return max(candidates, key=lambda c: c.t_start) if candidates else None
+
+    def exited_cleanly(self) -> bool:
+        return (self.header.state == L.RankState.EXITED and not self.exception()
+                and not self.fault and (self.returncode in (None, 0)))
+
+
+@dataclass
+class JobView:
+    """All ranks of a job at one moment (live) or after it ended (offline)."""
+
+    run_dirs: list[Path]
+    ranks: dict[int, RankRun]
+    world_size: int
+    now_ns: int
+    hang_timeout: float
+    live: bool
+    launchers: list[RankTrace] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    supervisor_events: list[dict[str, Any]] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+    outcome: str | None = None  # completed | failed | hung once known
+
+    def group_members(self, group: str) -> list[int]:
+        for run in self.ranks.values():
+            if group in run.group_ranks and run.group_ranks[group]:
+                return list(run.group_ranks[group])
+        return sorted(self.ranks)
+
+    def groups(self) -> list[str]:
+        names: set[str] = set()
+        for run in self.ranks.values():
+            names.update(run.calls)
+        return sorted(names, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n))

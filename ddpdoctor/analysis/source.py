@@ -1,0 +1,77 @@
+"""Read the user's source around a call site: is the call under a rank-dependent branch?"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from pathlib import Path
+
+RANK_WORDS = re.compile(r"rank|is_main|main_process|is_master|master|local_process_zero|"
+                        r"^exists$|^isfile$|^is_file$", re.IGNORECASE)
+MAX_SOURCE_BYTES = 2 << 20
+
+
+@functools.lru_cache(maxsize=64)
+def _parse(path: str) -> tuple[ast.AST, str] | None:
+    try:
+        p = Path(path)
+        if not p.is_file() or p.stat().st_size > MAX_SOURCE_BYTES:
+            return None
+        text = p.read_text(errors="replace")
+        return ast.parse(text), text
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def split_callsite(callsite: str) -> tuple[str, int]:
+    path, _, line = callsite.rpartition(":")
+    return (path, int(line)) if line.isdigit() else (callsite, 0)
+
+
+def _depends_on_rank(test: ast.AST) -> bool:
+    """Does the condition name the rank (or a per-rank fact)?  Names and attributes count,
+    string contents do not."""
+    for node in ast.walk(test):
+        name = node.id if isinstance(node, ast.Name) else \
+            node.attr if isinstance(node, ast.Attribute) else None
+        if name and RANK_WORDS.search(name):
+            return True
+    return False
+
+
+def source_line(callsite: str) -> str:
+    """The text of the call site's line, stripped, or ""."""
+    path, line = split_callsite(callsite)
+    parsed = _parse(path)
+    if parsed is None or line <= 0:
+        return ""
+    lines = parsed[1].splitlines()
+    return lines[line - 1].strip() if line <= len(lines) else ""
+
+
+def rank_condition(callsite: str) -> str | None:
+    """The innermost ``if``/``while`` test enclosing the call site that depends on the rank
+    (or on a per-rank fact such as a file's existence), as source text, else None."""
+    path, line = split_callsite(callsite)
+    parsed = _parse(path)
+    if parsed is None or line <= 0:
+        return None
+    tree, text = parsed
+    best: tuple[int, str] | None = None
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.If, ast.While, ast.IfExp)):
+            continue
+        end = getattr(node, "end_lineno", None) or node.lineno
+        if not node.lineno <= line <= end:
+            continue
+        test = ast.get_source_segment(text, node.test) or ""
+        if not _depends_on_rank(node.test):
+            continue
+        in_else = isinstance(node, ast.If) and node.orelse and \
+            node.orelse[0].lineno <= line
+        keyword = "while" if isinstance(node, ast.While) else "if"
+        shown = f"else of `{keyword} {test}`" if in_else else f"`{keyword} {test}:`"
+        if best is None or node.lineno > best[0]:
+            best = (node.lineno, shown)
+    return best[1] if best else None

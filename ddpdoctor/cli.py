@@ -1,0 +1,203 @@
+"""The `ddpdoctor` command line: parse, build a config, call one function per command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from ddpdoctor import __version__
+from ddpdoctor.errors import UserError
+
+EXIT_USAGE = 2
+# torchrun options that `ddpdoctor run` passes through to torch's launcher (name, takes value)
+LAUNCHER_OPTIONS = (("--nnodes", True), ("--node-rank", True), ("--rdzv-endpoint", True),
+                    ("--rdzv-backend", True), ("--rdzv-id", True), ("--rdzv-conf", True),
+                    ("--max-restarts", True), ("--master-addr", True),
+                    ("--master-port", True), ("--monitor-interval", True),
+                    ("--standalone", False))
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{message} (see `{self.prog} --help`)", EXIT_USAGE)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run", help="run a DDP job under ddpdoctor",
+        description="Run COMMAND with every rank instrumented; on a hang or a failure, "
+        "capture every rank's stack, name the root cause and write a JSON report.",
+        epilog="examples:\n  ddpdoctor run --nproc-per-node 4 train.py --lr 0.1\n"
+        "  ddpdoctor run -- torchrun --nproc-per-node 4 train.py\n"
+        "  ddpdoctor run -- python train_spawn.py",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc-per-node", type=int, metavar="N",
+                   help="ranks on this node, when COMMAND is a script (started through "
+                   "torch.distributed.run)")
+    p.add_argument("--hang-timeout", type=_positive_float, default=60.0, metavar="SECONDS",
+                   help="a rank waiting this long inside one collective means the job "
+                   "hangs (default: 60)")
+    p.add_argument("--on-hang", choices=("stop", "wait"), default="stop",
+                   help="stop: write the report, then stop every rank (exit 124); wait: "
+                   "write the report and leave the job running (default: stop)")
+    p.add_argument("--report", type=Path, metavar="PATH",
+                   help="where the JSON report goes (default: RUN_DIR/report.json)")
+    p.add_argument("--run-dir", type=Path, metavar="DIR",
+                   help="where traces, stacks and reports go "
+                   "(default: ./ddpdoctor-runs/<time>-<id>)")
+    p.add_argument("--ddp", choices=("ring", "torch"), default="ring",
+                   help="ring: the script's DistributedDataParallel runs as ddpdoctor's "
+                   "instrumented ring-allreduce DDP; torch: torch's DDP, its buckets "
+                   "recorded (default: ring)")
+    p.add_argument("--ui", action="store_true", help="show the live terminal UI")
+    launcher = p.add_argument_group("passed to torch.distributed.run (script form)")
+    for name, takes_value in LAUNCHER_OPTIONS:
+        if takes_value:
+            launcher.add_argument(name, dest="launch_" + name[2:].replace("-", "_"),
+                                  metavar="V")
+        else:
+            launcher.add_argument(name, dest="launch_" + name[2:].replace("-", "_"),
+                                  action="store_true")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]",
+                   help="the script (with --nproc-per-node) or the full command after --")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ddpdoctor", description="Find out why a PyTorch DDP job hangs, "
+                     "crashes or silently trains wrong.")
+    parser.add_argument("--version", action="version", version=f"ddpdoctor {__version__}")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    _add_run(sub)
+    a = sub.add_parser("analyze", help="rebuild a report offline from run dirs",
+                       description="Rebuild the report from run dirs (several run dirs, one "
+                       "per node, merge into one job).")
+    a.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
+    a.add_argument("--report", type=Path, metavar="PATH",
+                   help="where to write the report (default: RUN_DIR/report.analyzed.json)")
+    a.add_argument("--json", action="store_true", help="print the report as JSON")
+    u = sub.add_parser("ui", help="open the terminal UI on a run dir or a report.json")
+    u.add_argument("path", type=Path, metavar="PATH")
+    b = sub.add_parser("bugs", help="the catalogue of reproducible DDP bugs")
+    bsub = b.add_subparsers(dest="bugs_cmd", metavar="ACTION", parser_class=_Parser)
+    bsub.add_parser("list", help="list the bugs")
+    br = bsub.add_parser("run", help="run a bug (or its fix) under ddpdoctor")
+    br.add_argument("name")
+    br.add_argument("--fixed", action="store_true", help="run the fixed twin")
+    br.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    _add_plugin_commands(sub)
+    return parser
+
+
+def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
+    try:
+        from ddpdoctor.plugins import add_cli_commands
+    except ImportError:
+        return
+    add_cli_commands(sub)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ddpdoctor.config import DdpMode, OnHang, RunConfig
+    from ddpdoctor.launch.run import run_job
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UserError("no command to run: give a script (with --nproc-per-node) or "
+                        "`-- COMMAND ...` (see `ddpdoctor run --help`)", EXIT_USAGE)
+    launcher_args: list[str] = []
+    for name, takes_value in LAUNCHER_OPTIONS:
+        value = getattr(args, "launch_" + name[2:].replace("-", "_"))
+        if takes_value and value is not None:
+            launcher_args += [name, str(value)]
+        elif not takes_value and value:
+            launcher_args.append(name)
+    if launcher_args and args.nproc_per_node is None:
+        raise UserError(f"{launcher_args[0]} needs --nproc-per-node and a script (or put it "
+                        "in your own torchrun command after --)", EXIT_USAGE)
+    config = RunConfig(tuple(command), args.nproc_per_node, args.hang_timeout,
+                       OnHang(args.on_hang), args.report, args.run_dir, DdpMode(args.ddp),
+                       args.ui, tuple(launcher_args))
+    return run_job(config)
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    import json
+
+    from rich.console import Console
+
+    from ddpdoctor.launch.rundir import write_json_atomic
+    from ddpdoctor.report.build import build_report
+    from ddpdoctor.report.console import print_summary
+
+    report = build_report(list(args.run_dirs), live=False)
+    path = args.report or args.run_dirs[0] / "report.analyzed.json"
+    try:
+        write_json_atomic(path, report)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}", 1) from None
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print_summary(report, path, Console())
+    return 0
+
+
+def _ui(args: argparse.Namespace) -> int:
+    from ddpdoctor.tui.app import run_ui
+
+    return run_ui(args.path)
+
+
+def _bugs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ddpdoctor import bugs
+
+    if args.bugs_cmd == "run":
+        extra = [a for a in args.extra if a != "--"]
+        return bugs.run_bug(args.name, args.fixed, extra)
+    return bugs.list_bugs(Console())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: returns the exit status (the console script passes it to sys.exit)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.cmd is None:
+            parser.print_help()
+            return EXIT_USAGE
+        handlers = {"run": _run, "analyze": _analyze, "ui": _ui, "bugs": _bugs}
+        handler = handlers.get(args.cmd) or getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help()
+            return EXIT_USAGE
+        return int(handler(args) or 0)
+    except UserError as e:
+        print(f"ddpdoctor: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("ddpdoctor: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

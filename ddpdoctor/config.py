@@ -1,0 +1,57 @@
+"""RunConfig: everything `ddpdoctor run` was asked to do, checked once."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddpdoctor.errors import UserError
+
+
+class OnHang(str, enum.Enum):
+    """What to do with the job once a hang is reported."""
+
+    STOP = "stop"  # write the report, then stop every rank (exit 124)
+    WAIT = "wait"  # write the report and leave the job running
+
+
+class DdpMode(str, enum.Enum):
+    """Which DistributedDataParallel the user's script gets."""
+
+    RING = "ring"  # ddpdoctor's instrumented ring-allreduce DDP
+    TORCH = "torch"  # torch's own DDP, its buckets recorded through a comm hook
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Args:
+    command: the job's argv as the user would have typed it (after ddpdoctor's options).
+    nproc_per_node: ranks on this node when ``command`` is a script (torch.distributed.run).
+    hang_timeout: seconds a rank may wait inside one collective before the job is hung.
+    on_hang: stop or leave the job once a hang is reported.
+    report: where report.json goes (default RUN_DIR/report.json).
+    run_dir: where traces, stacks and reports go (default ./ddpdoctor-runs/<time>-<id>).
+    ddp: which DDP the user's script gets.
+    ui: show the live terminal UI.
+    launcher_args: torchrun options passed through (--nnodes, --node-rank, --rdzv-*, ...).
+    """
+
+    command: tuple[str, ...]
+    nproc_per_node: int | None = None
+    hang_timeout: float = 60.0
+    on_hang: OnHang = OnHang.STOP
+    report: Path | None = None
+    run_dir: Path | None = None
+    ddp: DdpMode = DdpMode.RING
+    ui: bool = False
+    launcher_args: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise UserError("no command to run: give a script or `-- COMMAND ...`")
+        if self.nproc_per_node is not None and self.nproc_per_node < 1:
+            raise UserError(f"--nproc-per-node must be at least 1, not {self.nproc_per_node}")
+        if not self.hang_timeout > 0:
+            raise UserError(f"--hang-timeout must be a positive number of seconds, "
+                            f"not {self.hang_timeout}")

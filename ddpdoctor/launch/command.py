@@ -1,0 +1,67 @@
+"""Turn the user's command into the argv and environment that start the instrumented job."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import ddpdoctor
+from ddpdoctor.config import RunConfig
+from ddpdoctor.errors import UserError
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+PYTHON_NAMES = ("python", "python3")
+
+
+def _is_python(arg: str) -> bool:
+    name = os.path.basename(arg)
+    return name.startswith(PYTHON_NAMES) or arg == sys.executable
+
+
+def _first_script(args: tuple[str, ...]) -> str | None:
+    """The first argument that names a .py file (the user's script), if any."""
+    for arg in args:
+        if arg == "-m" or arg == "--module" or arg == "-c":
+            return None
+        if arg.endswith(".py") and not arg.startswith("-"):
+            return arg
+    return None
+
+
+def _check_script(script: str | None) -> None:
+    if script is not None and not Path(script).is_file():
+        raise UserError(f"script not found: {script}")
+
+
+def job_argv(config: RunConfig) -> list[str]:
+    """The argv to start: torch's launcher for a script with --nproc-per-node, else as typed."""
+    cmd = list(config.command)
+    if config.nproc_per_node is not None and not (_is_python(cmd[0]) or
+                                                   os.path.basename(cmd[0]) == "torchrun"):
+        if cmd[0] not in ("-m", "--module"):
+            _check_script(cmd[0])
+        return [sys.executable, "-m", "torch.distributed.run",
+                "--nproc-per-node", str(config.nproc_per_node), *config.launcher_args, *cmd]
+    if cmd[0].endswith(".py"):  # a self-spawning script given without a launcher
+        _check_script(cmd[0])
+        return [sys.executable, *cmd]
+    if shutil.which(cmd[0]) is None:
+        raise UserError(f"command not found: {cmd[0]}")
+    if _is_python(cmd[0]) or os.path.basename(cmd[0]) == "torchrun":
+        _check_script(_first_script(tuple(cmd[1:])))
+    return cmd
+
+
+def job_env(run_dir: Path, run_id: str, config: RunConfig) -> dict[str, str]:
+    """The job's environment: the bootstrap first on PYTHONPATH and ddpdoctor's variables."""
+    env = dict(os.environ)
+    paths = [str(BOOTSTRAP_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["DDPDOCTOR_RUN_DIR"] = str(run_dir)
+    env["DDPDOCTOR_RUN_ID"] = run_id
+    env["DDPDOCTOR_DDP"] = config.ddp.value
+    env["DDPDOCTOR_PACKAGE_PARENT"] = str(Path(ddpdoctor.__file__).resolve().parents[1])
+    env["DDPDOCTOR_HANG_TIMEOUT"] = str(config.hang_timeout)
+    return env

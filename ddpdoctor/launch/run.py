@@ -1,0 +1,98 @@
+"""`ddpdoctor run`: make the run dir, start the instrumented job, supervise it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+
+import ddpdoctor
+from ddpdoctor.config import RunConfig
+from ddpdoctor.errors import UserError
+from ddpdoctor.launch.command import job_argv, job_env
+from ddpdoctor.launch.process import start_job
+from ddpdoctor.launch.rundir import make_run_dir, new_run_id, write_json_atomic
+from ddpdoctor.report.schema import iso
+from ddpdoctor.supervisor.loop import Supervisor
+
+
+def _check_report_path(path: Path) -> None:
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UserError(f"--report {path} is a directory; give a file path")
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UserError(f"cannot write the report to {path}: its folder does not exist or "
+                        "is not writable")
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def run_job(config: RunConfig, console: Console | None = None) -> int:
+    """Run the job under supervision and return ddpdoctor's exit status."""
+    console = console or Console(stderr=True)
+    argv = job_argv(config)  # validates the command before anything is created
+    run_id = new_run_id()
+    run_dir = make_run_dir(config.run_dir, run_id)
+    report_path = (config.report or run_dir / "report.json").absolute()
+    _check_report_path(report_path)
+    started = time.time_ns()
+    write_json_atomic(run_dir / "run.json", {
+        "run_id": run_id, "command": list(config.command), "argv": argv,
+        "hang_timeout": config.hang_timeout, "on_hang": config.on_hang.value,
+        "ddp": config.ddp.value, "started_at": iso(started), "cwd": os.getcwd(),
+        "report": str(report_path), "ddpdoctor_version": ddpdoctor.__version__,
+    })
+    if not config.ui:
+        console.print(f"[bold]ddpdoctor:[/bold] run dir {run_dir}", highlight=False)
+    log: IO[bytes] | None = None
+    if config.ui:
+        log = open(run_dir / "job.log", "ab", buffering=0)  # noqa: SIM115
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        proc = start_job(argv, job_env(run_dir, run_id, config), log)
+        supervisor = Supervisor(config, run_dir, proc, report_path, console, started)
+        if config.ui:
+            return _run_with_ui(supervisor, run_dir)
+        return supervisor.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if log is not None:
+            log.close()
+
+
+def _run_with_ui(supervisor: Supervisor, run_dir: Path) -> int:
+    """The UI in the main thread, the supervisor beside it."""
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(supervisor.run()),
+                              name="ddpdoctor-supervisor", daemon=True)
+    thread.start()
+    try:
+        from ddpdoctor.tui.app import run_live
+
+        run_live(run_dir, run_dir / "job.log", thread.is_alive)
+    except ImportError as e:
+        print(f"ddpdoctor: the UI is not available ({e}); supervising without it",
+              file=sys.stderr)
+    finally:
+        supervisor.quiet = False
+    if thread.is_alive():
+        print("ddpdoctor: UI closed; still supervising the job (Ctrl-C stops it)",
+              file=sys.stderr)
+    try:
+        while thread.is_alive():
+            thread.join(0.2)
+    except KeyboardInterrupt:
+        supervisor.stop_requested.set()
+        thread.join()
+    if supervisor.report is not None and supervisor.report_path is not None:
+        print(f"ddpdoctor: {supervisor.report.get('outcome')}; report: "
+              f"{supervisor.report_path}", file=sys.stderr)
+    return result[0] if result else 1

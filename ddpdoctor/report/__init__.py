@@ -1,0 +1,1 @@
+"""ddpdoctor.report."""

@@ -1,0 +1,40 @@
+"""Build a report from run dirs: live (for the UI) or offline (`ddpdoctor analyze`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.analysis.engine import analyze
+from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.model import JobView
+from ddpdoctor.report import schema
+
+
+def infer_outcome(job: JobView) -> str:
+    """completed | failed | hung from what the traces (and the supervisor's log) say."""
+    if job.outcome in schema.OUTCOMES:
+        return job.outcome
+    states = {schema.rank_state(r, job) for r in job.ranks.values()}
+    if "hung" in states:
+        return "hung"
+    if states & {"failed", "killed"}:
+        return "failed"
+    if job.live and states - {"exited"}:
+        return "completed"  # still running: nothing wrong so far
+    if any(r.open_call() for r in job.ranks.values()):
+        return "hung"
+    return "completed"
+
+
+def build_report(run_dir: Path | list[Path], live: bool = True,
+                 hang_timeout: float | None = None) -> dict[str, Any]:
+    """The report of one run dir (or several, one per node) at this moment.
+    Raises UserError when a path is not a run dir."""
+    dirs = run_dir if isinstance(run_dir, list) else [run_dir]
+    job = load_job(dirs, live=live, hang_timeout=hang_timeout)
+    findings = analyze(job)
+    exit_code = next((e.get("exit_code") for e in reversed(job.supervisor_events)
+                      if e.get("event") == "outcome"), None)
+    return schema.build(job, findings, infer_outcome(job),
+                        exit_code if isinstance(exit_code, int) else None)

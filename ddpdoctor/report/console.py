@@ -1,0 +1,83 @@
+"""One-screen console summary of a report, with rich."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+STATE_STYLE = {"computing": "green", "in_collective": "cyan", "waiting": "yellow",
+               "exited": "dim", "failed": "bold red", "hung": "bold magenta",
+               "stopped": "bold yellow", "killed": "bold red", "starting": "dim"}
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
+OUTCOME_STYLE = {"completed": "bold green", "failed": "bold red", "hung": "bold magenta"}
+MAX_RANK_ROWS = 16
+
+
+def _op(current: Any) -> str:
+    if not isinstance(current, dict) or not current:
+        return ""
+    shapes = current.get("shapes") or []
+    dtypes = current.get("dtypes") or []
+    tensors = ", ".join(f"{d}{list(s)}" for d, s in zip(dtypes or ["?"] * len(shapes), shapes))
+    return f"{current.get('op')}({tensors}) #{current.get('seq')}"
+
+
+def rank_table(report: dict[str, Any]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("rank", "state", "pid", "step", "seq", "inside", "at"):
+        table.add_column(col)
+    ranks = report.get("ranks") or []
+    shown = ranks if len(ranks) <= MAX_RANK_ROWS else [
+        r for r in ranks if r.get("state") not in ("computing", "exited", "in_collective")
+    ][:MAX_RANK_ROWS] or ranks[:MAX_RANK_ROWS]
+    for r in shown:
+        state = str(r.get("state"))
+        cur = r.get("current") or {}
+        table.add_row(str(r.get("rank")), Text(state, STATE_STYLE.get(state, "")),
+                      str(r.get("pid")), str(r.get("step", "")),
+                      str(r.get("last_seq") if r.get("last_seq") is not None else "-"),
+                      _op(cur), str(cur.get("callsite", "")) if cur else "")
+    if len(shown) < len(ranks):
+        table.add_row("…", f"{len(ranks) - len(shown)} more ranks", "", "", "", "", "")
+    return table
+
+
+def print_summary(report: dict[str, Any], path: Path | None, console: Console) -> None:
+    """Outcome, ranks, findings (errors first) and where the report is."""
+    outcome = str(report.get("outcome"))
+    title = Text.assemble(("ddpdoctor: ", "bold"), (outcome, OUTCOME_STYLE.get(outcome, "")),
+                          f"  ({report.get('world_size')} ranks)")
+    console.print()
+    console.rule(title)
+    if report.get("ranks"):
+        console.print(rank_table(report))
+    findings = report.get("findings") or []
+    if not findings:
+        if report.get("ranks"):
+            console.print(Text("No problem found.", "green"))
+        else:
+            console.print(Text("No torch.distributed activity was recorded (the job never "
+                               "called init_process_group).", "yellow"))
+    for f in findings[:8]:
+        sev = str(f.get("severity"))
+        body = Text()
+        body.append(str(f.get("summary", "")) + "\n", "bold")
+        if f.get("detail"):
+            body.append(str(f["detail"])[:1500] + "\n")
+        if f.get("fix"):
+            body.append("Fix: ", "bold green")
+            body.append(str(f["fix"]))
+        console.print(Panel(body, title=Text(f"{sev}: {f.get('kind')}",
+                                             SEVERITY_STYLE.get(sev, "")),
+                            title_align="left", border_style=SEVERITY_STYLE.get(sev, "")))
+    if len(findings) > 8:
+        console.print(f"… and {len(findings) - 8} more findings in the report")
+    for problem in (report.get("problems") or [])[:5]:
+        console.print(Text(f"note: {problem}", "dim"))
+    if path is not None:
+        console.print(f"Report: {path}")

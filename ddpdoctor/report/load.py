@@ -1,0 +1,50 @@
+"""Load and validate a report.json written by ddpdoctor."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.errors import UserError
+from ddpdoctor.report.schema import SCHEMA
+
+MAX_REPORT_BYTES = 256 << 20
+
+
+def validate(data: Any, path: Path) -> dict[str, Any]:
+    """Check the parts of the schema every consumer relies on; raise UserError if not."""
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is not a ddpdoctor report (a JSON object is expected)")
+    if data.get("schema") != SCHEMA:
+        raise UserError(f"{path} is not a ddpdoctor report (schema "
+                        f"{str(data.get('schema'))[:40]!r}, expected {SCHEMA!r})")
+    if not isinstance(data.get("ranks"), list) or not isinstance(data.get("findings"), list):
+        raise UserError(f"{path} is a damaged ddpdoctor report (ranks or findings missing)")
+    data["ranks"] = [r for r in data["ranks"] if isinstance(r, dict)]
+    data["findings"] = [f for f in data["findings"] if isinstance(f, dict)]
+    return data
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """Read ``path`` as a report; every problem is a UserError with a one-line message."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_REPORT_BYTES + 1)
+    except FileNotFoundError:
+        raise UserError(f"no such file: {path}") from None
+    except IsADirectoryError:
+        raise UserError(f"{path} is a directory, not a report.json") from None
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror or e}") from None
+    if len(raw) > MAX_REPORT_BYTES:
+        raise UserError(f"{path} is larger than {MAX_REPORT_BYTES >> 20} MiB: not a report")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text: not a report") from None
+    except RecursionError:
+        raise UserError(f"{path} is nested too deeply: not a report") from None
+    except ValueError as e:
+        raise UserError(f"{path} is not valid JSON (truncated or damaged: {e})") from None
+    return validate(data, path)

@@ -1,0 +1,146 @@
+"""report.json (schema ddpdoctor.report/1): build it from a JobView and its findings.
+
+Top level (contract): schema, outcome (completed | failed | hung), command, world_size,
+started_at and ended_at (ISO 8601, UTC), ranks, findings.  Extensions: run_dir, live,
+timeline, profile, problems, exit_code, ddpdoctor_version.
+
+ranks[i]:
+  rank, host, pid; state: starting | computing | in_collective | waiting | exited | failed |
+  hung | stopped | killed; exit_code: the process's status when known (negative: signal);
+  step: optimizer steps taken; epoch; last_seq: last collective seq on the default group;
+  current: the collective the rank is inside (seq, op, shapes, dtypes, since, callsite,
+  group) or null; stack: py-spy frames innermost first ({name, filename, line}) or null,
+  with stack_error saying why when null; recent: its last collectives.
+timeline: {rank: [{seq, group, op, shapes, dtypes, callsite, start, end}]} (unix seconds;
+  end null while inside).  profile: {rank: {compute_s, wait_s, collectives}}.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import ddpdoctor
+from ddpdoctor.analysis.model import NS, Call, Finding, JobView, RankRun
+from ddpdoctor.trace import layout as L
+
+SCHEMA = "ddpdoctor.report/1"
+OUTCOMES = ("completed", "failed", "hung")
+TIMELINE_LEN = 200
+RECENT_LEN = 20
+
+
+def iso(ns: int | None) -> str | None:
+    if not ns or ns <= 0:
+        return None
+    try:
+        return dt.datetime.fromtimestamp(ns / NS, tz=dt.timezone.utc).isoformat(
+            timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _entry(c: Call) -> dict[str, Any]:
+    return {"seq": c.seq, "group": c.group, "op": c.op,
+            "shapes": [list(s) for s in c.in_shapes], "dtypes": list(c.dtypes),
+            "callsite": c.short_site, "start": c.t_start / NS,
+            "end": None if c.open else c.t_end / NS}
+
+
+def rank_state(run: RankRun, job: JobView) -> str:
+    """The rank's state as the report shows it (see the module docstring)."""
+    h = run.header
+    failed_main = any(e.get("thread") == "main" for e in run.trace.meta_events("exception"))
+    if run.fault or h.state == L.RankState.FAILED or failed_main:
+        return "failed"
+    if h.state == L.RankState.EXITED:
+        return "exited" if run.returncode in (None, 0) else "failed"
+    if run.returncode is not None and run.returncode < 0 or (job.live and run.alive is False):
+        return "killed"
+    if run.proc_state == "T":
+        return "stopped"
+    current = run.open_call()
+    if current is not None:
+        if job.outcome == "hung" or (job.now_ns - current.t_start) >= job.hang_timeout * NS:
+            return "hung"
+        members = job.group_members(current.group)
+        behind = any((job.ranks[r].last_call(current.group) or current).seq < current.seq
+                     for r in members if r in job.ranks and r != run.rank)
+        return "waiting" if behind else "in_collective"
+    if h.state == L.RankState.STARTING:
+        return "starting"
+    return "computing"
+
+
+def _exit_code(run: RankRun) -> int | None:
+    if run.returncode is not None:
+        return run.returncode
+    if run.exited_cleanly():
+        return 0
+    return None
+
+
+def _current(run: RankRun) -> dict[str, Any] | None:
+    c = run.open_call()
+    if c is None:
+        return None
+    return {"seq": c.seq, "op": c.op, "shapes": [list(s) for s in c.in_shapes],
+            "dtypes": list(c.dtypes), "since": iso(c.t_start), "callsite": c.short_site,
+            "group": c.group}
+
+
+def _calls(run: RankRun) -> list[Call]:
+    calls = [c for group in run.calls.values() for c in group[-TIMELINE_LEN:]]
+    return sorted(calls, key=lambda c: c.t_start)[-TIMELINE_LEN:]
+
+
+def profile(run: RankRun, now_ns: int) -> dict[str, Any]:
+    """Time computing vs waiting in collectives, over the recorded span."""
+    calls = _calls(run)
+    if not calls:
+        return {"compute_s": 0.0, "wait_s": 0.0, "collectives": 0}
+    wait = sum(((c.t_end or now_ns) - c.t_start) for c in calls)
+    span = max((c.t_end or now_ns) for c in calls) - calls[0].t_start
+    return {"compute_s": round(max(0, span - wait) / NS, 6), "wait_s": round(wait / NS, 6),
+            "collectives": len(calls)}
+
+
+def rank_entry(run: RankRun, job: JobView) -> dict[str, Any]:
+    h = run.header
+    calls = _calls(run)
+    return {
+        "rank": run.rank, "host": h.host, "pid": h.pid, "state": rank_state(run, job),
+        "exit_code": _exit_code(run), "step": max(h.step, 0),
+        "epoch": h.epoch if h.epoch >= 0 else None,
+        "last_seq": h.last_seq if h.last_seq >= 0 else None,
+        "current": _current(run), "stack": run.stack, "stack_error": run.stack_error,
+        "recent": [_entry(c) for c in calls[-RECENT_LEN:]],
+    }
+
+
+def build(job: JobView, findings: list[Finding], outcome: str,
+          exit_code: int | None = None, started_ns: int | None = None) -> dict[str, Any]:
+    """The report dict for ``job`` (see the module docstring for every field)."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}")
+    starts = [r.header.started_ns for r in job.ranks.values()] + [
+        t.header.started_ns for t in job.launchers]
+    ranks = [job.ranks[r] for r in sorted(job.ranks)]
+    return {
+        "schema": SCHEMA,
+        "outcome": outcome,
+        "command": job.command,
+        "world_size": job.world_size,
+        "started_at": iso(started_ns or (min(starts) if starts else job.now_ns)),
+        "ended_at": iso(job.now_ns),
+        "ranks": [rank_entry(r, job) for r in ranks],
+        "findings": [f.to_dict() for f in findings],
+        "exit_code": exit_code,
+        "run_dir": str(job.run_dirs[0]) if len(job.run_dirs) == 1 else
+        [str(p) for p in job.run_dirs],
+        "live": job.live,
+        "timeline": {str(r.rank): [_entry(c) for c in _calls(r)] for r in ranks},
+        "profile": {str(r.rank): profile(r, job.now_ns) for r in ranks},
+        "problems": list(dict.fromkeys(job.problems)),
+        "ddpdoctor_version": ddpdoctor.__version__,
+    }

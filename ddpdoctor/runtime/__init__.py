@@ -1,0 +1,90 @@
+"""The part of ddpdoctor that runs inside the user's processes: activated by the bootstrap."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+from typing import Any
+
+from ddpdoctor.runtime import recorder
+
+ENV_DDP = "DDPDOCTOR_DDP"
+_activated = False
+
+
+def _note_failure(where: str, error: BaseException) -> None:
+    rec = recorder.active()
+    if rec is not None:
+        rec.note_error(where, error)
+    else:
+        print(f"ddpdoctor: {where} failed ({type(error).__name__}: {error}); the job runs "
+              "without diagnosis", file=sys.stderr)
+
+
+def on_torch_imported() -> None:
+    """Patch torch once it is fully imported: collectives, DDP, optimizer steps, spawn."""
+    try:
+        from ddpdoctor.runtime import patches, torch_hooks
+
+        patches.install()
+        torch_hooks.install()
+    except Exception as e:  # noqa: BLE001 - never break the user's `import torch`
+        _note_failure("patching torch.distributed", e)
+        return
+    try:
+        from ddpdoctor.runtime import ddp_swap
+
+        ddp_swap.install(os.environ.get(ENV_DDP, "ring"))
+    except ImportError as e:
+        if e.name != "ddpdoctor.runtime.ddp_swap":
+            _note_failure("swapping DistributedDataParallel", e)
+    except Exception as e:  # noqa: BLE001 - the user's DDP stays torch's
+        _note_failure("swapping DistributedDataParallel", e)
+    try:
+        from ddpdoctor.runtime import data_probes
+
+        data_probes.install()
+    except ImportError as e:
+        if e.name != "ddpdoctor.runtime.data_probes":
+            _note_failure("installing data probes", e)
+    except Exception as e:  # noqa: BLE001 - probes are optional
+        _note_failure("installing data probes", e)
+
+
+class _TorchImportHook(importlib.abc.MetaPathFinder):
+    """Runs ``on_torch_imported`` right after ``import torch`` finishes, without importing
+    torch in processes that never use it."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original_exec(module)
+            on_torch_imported()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def activate() -> None:
+    """Instrument this process (called by the bootstrap when DDPDOCTOR_RUN_DIR is set)."""
+    global _activated
+    if _activated or not recorder.enabled_by_env():
+        return
+    _activated = True
+    from ddpdoctor.runtime import process_hooks
+
+    process_hooks.install()
+    if "torch" in sys.modules:
+        on_torch_imported()
+    else:
+        sys.meta_path.insert(0, _TorchImportHook())

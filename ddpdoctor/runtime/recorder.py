@@ -1,0 +1,313 @@
+"""Recorder: the per-process recording API that patched calls and ddpdoctor's DDP use.
+
+``active()`` returns the process's Recorder when it runs under ``ddpdoctor run`` (the
+trace file is created on first use), else None.  Every public method is safe to call from
+any thread and never raises: a failure inside the recorder disables it and is noted in
+the meta log, so a bug in ddpdoctor degrades to "no diagnosis", never to a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.reader import format_shapes
+from ddpdoctor.trace.writer import TraceWriter
+
+ENV_RUN_DIR = "DDPDOCTOR_RUN_DIR"
+ENV_RUN_ID = "DDPDOCTOR_RUN_ID"
+
+_time_ns = time.time_ns
+_OP = L.OP_CODES
+_KIND_COLL = int(L.RecordKind.COLLECTIVE)
+_KIND_P2P = int(L.RecordKind.P2P)
+_KIND_RING = int(L.RecordKind.RING_STEP)
+_IN_COLL = L.RankState.IN_COLLECTIVE
+_COMPUTING = L.RankState.COMPUTING
+
+_COMMIT_AND_SEQ = struct.Struct("<q8xq")  # a record's commit and seq fields
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_internal_code: dict[Any, bool] = {}
+_REDUCE_CODES = {name: i for i, name in enumerate(L.REDUCE_OPS)}
+
+
+def _is_internal(code: Any) -> bool:
+    """Is this code object torch's, ddpdoctor's or the stdlib's (not the user's)?"""
+    hit = _internal_code.get(code)
+    if hit is None:
+        fn = code.co_filename
+        hit = (
+            fn.startswith(_PKG_DIR) or f"{os.sep}torch{os.sep}" in fn
+            or fn.startswith("<frozen") or f"{os.sep}multiprocessing{os.sep}" in fn
+            or fn.endswith(("threading.py", "contextlib.py"))
+        )
+        _internal_code[code] = hit
+    return hit
+
+
+def user_callsite(depth: int = 2) -> str:
+    """``file:line`` of the innermost frame that belongs to the user's code."""
+    f = sys._getframe(depth)
+    first = f
+    while f is not None and _is_internal(f.f_code):
+        f = f.f_back
+    if f is None:
+        f = first
+    return f"{f.f_code.co_filename}:{f.f_lineno}"
+
+
+def dtype_name(t: Any) -> str:
+    return str(t.dtype)[6:]
+
+
+def describe(ins: Iterable[Any], outs: Iterable[Any], callsite: str) -> tuple[bytes, int]:
+    """The record text ``in_shapes|out_shapes|dtypes|callsite`` and the input numel."""
+    ins = [t for t in ins if t is not None]
+    outs = [t for t in outs if t is not None]
+    numel = 0
+    for t in ins:
+        numel += t.numel()
+    dtypes = ";".join(dtype_name(t) for t in (ins or outs)[:8])
+    text = (f"{format_shapes([tuple(t.shape) for t in ins[:8]])}|"
+            f"{format_shapes([tuple(t.shape) for t in outs[:8]])}|{dtypes}|{callsite}")
+    raw = text.encode()
+    if len(raw) > L.TEXT_SIZE:  # keep the call site, shorten the shapes
+        tail = f"|{dtypes}|{callsite}".encode()[-(L.TEXT_SIZE // 2):]
+        raw = raw[: L.TEXT_SIZE - len(tail)] + tail
+    return raw, numel
+
+
+class Recorder:
+    """Records this process's collectives, p2p calls, ring steps and events."""
+
+    def __init__(self, run_dir: Path, run_id: str = ""):
+        trace_dir = run_dir / "traces"
+        trace_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.run_dir = run_dir
+        self.writer = TraceWriter(trace_dir, run_id)
+        self.enabled = True
+        self._groups: dict[int, int] = {}  # id(pg) -> local index
+        self._group_objs: list[Any] = []  # keep pgs alive so ids stay unique
+        self._seq: list[int] = []  # next seq per local group index
+        self._p2p_seq: dict[tuple[int, int, int], int] = {}
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._open = 0  # collectives in progress (any thread)
+        self.rank = -1
+        self.steps = 0  # optimizer steps taken (the header's step)
+        self.writer.meta("process", pid=os.getpid(), ppid=os.getppid(), argv=sys.argv[:16],
+                         executable=sys.executable)
+
+    # -- failure containment ---------------------------------------------------------
+    def fail(self, where: str, error: BaseException) -> None:
+        """Disable recording after an internal error; the job itself goes on."""
+        self.enabled = False
+        self.note_error(where, error)
+
+    def note_error(self, where: str, error: BaseException) -> None:
+        """Say in the meta log that a part of ddpdoctor failed (recording goes on)."""
+        try:
+            self.writer.meta("runtime_error", where=where,
+                             error=f"{type(error).__name__}: {error}"[:500])
+        except OSError:
+            pass  # the run dir is gone or full: nothing left to tell
+
+    # -- identity and state ------------------------------------------------------------
+    def set_identity(self, rank: int, world_size: int, local_rank: int) -> None:
+        self.rank = rank
+        self.writer.set_identity(rank, world_size, local_rank)
+        self.writer.set_state(_COMPUTING)
+
+    def set_step(self, step: int) -> None:
+        self.writer.set_step(step)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.writer.set_epoch(epoch)
+
+    def meta(self, event: str, **fields: Any) -> None:
+        if not self.enabled:
+            return
+        try:
+            self.writer.meta(event, **fields)
+        except (OSError, TypeError, ValueError) as e:
+            self.fail("meta", e)
+
+    # -- groups ------------------------------------------------------------------------
+    def group_index(self, pg: Any) -> int:
+        """Local index of process group ``pg`` (None = the default group)."""
+        key = id(pg)
+        idx = self._groups.get(key)
+        if idx is not None:
+            return idx
+        return self._register_group(pg)
+
+    def _register_group(self, pg: Any) -> int:
+        import torch.distributed as dist
+
+        real = pg if pg is not None else dist.distributed_c10d._get_default_group()
+        with self._lock:
+            idx = self._groups.get(id(real))
+            if idx is None:
+                idx = len(self._seq)
+                self._seq.append(0)
+                self._groups[id(real)] = idx
+                self._group_objs.append(real)
+                try:
+                    ranks = dist.get_process_group_ranks(real)
+                except (RuntimeError, ValueError):
+                    ranks = []
+                name = getattr(real, "group_name", "") or str(idx)
+                self.writer.meta("group", index=idx, name=name, ranks=ranks,
+                                 size=real.size(), default=pg is None)
+            if pg is None:
+                self._groups[id(None)] = idx
+        return idx
+
+    # -- collectives -------------------------------------------------------------------
+    def begin(self, op: str, pg: Any, ins: Iterable[Any], outs: Iterable[Any] = (),
+              reduce_op: str = "", flags: int = 0, peer: int = -1, aux: int = 0,
+              callsite: str | None = None, kind: int = _KIND_COLL) -> int:
+        """Record entering a collective; returns a handle for ``end`` (-1 if disabled)."""
+        if not self.enabled:
+            return -1
+        try:
+            g = self.group_index(pg)
+            if kind == _KIND_COLL:
+                seq = self._seq[g]
+                self._seq[g] = seq + 1
+            else:
+                key = (g, peer, flags & 48)
+                seq = self._p2p_seq.get(key, 0)
+                self._p2p_seq[key] = seq + 1
+            text, numel = describe(ins, outs, callsite or user_callsite(3))
+            now = _time_ns()
+            idx = self.writer.append(kind, _OP.get(op, 0), _REDUCE_CODES.get(reduce_op, 0),
+                                     flags, g, seq, now, 0, numel, peer, aux, 0, -1, text)
+            if kind == _KIND_COLL and g == 0:
+                self.writer.set_last_seq(seq)
+            self._open += 1
+            self.writer.set_state(_IN_COLL)
+            return idx
+        except Exception as e:  # noqa: BLE001 - any recorder bug must not reach the job
+            self.fail(f"begin {op}", e)
+            return -1
+
+    def end(self, handle: int, failed: bool = False) -> None:
+        """Record that the call of ``handle`` returned (or raised, ``failed``)."""
+        if handle < 0 or not self.enabled:
+            return
+        try:
+            self.writer.set_end(handle, _time_ns(), failed)
+            self._open -= 1
+            if self._open <= 0:
+                self._open = 0
+                self.writer.set_state(_COMPUTING)
+        except Exception as e:  # noqa: BLE001 - see begin
+            self.fail("end", e)
+
+    def ring_step(self, parent_seq: int, pg: Any, send: bool, peer: int, nbytes: int,
+                  t_start: int, t_end: int, step: int, segment: int = 0,
+                  bucket: int = -1) -> int:
+        """Record one send or recv of a ring all-reduce; ``t_end`` 0 while in flight
+        (then call ``end_step``).  ``step`` is the ring step, ``segment`` the chunk."""
+        if not self.enabled:
+            return -1
+        try:
+            g = self.group_index(pg)
+            flags = int(L.RecordFlag.SEND if send else L.RecordFlag.RECV)
+            text = f"|||bucket {bucket} segment {segment}".encode()
+            return self.writer.append(
+                _KIND_RING, _OP["ring_send" if send else "ring_recv"], 0, flags, g,
+                step, t_start, t_end, nbytes // 4, peer, segment, nbytes, parent_seq, text)
+        except Exception as e:  # noqa: BLE001 - see begin
+            self.fail("ring_step", e)
+            return -1
+
+    def end_step(self, handle: int) -> None:
+        if handle >= 0 and self.enabled:
+            try:
+                self.writer.set_end(handle, _time_ns())
+            except Exception as e:  # noqa: BLE001 - see begin
+                self.fail("end_step", e)
+
+    def last_seq_of(self, handle: int) -> int:
+        """The seq that ``begin`` gave the record of ``handle`` (-1 if it is gone)."""
+        if handle < 0:
+            return -1
+        try:
+            w = self.writer
+            off = L.HEADER_SIZE + (handle % w.capacity) * L.RECORD_SIZE
+            commit, seq = _COMMIT_AND_SEQ.unpack_from(w._map, off)
+            return seq if commit == handle + 1 else -1
+        except Exception as e:  # noqa: BLE001 - see begin
+            self.fail("last_seq_of", e)
+            return -1
+
+    def mark(self, op: str, seq: int = 0, aux: int = 0, numel: int = 0,
+             text: str = "", kind: int = int(L.RecordKind.MARK)) -> None:
+        """A point event in the ring (batches, epochs, steps)."""
+        if not self.enabled:
+            return
+        try:
+            now = _time_ns()
+            self.writer.append(kind, _OP.get(op, 0), 0, 0, 0, seq, now, now, numel, -1, aux,
+                               0, -1, text.encode()[: L.TEXT_SIZE])
+        except Exception as e:  # noqa: BLE001 - see begin
+            self.fail(f"mark {op}", e)
+
+
+_recorder: Recorder | None = None
+_creating = threading.Lock()
+_disabled = False
+
+
+def enabled_by_env() -> bool:
+    return bool(os.environ.get(ENV_RUN_DIR)) and not _disabled
+
+
+def active() -> Recorder | None:
+    """This process's Recorder (created on first call under ddpdoctor), else None."""
+    global _recorder, _disabled
+    rec = _recorder
+    if rec is not None:
+        return rec if rec.enabled else None
+    if _disabled or not os.environ.get(ENV_RUN_DIR):
+        return None
+    with _creating:
+        if _recorder is None and not _disabled:
+            try:
+                _recorder = Recorder(Path(os.environ[ENV_RUN_DIR]),
+                                     os.environ.get(ENV_RUN_ID, ""))
+            except OSError as e:
+                _disabled = True
+                print(f"ddpdoctor: cannot record this process ({e}); the job runs "
+                      "without diagnosis", file=sys.stderr)
+                return None
+            _enable_faulthandler(_recorder)
+    return _recorder
+
+
+def _enable_faulthandler(rec: Recorder) -> None:
+    from ddpdoctor.runtime.process_hooks import enable_faulthandler
+
+    try:
+        enable_faulthandler(rec)
+    except OSError as e:
+        rec.meta("runtime_error", where="faulthandler", error=str(e))
+
+
+def existing() -> Recorder | None:
+    """The Recorder if one was already created (never creates one)."""
+    return _recorder
+
+
+def reset_after_fork() -> None:
+    """A forked child gets its own trace, created on first use."""
+    global _recorder
+    _recorder = None

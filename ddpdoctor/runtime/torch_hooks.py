@@ -1,0 +1,51 @@
+"""Hooks into torch beyond torch.distributed: optimizer steps and mp.spawn's rank wrapper."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from ddpdoctor.runtime import recorder as R
+
+
+def _count_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    rec = R._recorder
+    if rec is None:
+        return
+    rec.steps += 1
+    rec.set_step(rec.steps)
+
+
+def _patch_spawn_wrap() -> None:
+    """mp.spawn's children catch the rank's exception themselves (no sys.excepthook): record it
+    before torch's own wrapper reports it to the parent."""
+    import torch.multiprocessing.spawn as spawn
+
+    original = spawn._wrap
+    if getattr(original, "__ddpdoctor_original__", None):
+        return
+
+    @functools.wraps(original)
+    def _wrap(fn: Callable, i: int, args: Any, error_file: Any) -> Any:
+        @functools.wraps(fn)
+        def recording_fn(index: int, *a: Any) -> Any:
+            try:
+                return fn(index, *a)
+            except BaseException as e:
+                if not isinstance(e, (SystemExit, KeyboardInterrupt)):
+                    from ddpdoctor.runtime.process_hooks import record_exception
+
+                    record_exception(type(e), e, e.__traceback__, "main")
+                raise
+
+        return original(recording_fn, i, args, error_file)
+
+    _wrap.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+    spawn._wrap = _wrap
+
+
+def install() -> None:
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(_count_step)
+    _patch_spawn_wrap()

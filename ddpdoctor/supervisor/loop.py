@@ -1,0 +1,244 @@
+"""Supervisor: watch the running job, catch hangs, failures and mismatches, write the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ddpdoctor.config import OnHang, RunConfig
+from ddpdoctor.launch.process import stop_job
+from ddpdoctor.launch.rundir import write_json_atomic
+from ddpdoctor.report.build import build_report
+from ddpdoctor.report.console import print_summary
+from ddpdoctor.supervisor.stacks import capture_stacks
+from ddpdoctor.supervisor.watch import LiveJob
+
+POLL_SECONDS = 0.1
+MISMATCH_SETTLE_S = 0.25  # a divergent collective blocked this long will never complete
+EXIT_HUNG = 124
+EXIT_INTERRUPTED = 130
+
+
+@dataclass
+class Verdict:
+    """Why the supervisor stepped in: ``reason`` is hang | mismatch | abandoned | interrupt."""
+
+    reason: str
+    message: str
+
+
+class Supervisor:
+    """Runs beside the job (the job is ``proc``, its own process group)."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, proc: subprocess.Popen,
+                 report_path: Path, console: Console, started_ns: int):
+        self.config = config
+        self.run_dir = run_dir
+        self.proc = proc
+        self.report_path = report_path
+        self.console = console
+        self.started_ns = started_ns
+        self.live = LiveJob(run_dir)
+        self.stop_requested = threading.Event()
+        self._log_fd: int | None = None
+        self._warned_mismatch = False
+        self._failure_seen_at: float | None = None
+        self._last_counts: tuple = ()
+        self.report: dict[str, Any] | None = None
+        self.quiet = config.ui  # the UI shows everything while it runs
+
+    # -- supervisor.jsonl -----------------------------------------------------------
+    def log(self, event: str, **fields: Any) -> None:
+        """Append an event to RUN_DIR/supervisor.jsonl (read back by `analyze`)."""
+        fields.update(event=event, t=time.time_ns())
+        try:
+            if self._log_fd is None:
+                self._log_fd = os.open(self.run_dir / "supervisor.jsonl",
+                                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            os.write(self._log_fd, (json.dumps(fields, default=str) + "\n").encode())
+        except OSError as e:
+            self.live.problems.append(f"cannot write supervisor.jsonl: {e.strerror or e}")
+
+    def say(self, text: str, style: str = "") -> None:
+        if not self.quiet:
+            self.console.print(f"[bold]ddpdoctor:[/bold] {text}", style=style, highlight=False)
+
+    # -- the loop --------------------------------------------------------------------
+    def run(self) -> int:
+        """Supervise until the job ends (or is stopped); returns ddpdoctor's exit status."""
+        self.log("start", pid=self.proc.pid, command=list(self.config.command))
+        try:
+            verdict = self._watch()
+        except KeyboardInterrupt:
+            verdict = Verdict("interrupt", "interrupted (Ctrl-C)")
+        if verdict is None:
+            return self._finish_ended()
+        return self._finish_verdict(verdict)
+
+    def _watch(self) -> Verdict | None:
+        while True:
+            if self.stop_requested.is_set():
+                return Verdict("interrupt", "stopped on request")
+            if self.proc.poll() is not None:
+                return None
+            self.live.poll()
+            verdict = self._check()
+            if verdict is not None:
+                return verdict
+            time.sleep(POLL_SECONDS)
+
+    def _check(self) -> Verdict | None:
+        live = self.live
+        for p in live.check_processes():
+            self.log("rank_gone", pid=p.header.pid, rank=p.rank, clean=p.exited_clean)
+            if not p.exited_clean:
+                self.say(f"rank {p.rank} (pid {p.header.pid}) died", "red")
+                if self._failure_seen_at is None:
+                    self._failure_seen_at = time.monotonic()
+                    self._capture("failure")
+        for p in live.stopped():
+            if not getattr(p, "_stop_logged", False):
+                p._stop_logged = True  # type: ignore[attr-defined]
+                self.log("rank_stopped", pid=p.header.pid, rank=p.rank)
+        counts = tuple(p.read_upto for p in live.procs.values())
+        if counts != self._last_counts:
+            self._last_counts = counts
+            div = live.divergence()
+            if div is not None:
+                blocked = [c for c in div.calls.values() if c.open and
+                           time.time_ns() - c.t_start > MISMATCH_SETTLE_S * 1e9]
+                if not self._warned_mismatch:
+                    self._warned_mismatch = True
+                    self.say(f"collectives diverge at seq {div.seq} (group {div.group}): "
+                             + "; ".join(f"rank {r} {c.describe()} at {c.short_site}"
+                                         for r, c in div.calls.items()), "yellow")
+                if blocked:
+                    return Verdict("mismatch", f"mismatched collectives at seq {div.seq}")
+        elif self._warned_mismatch:
+            div = live.divergence()
+            if div is not None and any(c.open and time.time_ns() - c.t_start >
+                                       MISMATCH_SETTLE_S * 1e9 for c in div.calls.values()):
+                return Verdict("mismatch", f"mismatched collectives at seq {div.seq}")
+        gone = live.abandoned()
+        if gone is not None:
+            p, call, missing = gone
+            return Verdict("abandoned", f"rank {p.rank} waits in {call.op} (seq {call.seq}) "
+                           f"that exited rank(s) {missing} never entered")
+        longest = live.longest_wait()
+        if longest is not None and longest[2] >= self.config.hang_timeout:
+            p, call, waited = longest
+            return Verdict("hang", f"rank {p.rank} has waited {waited:.1f} s in {call.op} "
+                           f"(seq {call.seq})")
+        if self._failure_seen_at is not None and \
+                time.monotonic() - self._failure_seen_at > self.config.hang_timeout:
+            return Verdict("hang", "a rank died and the job did not end")
+        return None
+
+    # -- endings ---------------------------------------------------------------------
+    def _capture(self, why: str) -> None:
+        live_pids = [p.header.pid for p in self.live.ranks().values() if not p.gone]
+        t0 = time.monotonic()
+        capture_stacks(live_pids, self.run_dir / "stacks")
+        self.log("stacks", why=why, pids=live_pids, seconds=round(time.monotonic() - t0, 3))
+
+    def _write(self, outcome: str | None, exit_code: int | None, live: bool) -> dict[str, Any]:
+        if outcome is not None:
+            self.log("outcome", outcome=outcome, exit_code=exit_code)
+        try:
+            report = build_report(self.run_dir, live=live,
+                                  hang_timeout=self.config.hang_timeout)
+        except Exception as e:  # noqa: BLE001 - a report of what is known beats none
+            report = self._fallback_report(outcome or "failed", exit_code, e)
+        report["command"] = list(self.config.command)
+        report["exit_code"] = exit_code
+        report["problems"] = list(dict.fromkeys(report.get("problems", []) +
+                                                self.live.problems))
+        if not report["ranks"]:
+            report.setdefault("notes", []).append(
+                "no torch.distributed activity was recorded: the job never called "
+                "init_process_group")
+        try:
+            self.report_path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.report_path, report)
+            self.log("report", path=str(self.report_path))
+        except OSError as e:
+            print(f"ddpdoctor: cannot write the report to {self.report_path}: "
+                  f"{e.strerror or e}", file=sys.stderr)
+            self.report_path = None  # type: ignore[assignment]
+        self.report = report
+        return report
+
+    def _fallback_report(self, outcome: str, exit_code: int | None,
+                         error: BaseException) -> dict[str, Any]:
+        from ddpdoctor.report.schema import SCHEMA, iso
+
+        return {"schema": SCHEMA, "outcome": outcome, "command": list(self.config.command),
+                "world_size": len(self.live.ranks()), "started_at": iso(self.started_ns),
+                "ended_at": iso(time.time_ns()), "ranks": [], "findings": [],
+                "problems": [f"analysis failed: {type(error).__name__}: {error}"]}
+
+    def _finish_ended(self) -> int:
+        code = self.proc.wait()
+        self.live.poll()
+        for p in self.live.check_processes():
+            self.log("rank_gone", pid=p.header.pid, rank=p.rank, clean=p.exited_clean)
+        outcome = "completed" if code == 0 else "failed"
+        report = self._write(outcome, code, live=False)
+        if code == 0 and any(f.get("severity") == "error" for f in report["findings"]):
+            report["outcome"] = "failed"
+            self.log("outcome", outcome="failed", exit_code=code)
+            if self.report_path is not None:
+                write_json_atomic(self.report_path, report)
+        self._summary(report)
+        return code
+
+    def _finish_verdict(self, verdict: Verdict) -> int:
+        self.say(verdict.message, "bold magenta" if verdict.reason != "interrupt" else "")
+        self.log("verdict", reason=verdict.reason, message=verdict.message)
+        self._capture(verdict.reason)
+        self.live.poll()
+        interrupted = verdict.reason == "interrupt"
+        outcome = None if interrupted else "hung"
+        report = self._write(outcome, None, live=True)
+        if interrupted:
+            report["notes"] = report.get("notes", []) + ["interrupted by the user"]
+            if report["outcome"] == "completed":
+                report["outcome"] = "failed"
+        stop = interrupted or self.config.on_hang == OnHang.STOP
+        if stop:
+            self.log("stop", reason=verdict.reason)
+            code = stop_job(self.proc, self.live.pids(),
+                            first=signal.SIGINT if interrupted else signal.SIGTERM)
+            exit_code = EXIT_INTERRUPTED if interrupted else EXIT_HUNG
+        else:
+            self._summary(report)
+            self.say("--on-hang wait: the job keeps running; ddpdoctor waits for it")
+            code = self.proc.wait()
+            exit_code = code
+        report["exit_code"] = exit_code
+        report["job_exit_code"] = code
+        if self.report_path is not None:
+            write_json_atomic(self.report_path, report)
+        self.log("outcome", outcome=report["outcome"], exit_code=exit_code)
+        if stop:
+            self._summary(report)
+        return exit_code
+
+    def _summary(self, report: dict[str, Any]) -> None:
+        if self.quiet:
+            return
+        try:
+            print_summary(report, self.report_path, self.console)
+        except Exception as e:  # noqa: BLE001 - the report on disk is what matters
+            print(f"ddpdoctor: could not print the summary ({e}); see {self.report_path}",
+                  file=sys.stderr)

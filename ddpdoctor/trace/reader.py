@@ -1,0 +1,266 @@
+"""Read a rank's trace (header, records, meta events) from a run dir, tolerating damage."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.trace import layout as L
+
+MAX_META_BYTES = 64 << 20  # a meta log larger than this is read only up to here
+MAX_META_LINE = 1 << 20
+
+
+class TraceError(Exception):
+    """A trace file that cannot be read; the message says which file and why."""
+
+
+@dataclass(frozen=True)
+class TraceHeader:
+    """A rank's self-reported state at the moment of reading."""
+
+    pid: int
+    rank: int
+    world_size: int
+    local_rank: int
+    state: L.RankState
+    exit_code: int | None
+    step: int
+    epoch: int
+    count: int
+    heartbeat_ns: int
+    last_seq: int
+    started_ns: int
+    host: str
+    run_id: str
+    capacity: int
+
+
+@dataclass(frozen=True)
+class TraceRecord:
+    """One decoded record (see ``layout.RECORD``)."""
+
+    index: int
+    kind: L.RecordKind
+    op: str
+    reduce_op: str
+    flags: int
+    group: int
+    seq: int
+    t_start: int
+    t_end: int  # 0 while the call has not returned
+    numel: int
+    peer: int
+    aux: int
+    nbytes: int
+    parent: int
+    in_shapes: tuple[tuple[int, ...], ...]
+    out_shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+    callsite: str
+
+    @property
+    def open(self) -> bool:
+        return self.t_end == 0
+
+
+@dataclass
+class RankTrace:
+    """Everything one process recorded."""
+
+    path: Path
+    header: TraceHeader
+    records: list[TraceRecord]
+    meta: list[dict[str, Any]] = field(default_factory=list)
+    dropped: int = 0  # records lost to ring wrap-around or torn writes
+    problems: list[str] = field(default_factory=list)
+
+    def meta_events(self, event: str) -> list[dict[str, Any]]:
+        return [m for m in self.meta if m.get("event") == event]
+
+    def groups(self) -> dict[int, dict[str, Any]]:
+        """Local group index -> {"name", "ranks"} from this process's meta log."""
+        return {int(g["index"]): g for g in self.meta_events("group") if "index" in g}
+
+
+def parse_shapes(text: str) -> tuple[tuple[int, ...], ...]:
+    """``"10;3x4;"`` -> ``((10,), (3, 4), ())``; an empty string is no tensors."""
+    if not text:
+        return ()
+    out = []
+    for part in text.split(";"):
+        dims = tuple(int(d) for d in part.split("x") if d != "") if part != "-" else ()
+        out.append(dims)
+    return tuple(out)
+
+
+def format_shapes(shapes: list[tuple[int, ...]] | tuple[tuple[int, ...], ...]) -> str:
+    """Inverse of ``parse_shapes``; a 0-d tensor is ``-``."""
+    return ";".join("x".join(map(str, s)) if len(s) else "-" for s in shapes)
+
+
+def _decode_text(raw: bytes) -> tuple[tuple, tuple, tuple, str]:
+    text = raw.rstrip(b"\0").decode("utf-8", "replace")
+    parts = text.split("|", 3)
+    while len(parts) < 4:
+        parts.append("")
+    try:
+        ins, outs = parse_shapes(parts[0]), parse_shapes(parts[1])
+    except ValueError:
+        ins, outs = (), ()
+    dtypes = tuple(d for d in parts[2].split(";") if d)
+    return ins, outs, dtypes, parts[3]
+
+
+def _name(table: tuple[str, ...], code: int) -> str:
+    return table[code] if 0 <= code < len(table) else f"code{code}"
+
+
+def read_header(buf: bytes | mmap.mmap, path: Path) -> TraceHeader:
+    if len(buf) < L.HEADER.size:
+        raise TraceError(f"{path}: too short for a trace header ({len(buf)} bytes)")
+    v = dict(zip(L.HEADER_FIELDS, L.HEADER.unpack_from(buf, 0)))
+    if v["magic"] != L.MAGIC:
+        raise TraceError(f"{path}: not a ddpdoctor trace (bad magic)")
+    if v["version"] != L.VERSION or v["record_size"] != L.RECORD_SIZE:
+        raise TraceError(f"{path}: trace version {v['version']} is not supported")
+    if not 0 < v["capacity"] <= 1 << 24:
+        raise TraceError(f"{path}: implausible capacity {v['capacity']}")
+    try:
+        state = L.RankState(v["state"])
+    except ValueError:
+        state = L.RankState.STARTING
+    return TraceHeader(
+        pid=v["pid"], rank=v["rank"], world_size=v["world_size"], local_rank=v["local_rank"],
+        state=state, exit_code=None if v["exit_code"] == -1 << 31 else v["exit_code"],
+        step=v["step"], epoch=v["epoch"], count=max(0, v["count"]),
+        heartbeat_ns=v["heartbeat_ns"], last_seq=v["last_seq"], started_ns=v["started_ns"],
+        host=v["host"].rstrip(b"\0").decode("utf-8", "replace"),
+        run_id=v["run_id"].rstrip(b"\0").decode("utf-8", "replace"), capacity=v["capacity"],
+    )
+
+
+def decode_record(buf: bytes | mmap.mmap, off: int, index: int) -> TraceRecord | None:
+    """The record of ``index`` at ``off``, or None when the slot holds another (torn/reused)."""
+    v = L.RECORD.unpack_from(buf, off)
+    if v[0] != index + 1:
+        return None
+    try:
+        kind = L.RecordKind(v[1])
+    except ValueError:
+        return None
+    ins, outs, dtypes, callsite = _decode_text(v[14])
+    return TraceRecord(
+        index=index, kind=kind, op=_name(L.OPS, v[2]), reduce_op=_name(L.REDUCE_OPS, v[3]),
+        flags=v[4], group=v[5], seq=v[6], t_start=v[7], t_end=v[8], numel=v[9], peer=v[10],
+        aux=v[11], nbytes=v[12], parent=v[13], in_shapes=ins, out_shapes=outs,
+        dtypes=dtypes, callsite=callsite,
+    )
+
+
+def read_records(buf: bytes | mmap.mmap, header: TraceHeader,
+                 last: int | None = None) -> tuple[list[TraceRecord], int]:
+    """Decode the ring's records oldest first (only the newest ``last`` if given).
+    Returns the records and how many were lost."""
+    cap = header.capacity
+    avail = max(0, (len(buf) - L.HEADER_SIZE) // L.RECORD_SIZE)
+    count = header.count
+    first = max(0, count - min(cap, avail))
+    if last is not None:
+        first = max(first, count - last)
+    records: list[TraceRecord] = []
+    dropped = first
+    for index in range(first, count):
+        slot = index % cap
+        if slot >= avail:
+            dropped += 1
+            continue
+        rec = decode_record(buf, L.HEADER_SIZE + slot * L.RECORD_SIZE, index)
+        if rec is None:
+            dropped += 1
+        else:
+            records.append(rec)
+    return records, dropped if last is None else 0
+
+
+def read_meta(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Parse a meta log; bad lines are skipped and counted in the returned problems."""
+    events: list[dict[str, Any]] = []
+    problems: list[str] = []
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_META_BYTES)
+    except FileNotFoundError:
+        return events, problems
+    except OSError as e:
+        return events, [f"{path}: {e.strerror}"]
+    bad = 0
+    for line in data.splitlines():
+        if not line.strip() or len(line) > MAX_META_LINE:
+            bad += bool(line.strip())
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            bad += 1
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("event"), str):
+            events.append(obj)
+        else:
+            bad += 1
+    if bad:
+        problems.append(f"{path.name}: {bad} unreadable meta line(s) skipped")
+    return events, problems
+
+
+class TraceFile:
+    """A trace opened read-only for repeated polling (the supervisor's view of a rank)."""
+
+    def __init__(self, ring_path: Path):
+        self.path = ring_path
+        fd = os.open(ring_path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size < L.HEADER_SIZE:
+                raise TraceError(f"{ring_path}: too short for a trace ({size} bytes)")
+            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self.header()  # validate now
+
+    def header(self) -> TraceHeader:
+        return read_header(self._map, self.path)
+
+    def tail(self, last: int) -> tuple[TraceHeader, list[TraceRecord]]:
+        h = self.header()
+        return h, read_records(self._map, h, last)[0]
+
+    def close(self) -> None:
+        self._map.close()
+
+
+def meta_path_for(ring_path: Path) -> Path:
+    return ring_path.with_name(ring_path.name[: -len(".ring")] + ".meta.jsonl")
+
+
+def read_trace(ring_path: Path) -> RankTrace:
+    """Read a whole trace file.  Raises TraceError when the header is unusable."""
+    try:
+        with open(ring_path, "rb") as f:
+            buf = f.read()
+    except OSError as e:
+        raise TraceError(f"{ring_path}: {e.strerror or e}") from None
+    try:
+        header = read_header(buf, ring_path)
+        records, dropped = read_records(buf, header)
+    except struct.error as e:
+        raise TraceError(f"{ring_path}: damaged trace ({e})") from None
+    meta, problems = read_meta(meta_path_for(ring_path))
+    if dropped:
+        problems.append(f"{ring_path.name}: {dropped} record(s) lost to wrap-around or damage")
+    return RankTrace(ring_path, header, records, meta, dropped, problems)

@@ -1,0 +1,123 @@
+"""TraceWriter: a rank's append-only record ring (mmap) and its JSON-lines meta log."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import mmap
+import os
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.trace import layout as L
+
+_I32 = struct.Struct("<i")
+_I64 = struct.Struct("<q")
+
+
+def trace_paths(trace_dir: Path, pid: int) -> tuple[Path, Path]:
+    """The ring file and the meta log of process ``pid`` in ``trace_dir``."""
+    return trace_dir / f"pid-{pid}.ring", trace_dir / f"pid-{pid}.meta.jsonl"
+
+
+class TraceWriter:
+    """Writes one process's trace.  Thread-safe under the GIL: each call is one C-level
+    ``pack_into`` on the shared mapping, and slot indices come from an atomic counter."""
+
+    def __init__(self, trace_dir: Path, run_id: str = "", capacity: int = L.DEFAULT_CAPACITY):
+        self.pid = os.getpid()
+        self.ring_path, self.meta_path = trace_paths(trace_dir, self.pid)
+        self.capacity = capacity
+        size = L.HEADER_SIZE + capacity * L.RECORD_SIZE
+        # Built under a temporary name and renamed once the header is in: a reader never
+        # sees a ring file without its header.
+        tmp_path = self.ring_path.with_name(self.ring_path.name + ".tmp")
+        fd = os.open(tmp_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        now = time.time_ns()
+        host = socket.gethostname().encode()[:64]
+        L.HEADER.pack_into(
+            self._map, 0, L.MAGIC, L.VERSION, L.RECORD_SIZE, capacity, self.pid, -1, -1, -1,
+            int(L.RankState.STARTING), -1 << 31, -1, -1, 0, now, -1, now, host,
+            run_id.encode()[:32],
+        )
+        os.replace(tmp_path, self.ring_path)
+        self._meta_fd = os.open(self.meta_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._next = itertools.count()
+        self._pack = L.RECORD.pack_into
+        self.closed = False
+
+    # -- records ---------------------------------------------------------------------
+    def append(self, kind: int, op: int, reduce_op: int, flags: int, group: int, seq: int,
+               t_start: int, t_end: int, numel: int, peer: int, aux: int, nbytes: int,
+               parent: int, text: bytes) -> int:
+        """Write one record and return its index (pass it to ``set_end``)."""
+        index = next(self._next)
+        off = L.HEADER_SIZE + (index % self.capacity) * L.RECORD_SIZE
+        m = self._map
+        self._pack(m, off, 0, kind, op, reduce_op, flags, group, seq, t_start, t_end,
+                   numel, peer, aux, nbytes, parent, text)
+        _I64.pack_into(m, off, index + 1)  # commit last: the record is whole
+        _I64.pack_into(m, L.OFF_COUNT, index + 1)
+        _I64.pack_into(m, L.OFF_HEARTBEAT, t_start)
+        return index
+
+    def set_end(self, index: int, t_end: int, failed: bool = False) -> None:
+        """Mark record ``index`` finished at ``t_end`` (if the ring has not reused it)."""
+        off = L.HEADER_SIZE + (index % self.capacity) * L.RECORD_SIZE
+        m = self._map
+        if _I64.unpack_from(m, off)[0] != index + 1:
+            return
+        _I64.pack_into(m, off + L.OFF_REC_T_END, t_end)
+        if failed:
+            m[off + 11] = m[off + 11] | int(L.RecordFlag.FAILED)
+        _I64.pack_into(m, L.OFF_HEARTBEAT, t_end)
+
+    # -- header ----------------------------------------------------------------------
+    def set_identity(self, rank: int, world_size: int, local_rank: int) -> None:
+        _I32.pack_into(self._map, L.OFF_RANK, rank)
+        _I32.pack_into(self._map, L.OFF_WORLD, world_size)
+        _I32.pack_into(self._map, L.OFF_LOCAL_RANK, local_rank)
+
+    def set_state(self, state: L.RankState) -> None:
+        _I32.pack_into(self._map, L.OFF_STATE, int(state))
+
+    def set_exit_code(self, code: int) -> None:
+        _I32.pack_into(self._map, L.OFF_EXIT_CODE, code)
+
+    def set_step(self, step: int) -> None:
+        _I64.pack_into(self._map, L.OFF_STEP, step)
+
+    def set_epoch(self, epoch: int) -> None:
+        _I64.pack_into(self._map, L.OFF_EPOCH, epoch)
+
+    def set_last_seq(self, seq: int) -> None:
+        _I64.pack_into(self._map, L.OFF_LAST_SEQ, seq)
+
+    def heartbeat(self) -> None:
+        _I64.pack_into(self._map, L.OFF_HEARTBEAT, time.time_ns())
+
+    # -- meta log --------------------------------------------------------------------
+    def meta(self, event: str, **fields: Any) -> None:
+        """Append one JSON line ``{"event": ..., "t": ns, ...}``; one write(2), so it is
+        on disk (in the page cache) the moment this returns."""
+        fields["event"] = event
+        fields["t"] = time.time_ns()
+        line = json.dumps(fields, default=str, ensure_ascii=True) + "\n"
+        os.write(self._meta_fd, line.encode())
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._map.flush()
+        finally:
+            os.close(self._meta_fd)
