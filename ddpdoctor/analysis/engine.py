@@ -48,7 +48,8 @@ def analyze(job: JobView, problems: list[str] | None = None) -> list[Finding]:
         except Exception as e:  # noqa: BLE001 - a detector bug must not lose the report
             notes.append(f"detector {name} failed: {type(e).__name__}: {e}")
     roots = [f for f in findings if f.kind != "missing_collective"]
-    kept = [_demote_crash_of_mismatch(f, roots) for f in findings if not _explained(f, roots)]
+    kept = [_demote_symptom_of_uneven(_demote_crash_of_mismatch(f, roots), roots)
+            for f in findings if not _explained(f, roots)]
     return sorted(kept, key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
 
 
@@ -62,3 +63,20 @@ def _demote_crash_of_mismatch(f: Finding, roots: list[Finding]) -> Finding:
     return dataclasses.replace(
         f, severity=Severity.INFO,
         summary=f"{f.summary} (a consequence of the collective mismatch at seq {mismatch.seq})")
+
+
+def _demote_symptom_of_uneven(f: Finding, roots: list[Finding]) -> Finding:
+    """A rank whose collective failed because a peer left the loop early (connection
+    closed by peer) died of the uneven batches: that death is their symptom."""
+    if f.kind != "rank_failed":
+        return f
+    uneven = next((r for r in roots if r.kind == "uneven_batches"
+                   and r.severity == Severity.ERROR), None)
+    failures = f.evidence.get("failures") or []
+    if uneven is None or not failures or not all(x.get("symptom") for x in failures):
+        return f
+    fewer = ", ".join(map(str, uneven.ranks))
+    return dataclasses.replace(
+        f, severity=Severity.INFO,
+        summary=f"{f.summary} (a consequence of the uneven batches: rank(s) {fewer} left "
+                "the loop early)")

@@ -18,6 +18,7 @@ class MatchState(str, enum.Enum):
     """How two calls at the same seq compare (most telling first)."""
 
     MATCH = "match"
+    CALL_MISMATCH = "call"  # several fields differ: two unrelated collectives met
     OP_MISMATCH = "op"
     REDUCE_OP_MISMATCH = "reduce op"
     ROOT_MISMATCH = "root rank"
@@ -48,16 +49,21 @@ def compare(a: Call, b: Call) -> MatchState:
     """Do calls ``a`` and ``b`` (same group, same seq, different ranks) match?"""
     if a.op != b.op:
         return MatchState.OP_MISMATCH
+    differs = []
     if a.reduce_op != b.reduce_op:
-        return MatchState.REDUCE_OP_MISMATCH
+        differs.append(MatchState.REDUCE_OP_MISMATCH)
     if a.op in ROOTED and a.peer != b.peer:
-        return MatchState.ROOT_MISMATCH
+        differs.append(MatchState.ROOT_MISMATCH)
     if a.op not in ("barrier", "monitored_barrier") and a.dtypes and b.dtypes and \
             a.dtypes[0] != b.dtypes[0]:
-        return MatchState.DTYPE_MISMATCH
+        differs.append(MatchState.DTYPE_MISMATCH)
     if size_key(a) != size_key(b):
-        return MatchState.SIZE_MISMATCH
-    return MatchState.MATCH
+        differs.append(MatchState.SIZE_MISMATCH)
+    if not differs:
+        return MatchState.MATCH
+    if len(differs) > 1 and a.callsite != b.callsite:
+        return MatchState.CALL_MISMATCH
+    return differs[0]
 
 
 def fingerprint(call: Call) -> tuple:

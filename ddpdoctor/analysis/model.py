@@ -85,6 +85,8 @@ class Call:
         if self.op in ("broadcast", "reduce", "gather", "scatter", "broadcast_object_list",
                        "gather_object", "scatter_object_list") and self.peer >= 0:
             extra.append(f"root {self.peer}")
+        if self.flags & L.RecordFlag.BUCKET:
+            extra.append(f"DDP bucket {self.aux}")
         inner = ", ".join(x for x in [tensors, *extra] if x)
         return f"{self.op}({inner})"
 

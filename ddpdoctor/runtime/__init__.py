@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.util
 import os
@@ -33,24 +34,20 @@ def on_torch_imported() -> None:
     except Exception as e:  # noqa: BLE001 - never break the user's `import torch`
         _note_failure("patching torch.distributed", e)
         return
-    try:
-        from ddpdoctor.runtime import ddp_swap
+    _install_optional("ddpdoctor.runtime.ddp_swap", "swapping DistributedDataParallel",
+                      os.environ.get(ENV_DDP, "ring"))
+    _install_optional("ddpdoctor.runtime.data_probes", "installing data probes")
 
-        ddp_swap.install(os.environ.get(ENV_DDP, "ring"))
-    except ImportError as e:
-        if e.name != "ddpdoctor.runtime.ddp_swap":
-            _note_failure("swapping DistributedDataParallel", e)
-    except Exception as e:  # noqa: BLE001 - the user's DDP stays torch's
-        _note_failure("swapping DistributedDataParallel", e)
-    try:
-        from ddpdoctor.runtime import data_probes
 
-        data_probes.install()
-    except ImportError as e:
-        if e.name != "ddpdoctor.runtime.data_probes":
-            _note_failure("installing data probes", e)
-    except Exception as e:  # noqa: BLE001 - probes are optional
-        _note_failure("installing data probes", e)
+def _install_optional(module: str, what: str, *args: Any) -> None:
+    """``module.install(*args)``; a failure is noted and the job goes on without it."""
+    try:
+        importlib.import_module(module).install(*args)
+    except ModuleNotFoundError as e:
+        if e.name != module:  # the part exists but something it needs does not
+            _note_failure(what, e)
+    except Exception as e:  # noqa: BLE001 - optional parts never break the job
+        _note_failure(what, e)
 
 
 class _TorchImportHook(importlib.abc.MetaPathFinder):

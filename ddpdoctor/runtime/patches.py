@@ -12,7 +12,8 @@ from typing import Any, Callable
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.trace import layout as L
 
-_local = threading.local()
+_inside: set[int] = set()  # threads inside a recorded call: nested calls are not recorded
+_get_ident = threading.get_ident
 _ASYNC = int(L.RecordFlag.ASYNC)
 _OBJECT = int(L.RecordFlag.OBJECT)
 _SEND = int(L.RecordFlag.SEND)
@@ -48,11 +49,10 @@ class OpSpec:
     lists: tuple[str, ...] = ()  # object lists: their length is recorded as a shape
 
     def arg(self, args: tuple, kwargs: dict, name: str, default: Any = None) -> Any:
-        if name in kwargs:
+        if kwargs and name in kwargs:
             return kwargs[name]
-        try:
-            i = self.params.index(name)
-        except ValueError:
+        i = _POSITIONS.get((self.params, name))
+        if i is None:
             return default
         return args[i] if i < len(args) else default
 
@@ -115,6 +115,10 @@ SPECS: dict[str, OpSpec] = {
 }
 
 
+_POSITIONS: dict[tuple[tuple[str, ...], str], int] = {
+    (spec.params, name): i for spec in SPECS.values() for i, name in enumerate(spec.params)}
+
+
 class _Shape:
     """Stands in for a tensor when only a length is known (object lists)."""
 
@@ -142,11 +146,22 @@ def _tensors(spec: OpSpec, names: tuple[str, ...], args: tuple, kwargs: dict) ->
     return out
 
 
+_REDUCE_NAMES: dict[Any, str] = {}
+
+
 def _reduce_name(op: Any) -> str:
     if op is None:
         return "sum"
-    name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
-    return str(name).lower()
+    try:
+        return _REDUCE_NAMES[op]
+    except (KeyError, TypeError):
+        pass  # not seen yet (or unhashable): name it below
+    name = str(getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]).lower()
+    try:
+        _REDUCE_NAMES[op] = name
+    except TypeError:
+        pass  # unhashable op objects are named each time
+    return name
 
 
 def _peer(spec: OpSpec, args: tuple, kwargs: dict, group: Any) -> int:
@@ -175,7 +190,8 @@ def _wrap(name: str, fn: Callable, spec: OpSpec) -> Callable:
         rec = R._recorder
         if rec is None:
             rec = R.active()
-        if rec is None or getattr(_local, "depth", 0):
+        tid = _get_ident()
+        if rec is None or tid in _inside:
             return fn(*args, **kwargs)
         try:
             group = spec.arg(args, kwargs, "group")
@@ -194,14 +210,14 @@ def _wrap(name: str, fn: Callable, spec: OpSpec) -> Callable:
         except Exception as e:  # noqa: BLE001 - recording must never break the call
             rec.fail(f"wrap {name}", e)
             return fn(*args, **kwargs)
-        _local.depth = 1
+        _inside.add(tid)
         try:
             result = fn(*args, **kwargs)
         except BaseException:
             rec.end(handle, failed=True)
             raise
         finally:
-            _local.depth = 0
+            _inside.discard(tid)
         if is_async and result is not None:
             _track_async(rec, result, handle)
         else:
@@ -216,7 +232,8 @@ def _wrap_batch_isend_irecv(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(p2p_op_list: list) -> Any:
         rec = R.active()
-        if rec is None or getattr(_local, "depth", 0):
+        tid = _get_ident()
+        if rec is None or tid in _inside:
             return fn(p2p_op_list)
         handles = []
         try:
@@ -228,7 +245,7 @@ def _wrap_batch_isend_irecv(fn: Callable) -> Callable:
                     direction | _ASYNC, int(getattr(p, "peer", -1) or 0), kind=_P2P))
         except Exception as e:  # noqa: BLE001 - recording must never break the call
             rec.fail("wrap batch_isend_irecv", e)
-        _local.depth = 1
+        _inside.add(tid)
         try:
             works = fn(p2p_op_list)
         except BaseException:
@@ -236,7 +253,7 @@ def _wrap_batch_isend_irecv(fn: Callable) -> Callable:
                 rec.end(h, failed=True)
             raise
         finally:
-            _local.depth = 0
+            _inside.discard(tid)
         for work, h in zip(works or [], handles):
             _track_async(rec, work, h)
         return works

@@ -19,8 +19,11 @@ def _count_step(optimizer: Any, args: Any, kwargs: Any) -> None:
 def _patch_spawn_wrap() -> None:
     """mp.spawn's children catch the rank's exception themselves (no sys.excepthook): record it
     before torch's own wrapper reports it to the parent."""
-    import torch.multiprocessing.spawn as spawn
+    import sys
 
+    import torch.multiprocessing.spawn  # noqa: F401  (the module, not the function)
+
+    spawn = sys.modules["torch.multiprocessing.spawn"]
     original = spawn._wrap
     if getattr(original, "__ddpdoctor_original__", None):
         return

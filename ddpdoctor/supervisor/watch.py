@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddpdoctor.analysis.matcher import Divergence, find_divergence
+from ddpdoctor.analysis.matcher import Divergence, blame, compare, fingerprint, MatchState
 from ddpdoctor.analysis.model import NS, Call
 from ddpdoctor.launch.process import alive, proc_state
 from ddpdoctor.trace import layout as L
@@ -86,6 +86,7 @@ class LiveJob:
         self.procs: dict[Path, LiveRank] = {}
         self.bad: set[Path] = set()
         self.problems: list[str] = []
+        self.verified: dict[str, int] = {}  # group -> seqs below this matched on all ranks
 
     def discover(self) -> None:
         for path in self.trace_dir.glob("pid-*.ring"):
@@ -151,18 +152,34 @@ class LiveJob:
         return best
 
     def divergence(self) -> Divergence | None:
-        """The first mismatch among the collectives the ranks recorded so far."""
+        """The first mismatch among the collectives recorded so far.  Incremental: seqs that
+        every member rank recorded identically are never compared again."""
         ranks = self.ranks()
         groups = {g for p in ranks.values() for g in p.calls}
         for group in sorted(groups):
-            by_rank = {r: list(p.calls[group].values()) for r, p in ranks.items()
-                       if group in p.calls}
-            if len(by_rank) < 2:
+            holders = {r: p.calls[group] for r, p in ranks.items() if group in p.calls}
+            if len(holders) < 2:
                 continue
-            start = max(min(c.seq for c in calls) for calls in by_rank.values() if calls)
-            div = find_divergence(by_rank, group, start)
-            if div is not None:
-                return div
+            members = next((p.group_ranks[group] for p in ranks.values()
+                            if p.group_ranks.get(group)), list(holders))
+            lo = max(self.verified.get(group, 0),
+                     max(min(seqs) for seqs in holders.values() if seqs))
+            hi = max(max(seqs) for seqs in holders.values() if seqs)
+            contiguous = True
+            for seq in range(lo, hi + 1):
+                at = {r: seqs[seq] for r, seqs in holders.items() if seq in seqs}
+                if len(at) >= 2 and len({fingerprint(c) for c in at.values()}) > 1:
+                    culprits, majority = blame(at)
+                    ref = at[majority[0]] if majority else at[min(at)]
+                    state = next((compare(ref, c) for c in at.values()
+                                  if compare(ref, c) != MatchState.MATCH),
+                                 MatchState.OP_MISMATCH)
+                    return Divergence(group, seq, dict(sorted(at.items())), state, culprits,
+                                      majority)
+                if contiguous and len(at) == len(members):
+                    self.verified[group] = seq + 1
+                else:
+                    contiguous = False
         return None
 
     def abandoned(self) -> tuple[LiveRank, Call, list[int]] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
 import json
 import mmap
@@ -23,6 +24,25 @@ def trace_paths(trace_dir: Path, pid: int) -> tuple[Path, Path]:
     return trace_dir / f"pid-{pid}.ring", trace_dir / f"pid-{pid}.meta.jsonl"
 
 
+def _reserve(fd: int, size: int) -> None:
+    """Give the file its ``size`` bytes of disk now.  A sparse file on a full disk would
+    kill the process with SIGBUS at the first record that needs a new page; reserved, a
+    full disk is an OSError here, and the process runs on without recording."""
+    os.ftruncate(fd, size)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise  # ENOSPC, EDQUOT, EFBIG: no room for this trace
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass  # never created, or the run dir is gone
+
+
 class TraceWriter:
     """Writes one process's trace.  Thread-safe under the GIL: each call is one C-level
     ``pack_into`` on the shared mapping, and slot indices come from an atomic counter."""
@@ -37,10 +57,13 @@ class TraceWriter:
         tmp_path = self.ring_path.with_name(self.ring_path.name + ".tmp")
         fd = os.open(tmp_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.ftruncate(fd, size)
+            _reserve(fd, size)
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+        except BaseException:
             os.close(fd)
+            _unlink_quietly(tmp_path)
+            raise
+        os.close(fd)
         now = time.time_ns()
         host = socket.gethostname().encode()[:64]
         L.HEADER.pack_into(
@@ -66,7 +89,6 @@ class TraceWriter:
                    numel, peer, aux, nbytes, parent, text)
         _I64.pack_into(m, off, index + 1)  # commit last: the record is whole
         _I64.pack_into(m, L.OFF_COUNT, index + 1)
-        _I64.pack_into(m, L.OFF_HEARTBEAT, t_start)
         return index
 
     def set_end(self, index: int, t_end: int, failed: bool = False) -> None:
@@ -78,7 +100,6 @@ class TraceWriter:
         _I64.pack_into(m, off + L.OFF_REC_T_END, t_end)
         if failed:
             m[off + 11] = m[off + 11] | int(L.RecordFlag.FAILED)
-        _I64.pack_into(m, L.OFF_HEARTBEAT, t_end)
 
     # -- header ----------------------------------------------------------------------
     def set_identity(self, rank: int, world_size: int, local_rank: int) -> None:

@@ -48,6 +48,11 @@ def failure_of(run: RankRun, stop_ns: int | None) -> Failure | None:
     ddpdoctor itself."""
     h = run.header
     exc = run.exception()
+    if exc is not None and stop_ns is not None and int(exc.get("t") or 0) >= stop_ns:
+        return None  # raised while ddpdoctor stopped the job (e.g. KeyboardInterrupt)
+    if exc is None and stop_ns is not None and (run.gone_at_ns is None or
+                                                run.gone_at_ns >= stop_ns):
+        return None  # still alive when ddpdoctor stopped the job: ended by the stop
     if exc is not None:
         frames = exc.get("traceback") or []
         user = [f for f in frames if isinstance(f, dict)
@@ -72,8 +77,6 @@ def failure_of(run: RankRun, stop_ns: int | None) -> Failure | None:
     rc = run.returncode
     gone = run.alive is False or rc is not None
     at = int(run.gone_at_ns or h.heartbeat_ns)
-    if stop_ns is not None and at >= stop_ns:
-        return None  # ddpdoctor (or the launcher after the stop) ended it
     if rc is not None and rc < 0:
         name = _signal_name(-rc)
         return Failure(run.rank, f"killed by {name}", at, name == "SIGTERM", "",

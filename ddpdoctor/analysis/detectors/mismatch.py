@@ -6,7 +6,12 @@ from ddpdoctor.analysis.matcher import Divergence, MatchState, find_divergence
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
 from ddpdoctor.analysis.source import rank_condition, source_line
 
+_ORDER_FIX = (
+    "Make every rank call the same collectives in the same order: a collective inside "
+    "a rank-dependent branch must have a matching call on every other rank (move it out "
+    "of the branch, or call it on all ranks).")
 FIXES = {
+    MatchState.CALL_MISMATCH: _ORDER_FIX,
     MatchState.OP_MISMATCH: (
         "Make every rank call the same collectives in the same order: a collective inside "
         "a rank-dependent branch must have a matching call on every other rank (move it out "
@@ -66,7 +71,8 @@ def finding_for(div: Divergence) -> Finding:
         "calls": {str(r): {"op": c.op, "shapes": [list(s) for s in c.in_shapes],
                            "dtypes": list(c.dtypes), "reduce_op": c.reduce_op or None,
                            "root": c.peer if c.peer >= 0 else None, "callsite": c.callsite,
-                           "condition": rank_condition(c.callsite)}
+                           "condition": rank_condition(c.callsite),
+                           "entered_at": c.t_start / 1e9}
                   for r, c in calls.items()},
     }
     return Finding("collective_mismatch", Severity.ERROR, tuple(culprits), div.seq, summary,

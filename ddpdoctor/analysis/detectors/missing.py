@@ -60,7 +60,8 @@ def _stalled_ring(job: JobView, waiting: dict[int, Call]) -> Finding | None:
         detail += f"\nRank {peer} " + whereabouts(peer_run, waiting[rank].group, job) + "."
     return Finding("missing_collective", Severity.ERROR, (peer,), seq, summary, detail,
                    f"Look at why rank {peer} stopped sending: its stack and state above.",
-                   {"ring_step": rec.seq, "segment": rec.aux, "receiver": rank, "sender": peer})
+                   {"group": waiting[rank].group, "ring_step": rec.seq, "segment": rec.aux,
+                    "receiver": rank, "sender": peer})
 
 
 def detect(job: JobView) -> list[Finding]:

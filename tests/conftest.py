@@ -1,0 +1,59 @@
+"""Shared fixtures: run `ddpdoctor` as a user would, and read what it wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+JOBS = REPO / "tests" / "integration" / "jobs"
+
+
+@dataclass
+class DoctorRun:
+    """One finished `ddpdoctor run` (or other command) and its run dir."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    run_dir: Path
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return json.loads((self.run_dir / "report.json").read_text())
+
+    def findings(self, kind: str) -> list[dict[str, Any]]:
+        return [f for f in self.report["findings"] if f["kind"] == kind]
+
+    def supervisor_events(self, event: str) -> list[dict[str, Any]]:
+        path = self.run_dir / "supervisor.jsonl"
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [e for e in lines if e.get("event") == event]
+
+
+def run_doctor(args: list[str], tmp_path: Path, env: dict[str, str] | None = None,
+               timeout: float = 240, cwd: Path | None = None) -> DoctorRun:
+    """`python -m ddpdoctor.cli ARGS` with a run dir under tmp_path (unless args give one)."""
+    run_dir = tmp_path / "run"
+    full = list(args)
+    if full and full[0] == "run" and "--run-dir" not in full:
+        full[1:1] = ["--run-dir", str(run_dir)]
+    proc = subprocess.run([sys.executable, "-m", "ddpdoctor.cli", *full],
+                          env={**os.environ, **(env or {})}, cwd=cwd or tmp_path,
+                          capture_output=True, text=True, timeout=timeout)
+    return DoctorRun(proc.returncode, proc.stdout, proc.stderr, run_dir)
+
+
+@pytest.fixture
+def doctor(tmp_path: Path):
+    def _run(args: list[str], env: dict[str, str] | None = None, **kw: Any) -> DoctorRun:
+        return run_doctor(args, tmp_path, env, **kw)
+
+    return _run
