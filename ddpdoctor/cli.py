@@ -146,6 +146,9 @@ def _analyze(args: argparse.Namespace) -> int:
     from ddpdoctor.report.console import print_summary
 
     report = build_report(list(args.run_dirs), live=False)
+    if not report["ranks"] and report.get("problems"):
+        raise UserError(f"no readable rank trace in {', '.join(map(str, args.run_dirs))}: "
+                        f"{report['problems'][0]}", 1)
     path = args.report or args.run_dirs[0] / "report.analyzed.json"
     try:
         write_json_atomic(path, report)

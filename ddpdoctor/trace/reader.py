@@ -170,7 +170,7 @@ def read_records(buf: bytes | mmap.mmap, header: TraceHeader,
     cap = header.capacity
     avail = max(0, (len(buf) - L.HEADER_SIZE) // L.RECORD_SIZE)
     count = header.count
-    first = max(0, count - min(cap, avail))
+    first = max(0, count - cap)
     if last is not None:
         first = max(first, count - last)
     records: list[TraceRecord] = []
@@ -218,6 +218,21 @@ def read_meta(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return events, problems
 
 
+def runtime_errors(header: TraceHeader, meta: list[dict[str, Any]]) -> list[str]:
+    """One line per failure of ddpdoctor's own code inside this process (meta event
+    ``runtime_error``): the job went on, but its trace may end early."""
+    who = f"rank {header.rank} (pid {header.pid})" if header.rank >= 0 else \
+        f"pid {header.pid}"
+    out = []
+    for ev in meta:
+        if ev.get("event") == "runtime_error":
+            where = str(ev.get("where", "?"))[:100]
+            error = str(ev.get("error", "?"))[:300]
+            out.append(f"ddpdoctor's runtime failed on {who} in {where} ({error}); the job "
+                       "went on, but this process's trace may be incomplete from then on")
+    return out
+
+
 class TraceFile:
     """A trace opened read-only for repeated polling (the supervisor's view of a rank)."""
 
@@ -261,6 +276,7 @@ def read_trace(ring_path: Path) -> RankTrace:
     except struct.error as e:
         raise TraceError(f"{ring_path}: damaged trace ({e})") from None
     meta, problems = read_meta(meta_path_for(ring_path))
+    problems += runtime_errors(header, meta)
     if dropped:
         problems.append(f"{ring_path.name}: {dropped} record(s) lost to wrap-around or damage")
     return RankTrace(ring_path, header, records, meta, dropped, problems)

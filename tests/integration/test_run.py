@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -84,6 +85,13 @@ def test_op_mismatch_is_a_hang_reported_before_the_timeout(doctor, form):
     assert verdict["t"] / 1e9 - entered < 1.0
     assert {r["state"] for r in report["ranks"]} == {"hung"}
     assert all(r["stack"] for r in report["ranks"])  # py-spy saw every rank
+    # `ddpdoctor analyze` rebuilds the same diagnosis offline
+    again = doctor(["analyze", str(run.run_dir), "--report", str(run.run_dir / "again.json")])
+    assert again.returncode == 0, again.stderr
+    rebuilt = json.loads((run.run_dir / "again.json").read_text())
+    assert rebuilt["outcome"] == "hung"
+    assert [(f["kind"], f["ranks"], f["seq"]) for f in rebuilt["findings"]] == \
+        [("collective_mismatch", [1], 6)]
 
 
 @pytest.mark.parametrize("form", FORMS)

@@ -1,17 +1,32 @@
-"""Built-in detectors: each turns a JobView into findings of one family."""
+"""Built-in detectors: each turns a JobView into findings of one family.
+
+They reach the analysis through the plugin hook ``register_detectors`` like any
+third-party detector (this module is in ddpdoctor.plugins.DEFAULT_PLUGINS);
+``builtin_detectors()`` lists them for code that runs without the plugin manager.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from ddpdoctor.analysis.model import Finding, JobView
+from ddpdoctor.hookspecs import hookimpl
 
 Detector = Callable[[JobView], list[Finding]]
 
 
 def builtin_detectors() -> list[tuple[str, Detector]]:
     """(name, detector) of every detector that ships with ddpdoctor, root causes first."""
-    from ddpdoctor.analysis.detectors import failure, mismatch, missing
+    from ddpdoctor.analysis.detectors import (duplicate, failure, mismatch, missing, seeds,
+                                              shuffle, straggler, uneven)
 
     return [("collective_mismatch", mismatch.detect), ("rank_failed", failure.detect),
-            ("missing_collective", missing.detect)]
+            ("uneven_batches", uneven.detect), ("missing_collective", missing.detect),
+            ("seed_collision", seeds.detect), ("stale_shuffle", shuffle.detect),
+            ("duplicate_data", duplicate.detect), ("straggler", straggler.detect)]
+
+
+@hookimpl
+def register_detectors(register: Any) -> None:
+    for name, detect in builtin_detectors():
+        register(name, detect)

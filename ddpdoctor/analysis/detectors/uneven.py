@@ -1,0 +1,343 @@
+"""uneven_batches: ranks ran, or will run, different numbers of batches in an epoch.
+
+Predicted at the start of an epoch from the ranks' ``loader_epoch`` events (the loader's
+length where ``len()`` is defined), before anything hangs; confirmed after the fact from
+the batch counts (``loader_end`` events, else BATCH records) when a rank left the loop
+after k batches while another ran batch k+1.
+
+Culprits (``ranks``): the ranks that ran (or will run) FEWER batches.  They are the ones
+whose collectives are missing when the job hangs (the others wait in batch k+1's
+gradient all-reduce), so this finding supersedes a missing_collective naming them; and
+the fix is on their side of the split (pad it, drop_last, or let them Join).
+
+Also home of the helpers that read the data probes' events (see docs/internals.md) for
+the other data detectors.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.analysis.model import NS, Finding, JobView, RankRun, Severity
+
+FIX = ("Give every rank the same number of batches: use DistributedSampler (it pads the "
+       "ranks to equal length) or drop_last=True; shard an IterableDataset into equal "
+       "parts (or stop every rank at the shortest shard, e.g. all_reduce a 'done' flag with "
+       "MIN each step); or wrap the loop in `torch.distributed.algorithms.Join([model])` "
+       "so a rank that runs out of data shadows the others' collectives.")
+
+EpochKey = tuple[int, int]  # (loader id, loader epoch)
+
+
+# -- reading the data probes' events ---------------------------------------------------
+@dataclass
+class EpochFacts:
+    """One loader epoch of one rank, from its meta events and BATCH records."""
+
+    start: dict[str, Any] | None = None  # the loader_epoch event
+    end: dict[str, Any] | None = None  # the loader_end event
+    prints: list[tuple[int, str, str, int]] = field(default_factory=list)
+    # (batch index, indices hex, contents hex, t ns) from the ring; "-" = not taken
+
+    @property
+    def predicted(self) -> int | None:
+        n = (self.start or {}).get("length")
+        return n if isinstance(n, int) else None
+
+    @property
+    def ran(self) -> int:
+        """Batches drawn so far (all of them once the epoch ended)."""
+        if self.end is not None and isinstance(self.end.get("batches"), int):
+            return self.end["batches"]
+        return max((p[0] for p in self.prints), default=-1) + 1
+
+    @property
+    def ended(self) -> bool:
+        return self.end is not None
+
+    def fingerprints(self, what: str = "order") -> list[str]:
+        """The epoch's batch fingerprints in order, from the ring, else from loader_end's
+        first ones.  ``order``: the sample indices (else the contents); ``content``: the
+        batch contents only.  Batches without such a fingerprint are left out."""
+        pairs = [(p[1], p[2]) for p in sorted(self.prints)]
+        if not pairs:
+            pairs = [tuple(str(x).split(":", 1)) for x in (self.end or {}).get("first") or []
+                     if ":" in str(x)]
+        if what == "content":
+            return [c for _, c in pairs if c != "-"]
+        return [i if i != "-" else c for i, c in pairs if (i, c) != ("-", "-")]
+
+
+def parse_batch_text(callsite: str) -> tuple[int, str, str] | None:
+    """A BATCH record's text ``<loader>:<indices hex>:<contents hex>`` -> its parts."""
+    parts = callsite.split(":")
+    if len(parts) != 3 or not parts[0].lstrip("-").isdigit():
+        return None
+    return int(parts[0]), parts[1], parts[2]
+
+
+def epochs_of(run: RankRun) -> dict[EpochKey, EpochFacts]:
+    """Every loader epoch the rank started, keyed (loader, epoch)."""
+    out: dict[EpochKey, EpochFacts] = {}
+    for m in run.trace.meta:
+        ev = m.get("event")
+        if ev in ("loader_epoch", "loader_end") and isinstance(m.get("loader"), int) \
+                and isinstance(m.get("epoch"), int):
+            facts = out.setdefault((m["loader"], m["epoch"]), EpochFacts())
+            if ev == "loader_epoch":
+                facts.start = m
+            else:
+                facts.end = m
+    for rec in run.batches:
+        parsed = parse_batch_text(rec.callsite)
+        if parsed is None or parsed[0] < 0:
+            continue
+        facts = out.setdefault((parsed[0], rec.aux), EpochFacts())
+        facts.prints.append((rec.seq, parsed[1], parsed[2], rec.t_start))
+    return out
+
+
+def job_epochs(job: JobView) -> dict[EpochKey, dict[int, EpochFacts]]:
+    """(loader, epoch) -> rank -> facts, over every rank of the job."""
+    out: dict[EpochKey, dict[int, EpochFacts]] = {}
+    for rank, run in sorted(job.ranks.items()):
+        for key, facts in epochs_of(run).items():
+            out.setdefault(key, {})[rank] = facts
+    return out
+
+
+def trained(facts: EpochFacts, run: RankRun) -> bool:
+    """Did optimizer steps happen during this epoch (a training loader)?"""
+    if facts.end is not None and isinstance(facts.end.get("steps"), int):
+        return facts.end["steps"] > 0
+    steps0 = (facts.start or {}).get("steps")
+    return isinstance(steps0, int) and run.header.step > steps0
+
+
+def rank_list(ranks: list[int] | tuple[int, ...]) -> str:
+    ranks = list(ranks)
+    word = "rank" if len(ranks) == 1 else "ranks"
+    if len(ranks) <= 1:
+        return f"{word} {', '.join(map(str, ranks))}"
+    return f"{word} {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
+
+
+# -- prediction (cheap, live) ----------------------------------------------------------
+def predict(starts: dict[int, dict[EpochKey, dict[str, Any]]],
+            world_size: int | None = None) -> Finding | None:
+    """The first loader epoch whose predicted lengths differ across ranks (every rank of
+    the world must have started it), as a warning, or None."""
+    if len(starts) < 2 or (world_size and len(starts) < world_size):
+        return None
+    common = set.intersection(*(set(s) for s in starts.values()))
+    for key in sorted(common):
+        lengths = {r: s[key].get("length") for r, s in starts.items()}
+        if not all(isinstance(n, int) for n in lengths.values()):
+            continue
+        if len(set(lengths.values())) > 1:
+            at = max(int(s[key].get("t") or 0) for s in starts.values())
+            return _predicted_finding(key, lengths, at, {r: s[key] for r, s in starts.items()})
+    return None
+
+
+def _predicted_finding(key: EpochKey, lengths: dict[int, int], at_ns: int,
+                       starts: dict[int, dict[str, Any]]) -> Finding:
+    most = max(lengths.values())
+    fewer = tuple(sorted(r for r, n in lengths.items() if n < most))
+    loader, epoch = key
+    per = ", ".join(f"rank {r}: {n}" for r, n in sorted(lengths.items()))
+    summary = (f"{rank_list(fewer)} will run fewer batches than the others in epoch "
+               f"{epoch} of DataLoader #{loader} ({per}): the job will hang at the end of "
+               "the epoch")
+    detail = (f"At the start of epoch {epoch}, len(loader) differs across ranks ({per}). "
+              f"When {rank_list(fewer)} leave{'s' if len(fewer) == 1 else ''} the loop, the "
+              "others enter the next batch's gradient all-reduce alone and wait forever."
+              + _split_note(starts))
+    evidence = {"loader": loader, "epoch": epoch, "predicted": {str(r): n for r, n in
+                                                               sorted(lengths.items())},
+                "predicted_at_ns": at_ns, "ran": None}
+    return Finding("uneven_batches", Severity.WARNING, fewer, None, summary, detail, FIX,
+                   evidence)
+
+
+def _split_note(starts: dict[int, dict[str, Any]]) -> str:
+    first = next(iter(starts.values()), {})
+    sampler, dataset = first.get("sampler"), first.get("dataset")
+    samples = {r: s.get("samples") for r, s in starts.items()}
+    text = f"\nDataset {dataset}, sampler {sampler}"
+    if all(isinstance(n, int) for n in samples.values()):
+        text += " (samples per rank: " + ", ".join(
+            f"rank {r}: {n}" for r, n in sorted(samples.items())) + ")"
+    if first.get("drop_last") is False and first.get("batch_size"):
+        text += f"; drop_last=False with batch_size {first['batch_size']}"
+    return text + "."
+
+
+class MetaTail:
+    """Follows one meta log, reading only what was appended since the last call."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.rank: int | None = None
+        self.world: int | None = None
+        self.starts: dict[EpochKey, dict[str, Any]] = {}
+        self._partial = b""
+
+    def poll(self) -> None:
+        import json
+
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(1 << 20)
+        except OSError:
+            return
+        self.offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            if b'"init"' not in line and b'"loader_epoch"' not in line:
+                continue
+            try:
+                m = json.loads(line)
+            except ValueError:
+                continue
+            if m.get("event") == "init" and isinstance(m.get("rank"), int):
+                self.rank, self.world = m["rank"], m.get("world_size")
+            elif m.get("event") == "loader_epoch" and isinstance(m.get("loader"), int):
+                self.starts[(m["loader"], int(m.get("epoch", 0)))] = m
+
+
+_tails: dict[Path, MetaTail] = {}
+
+
+def predict_uneven(run_dir: Path) -> Finding | None:
+    """The predicted uneven_batches finding of a live run dir, or None.  Cheap enough to
+    call every second: it reads only what the ranks' meta logs gained since the last
+    call (no ring, no stacks)."""
+    trace_dir = Path(run_dir) / "traces"
+    try:
+        paths = [trace_dir / n for n in os.listdir(trace_dir) if n.endswith(".meta.jsonl")]
+    except OSError:
+        return None
+    starts: dict[int, dict[EpochKey, dict[str, Any]]] = {}
+    world = None
+    for path in paths:
+        tail = _tails.get(path)
+        if tail is None:
+            tail = _tails[path] = MetaTail(path)
+        tail.poll()
+        if tail.rank is not None and tail.rank >= 0:
+            starts[tail.rank] = tail.starts
+            world = tail.world or world
+    return predict(starts, world)
+
+
+# -- the detector --------------------------------------------------------------------------
+def _waiting(job: JobView) -> dict[int, Any]:
+    """Ranks inside a collective that never returned (the job hangs or was stopped)."""
+    open_calls = {r: c for r, run in job.ranks.items() if (c := run.open_call()) is not None}
+    if job.live and job.outcome is None:  # still running: only calls past the timeout
+        limit = job.hang_timeout * NS
+        return {r: c for r, c in open_calls.items() if job.now_ns - c.t_start >= limit}
+    return open_calls
+
+
+def detect(job: JobView) -> list[Finding]:
+    findings = []
+    by_key = job_epochs(job)
+    loaders = sorted({k[0] for k in by_key})
+    waiting = _waiting(job)
+    for loader in loaders:
+        keys = sorted(k for k in by_key if k[0] == loader)
+        f = _loader_finding(job, loader, keys, by_key, waiting)
+        if f is not None:
+            findings.append(f)
+    return findings
+
+
+def _loader_finding(job: JobView, loader: int, keys: list[EpochKey],
+                    by_key: dict[EpochKey, dict[int, EpochFacts]],
+                    waiting: dict[int, Any]) -> Finding | None:
+    members = sorted(job.ranks)
+    if len(members) < 2:
+        return None
+    history: dict[str, dict[str, Any]] = {}
+    first: tuple[EpochKey, dict[int, int], bool] | None = None
+    for key in keys:
+        per = by_key[key]
+        ran = {r: f.ran for r, f in per.items()}
+        ended = {r: f.ended for r, f in per.items()}
+        history[str(key[1])] = {"ran": {str(r): n for r, n in ran.items()},
+                                "ended": {str(r): e for r, e in ended.items()},
+                                "predicted": {str(r): f.predicted for r, f in per.items()}}
+        if first is not None:
+            continue
+        # confirmed: a rank ended the epoch with fewer batches than another one drew
+        done = {r: n for r, n in ran.items() if ended[r]}
+        if done and max(ran.values()) > min(done.values()) and len(per) == len(members):
+            first = (key, ran, True)
+            continue
+        predicted = {r: f.predicted for r, f in per.items()}
+        if len(per) == len(members) and all(isinstance(n, int) for n in predicted.values()) \
+                and len(set(predicted.values())) > 1:
+            first = (key, predicted, False)  # type: ignore[assignment]
+    if first is None:
+        return None
+    key, counts, confirmed = first
+    return _finding(job, key, counts, confirmed, by_key[key], history, waiting)
+
+
+def _finding(job: JobView, key: EpochKey, counts: dict[int, int], confirmed: bool,
+             per: dict[int, EpochFacts], history: dict[str, Any],
+             waiting: dict[int, Any]) -> Finding:
+    loader, epoch = key
+    most = max(counts.values())
+    fewer = tuple(sorted(r for r, n in counts.items() if n < most))
+    more = tuple(sorted(r for r, n in counts.items() if n == most))
+    hung = bool(waiting) or job.outcome in ("hung", "failed")
+    predicted = {r: f.predicted for r, f in per.items()}
+    per_text = ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
+    starts = {r: f.start for r, f in per.items() if f.start}
+    at_ns = max((int(s.get("t") or 0) for s in starts.values()), default=0) or None
+    if confirmed:
+        summary = (f"{rank_list(fewer)} ran {min(counts.values())} batch"
+                   f"{'es' if min(counts.values()) != 1 else ''} in epoch {epoch} of "
+                   f"DataLoader #{loader} where {rank_list(more)} ran {most} ({per_text})")
+    else:
+        summary = (f"{rank_list(fewer)} will run fewer batches in epoch {epoch} of "
+                   f"DataLoader #{loader} than {rank_list(more)} ({per_text} predicted)")
+    lines = []
+    if any(isinstance(n, int) for n in predicted.values()):
+        lines.append("Predicted at the start of the epoch (len(loader)): " + ", ".join(
+            f"rank {r}: {n}" for r, n in sorted(predicted.items())) + ".")
+    if hung and waiting:
+        stuck = [r for r in more if r in waiting]
+        if stuck:
+            c = waiting[stuck[0]]
+            lines.append(f"{rank_list(stuck)} then waited in {c.describe()} at "
+                         f"{c.short_site} (seq {c.seq}), batch {most} of the epoch's "
+                         f"collectives, which {rank_list(fewer)} never entered: "
+                         f"{'it' if len(fewer) == 1 else 'they'} had left the loop.")
+    elif not hung:
+        lines.append("The job did not hang (no collective per batch, or Join), but the "
+                     "ranks trained on different numbers of batches.")
+    lines.append(_split_note(starts).strip())
+    severity = Severity.ERROR if hung else (Severity.INFO if job.outcome == "completed"
+                                            else Severity.WARNING)
+    evidence = {"loader": loader, "epoch": epoch, "confirmed": confirmed,
+                "batches": {str(r): n for r, n in sorted(counts.items())},
+                "predicted": {str(r): n for r, n in sorted(predicted.items())},
+                "predicted_at_ns": at_ns, "epochs": history}
+    seq = None
+    if hung and waiting:
+        seq = min(c.seq for r, c in waiting.items() if r in more) if any(
+            r in waiting for r in more) else None
+    return Finding("uneven_batches", severity, fewer, seq, summary, "\n".join(lines), FIX,
+                   evidence)
+
