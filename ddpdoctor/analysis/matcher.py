@@ -36,11 +36,12 @@ def size_key(call: Call) -> tuple:
     if op in ("barrier", "monitored_barrier", "all_gather_object", "gather_object",
               "all_to_all", "all_to_all_single"):
         return ()
-    if op in ("scatter", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base"):
+    if op in ("scatter", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
+              "reduce_scatter_single"):
         return _numels(call.out_shapes)
     if op in ("all_gather", "gather"):
         return _numels(call.in_shapes)
-    if op in ("all_gather_into_tensor", "_all_gather_base"):
+    if op in ("all_gather_into_tensor", "_all_gather_base", "all_gather_single"):
         return _numels(call.in_shapes) + _numels(call.out_shapes)
     return _numels(call.in_shapes)
 

@@ -16,7 +16,7 @@ MAGIC = b"DDPDTRC1"
 VERSION = 1
 HEADER_SIZE = 4096
 RECORD_SIZE = 256
-DEFAULT_CAPACITY = 32768  # 8 MiB a rank, sparse on disk until written
+DEFAULT_CAPACITY = 32768  # 8 MiB a rank, reserved on disk when the trace is created
 
 # Header: magic, version, record_size, capacity, pid, rank, world_size, local_rank, state,
 # exit_code, step, epoch, count, heartbeat_ns, last_seq, started_ns, host, run_id
@@ -93,6 +93,8 @@ OPS = (
     "monitored_barrier", "all_gather_object", "broadcast_object_list", "gather_object",
     "scatter_object_list", "all_reduce_coalesced", "send_object_list", "recv_object_list",
     "ring_send", "ring_recv", "batch", "epoch", "step", "init", "new_group", "destroy",
+    # append only: a record stores the index
+    "all_gather_single", "reduce_scatter_single", "all_gather_coalesced",
 )
 OP_CODES = {name: code for code, name in enumerate(OPS)}
 

@@ -1,0 +1,66 @@
+"""Inside a real rank: every collective and p2p call is recorded, with its details."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.analysis.load import load_job
+from tests.conftest import JOBS
+
+pytestmark = pytest.mark.slow
+
+COLLECTIVES = [
+    "all_reduce", "broadcast", "barrier", "all_gather", "all_gather_into_tensor",
+    "reduce_scatter", "reduce_scatter_tensor", "reduce", "gather", "scatter", "all_to_all",
+    "all_to_all_single", "monitored_barrier", "all_gather_object", "broadcast_object_list",
+    "gather_object", "scatter_object_list", "all_reduce", "barrier",
+]
+
+
+def test_every_op_is_recorded_in_order(doctor):
+    run = doctor(["run", "--nproc-per-node", "2", str(JOBS / "all_ops.py")])
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "rank 0 done" in run.stdout and "rank 1 done" in run.stdout
+    assert [f for f in run.report["findings"] if f["severity"] != "info"] == []
+    job = load_job([run.run_dir])
+    for rank, r in job.ranks.items():
+        calls = r.calls["0"]
+        ops = [c.op for c in calls]
+        assert ops == COLLECTIVES, ops
+        assert [c.seq for c in calls] == list(range(len(calls)))
+        assert all(not c.open for c in calls)
+        first = calls[0]
+        assert first.reduce_op == "max" and first.in_shapes == ((4,),)
+        assert first.dtypes == ("float32",)
+        assert first.callsite.endswith("all_ops.py:18")
+        assert calls[1].peer == 1  # broadcast src
+        assert calls[4].out_shapes == ((8,),)  # all_gather_into_tensor output
+        assert calls[14].in_shapes == ((2,),)  # broadcast_object_list: list length
+        p2p = [(c.op, c.peer) for c in r.p2p]
+        other = 1 - rank
+        expected = ([("send", other), ("recv", other)] if rank == 0 else
+                    [("recv", other), ("send", other)])
+        expected += [("isend", other), ("irecv", other), ("isend", other), ("irecv", other)]
+        assert p2p == expected
+        assert all(not c.open for c in r.p2p)  # async ones closed by wait()
+        sub = [g for g in r.calls if g != "0"]
+        assert len(sub) == 1 and [c.op for c in r.calls[sub[0]]] == ["all_reduce"]
+        assert r.group_ranks[sub[0]] == [0, 1]
+        assert r.header.state.name == "EXITED"
+
+
+def test_user_sitecustomize_still_runs(doctor, tmp_path: Path):
+    site = tmp_path / "usersite"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os\nos.environ['USER_SITE_RAN'] = 'yes'\n")
+    script = tmp_path / "show.py"
+    script.write_text("import os\nprint('user site:', os.environ.get('USER_SITE_RAN'))\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    run = doctor(["run", "--", sys.executable, str(script)], env=env)
+    assert run.returncode == 0, run.stderr
+    assert "user site: yes" in run.stdout
