@@ -215,24 +215,37 @@ class Supervisor:
             if report["outcome"] == "completed":
                 report["outcome"] = "failed"
         stop = interrupted or self.config.on_hang == OnHang.STOP
+        summarized = not stop
         if stop:
-            self.log("stop", reason=verdict.reason)
-            code = stop_job(self.proc, self.live.pids(),
-                            first=signal.SIGINT if interrupted else signal.SIGTERM)
-            exit_code = EXIT_INTERRUPTED if interrupted else EXIT_HUNG
+            code, exit_code = self._stop(verdict.reason, interrupted)
         else:
             self._summary(report)
-            self.say("--on-hang wait: the job keeps running; ddpdoctor waits for it")
-            code = self.proc.wait()
-            exit_code = code
+            self.say("--on-hang wait: the job keeps running; ddpdoctor waits for it "
+                     "(Ctrl-C stops it)")
+            try:
+                while self.proc.poll() is None and not self.stop_requested.is_set():
+                    time.sleep(POLL_SECONDS)
+            except KeyboardInterrupt:
+                self.stop_requested.set()
+            if self.proc.poll() is None:
+                code, exit_code = self._stop("interrupt", True)
+            else:
+                code = exit_code = self.proc.returncode
         report["exit_code"] = exit_code
         report["job_exit_code"] = code
         if self.report_path is not None:
             write_json_atomic(self.report_path, report)
         self.log("outcome", outcome=report["outcome"], exit_code=exit_code)
-        if stop:
+        if not summarized:
             self._summary(report)
         return exit_code
+
+    def _stop(self, reason: str, interrupted: bool) -> tuple[int, int]:
+        """Stop the whole job; returns (the job's status, ddpdoctor's exit status)."""
+        self.log("stop", reason=reason)
+        code = stop_job(self.proc, self.live.pids(),
+                        first=signal.SIGINT if interrupted else signal.SIGTERM)
+        return code, EXIT_INTERRUPTED if interrupted else EXIT_HUNG
 
     def _summary(self, report: dict[str, Any]) -> None:
         if self.quiet:
