@@ -190,6 +190,8 @@ def _peer(spec: OpSpec, args: tuple, kwargs: dict, group: Any) -> int:
 def _wrap(name: str, fn: Callable, spec: OpSpec) -> Callable:
     kind = _P2P if spec.direction else _COLL
     flags0 = spec.direction | (_OBJECT if spec.obj else 0)
+    always_async = name in ("isend", "irecv")
+    has_async = "async_op" in spec.params
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -201,13 +203,13 @@ def _wrap(name: str, fn: Callable, spec: OpSpec) -> Callable:
             return fn(*args, **kwargs)
         try:
             group = spec.arg(args, kwargs, "group")
-            ins = _tensors(spec, spec.ins, args, kwargs)
-            outs = _tensors(spec, spec.outs, args, kwargs)
+            ins = _tensors(spec, spec.ins, args, kwargs) if spec.ins else []
+            outs = _tensors(spec, spec.outs, args, kwargs) if spec.outs else ()
             for lname in spec.lists:
                 lst = spec.arg(args, kwargs, lname)
                 ins.append(_Shape(len(lst) if lst is not None else 0))
-            is_async = bool(spec.arg(args, kwargs, "async_op", False)) or name in ("isend",
-                                                                                  "irecv")
+            is_async = always_async or (has_async and
+                                        bool(spec.arg(args, kwargs, "async_op", False)))
             handle = rec.begin(
                 name, group, ins, outs,
                 _reduce_name(spec.arg(args, kwargs, "op")) if spec.reduce else "",

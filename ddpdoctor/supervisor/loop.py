@@ -243,8 +243,10 @@ class Supervisor:
     def _stop(self, reason: str, interrupted: bool) -> tuple[int, int]:
         """Stop the whole job; returns (the job's status, ddpdoctor's exit status)."""
         self.log("stop", reason=reason)
+        # Ctrl-C reaches the job as Ctrl-C; a hung job is past helping: its stacks and
+        # report are saved, so it is killed outright (no launcher noise, no stragglers).
         code = stop_job(self.proc, self.live.pids(),
-                        first=signal.SIGINT if interrupted else signal.SIGTERM)
+                        first=signal.SIGINT if interrupted else signal.SIGKILL)
         return code, EXIT_INTERRUPTED if interrupted else EXIT_HUNG
 
     def _summary(self, report: dict[str, Any]) -> None:
