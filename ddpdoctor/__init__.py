@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["DistributedDataParallel", "__version__"]
+__all__ = ["DistributedDataParallel", "hookimpl", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -14,4 +14,8 @@ def __getattr__(name: str) -> Any:
         from ddpdoctor.ddp.wrapper import DistributedDataParallel
 
         return DistributedDataParallel
+    if name == "hookimpl":
+        from ddpdoctor.hookspecs import hookimpl
+
+        return hookimpl
     raise AttributeError(f"module 'ddpdoctor' has no attribute {name!r}")

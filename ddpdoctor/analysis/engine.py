@@ -66,17 +66,24 @@ def _demote_crash_of_mismatch(f: Finding, roots: list[Finding]) -> Finding:
 
 
 def _demote_symptom_of_uneven(f: Finding, roots: list[Finding]) -> Finding:
-    """A rank whose collective failed because a peer left the loop early (connection
-    closed by peer) died of the uneven batches: that death is their symptom."""
-    if f.kind != "rank_failed":
-        return f
+    """Symptoms of ranks that ran different numbers of batches: a rank whose collective
+    failed because a peer left the loop early (connection closed by peer), and the
+    mismatch at the seq where the longer ranks wait for the next batch's collective
+    while the shorter ones called what follows their loop."""
     uneven = next((r for r in roots if r.kind == "uneven_batches"
                    and r.severity == Severity.ERROR), None)
-    failures = f.evidence.get("failures") or []
-    if uneven is None or not failures or not all(x.get("symptom") for x in failures):
+    if uneven is None or f.kind not in ("rank_failed", "collective_mismatch"):
         return f
     fewer = ", ".join(map(str, uneven.ranks))
-    return dataclasses.replace(
-        f, severity=Severity.INFO,
-        summary=f"{f.summary} (a consequence of the uneven batches: rank(s) {fewer} left "
-                "the loop early)")
+    if f.kind == "rank_failed":
+        failures = f.evidence.get("failures") or []
+        if not failures or not all(x.get("symptom") for x in failures):
+            return f
+        why = f"a consequence of the uneven batches: rank(s) {fewer} left the loop early"
+    else:
+        if uneven.seq is None or f.seq != uneven.seq or \
+                f.evidence.get("group") != uneven.evidence.get("group"):
+            return f
+        why = (f"a consequence of the uneven batches: rank(s) {fewer} left the loop and "
+               "called what follows it")
+    return dataclasses.replace(f, severity=Severity.INFO, summary=f"{f.summary} ({why})")

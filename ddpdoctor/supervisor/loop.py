@@ -56,6 +56,8 @@ class Supervisor:
         self._last_counts: tuple = ()
         self.report: dict[str, Any] | None = None
         self.quiet = config.ui  # the UI shows everything while it runs
+        self._uneven_said = False
+        self._next_prediction = 0.0
 
     # -- supervisor.jsonl -----------------------------------------------------------
     def log(self, event: str, **fields: Any) -> None:
@@ -129,6 +131,7 @@ class Supervisor:
             if div is not None and any(c.open and time.time_ns() - c.t_start >
                                        MISMATCH_SETTLE_S * 1e9 for c in div.calls.values()):
                 return Verdict("mismatch", f"mismatched collectives at seq {div.seq}")
+        self._predict()
         gone = live.abandoned()
         if gone is not None:
             p, call, missing = gone
@@ -143,6 +146,26 @@ class Supervisor:
                 time.monotonic() - self._failure_seen_at > self.config.hang_timeout:
             return Verdict("hang", "a rank died and the job did not end")
         return None
+
+    def _predict(self) -> None:
+        """Once a second: do the ranks' loaders already promise uneven batch counts?"""
+        now = time.monotonic()
+        if self._uneven_said or now < self._next_prediction:
+            return
+        self._next_prediction = now + 1.0
+        try:
+            from ddpdoctor.analysis.detectors.uneven import predict_uneven
+
+            finding = predict_uneven(self.run_dir)
+        except Exception as e:  # noqa: BLE001 - a prediction is a bonus, never a failure
+            self._uneven_said = True
+            self.live.problems.append(f"uneven-batch prediction failed: {e}")
+            return
+        if finding is not None:
+            self._uneven_said = True
+            self.log("prediction", kind=finding.kind, ranks=list(finding.ranks),
+                     summary=finding.summary)
+            self.say(f"warning: {finding.summary}", "yellow")
 
     # -- endings ---------------------------------------------------------------------
     def _capture(self, why: str) -> None:

@@ -10,7 +10,8 @@ Random augmentation that differs per rank hides duplicates (a miss, never a fals
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.detectors.uneven import EpochFacts, job_epochs, rank_list, trained
+from ddpdoctor.analysis.detectors.uneven import (EpochFacts, job_epochs, loader_name,
+                                                 rank_list, trained)
 from ddpdoctor.analysis.model import Finding, JobView, Severity
 
 MIN_BATCHES = 2
@@ -64,13 +65,14 @@ def detect(job: JobView) -> list[Finding]:
         who = tuple(sorted(r for g in dup for r in g))
         start = per[who[0]].start or {}
         summary = (f"{rank_list(who)} processed identical batches in epoch {epoch} of "
-                   f"DataLoader #{loader}: the data is not sharded")
+                   f"{loader_name(start, loader)}: the data is not sharded")
         detail = (f"The batches had the same contents at the same positions ({compared} "
                   f"batches compared; sampler {start.get('sampler')}, dataset "
                   f"{start.get('dataset')}).\nEvery rank computes the same gradients, so "
                   "the job trains on one rank's worth of data at N times the cost.")
-        evidence = {"loader": loader, "epoch": epoch, "groups": [sorted(g) for g in dup],
-                    "compared": compared, "sampler": start.get("sampler")}
+        evidence = {"loader": loader, "site": start.get("site"), "epoch": epoch,
+                    "groups": [sorted(g) for g in dup], "compared": compared,
+                    "sampler": start.get("sampler")}
         return [Finding("duplicate_data", Severity.WARNING, who, None, summary, detail, FIX,
                         evidence)]
     return []

@@ -117,10 +117,11 @@ def detect(job: JobView) -> list[Finding]:
     if workers is not None:
         wranks, wev = workers
         ranks.update(wranks)
+        drawn = sorted({g for v in wev["consumed"].values() for g in v})
         parts.append(f"the DataLoader workers of {rank_list(wranks)} got the same base seed "
                      f"({wev['worker_base_seed']}) in epoch {wev['epoch']} and drew random "
-                     f"numbers ({', '.join(sorted({g for v in wev['consumed'].values() for g in v}))}): "
-                     "their augmentations are the same on every rank")
+                     f"numbers ({', '.join(drawn)}): their augmentations are the same on "
+                     "every rank")
         evidence["workers"] = wev
     who = sorted(ranks)
     summary = f"{rank_list(who)} drew identical random numbers during training"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.analysis.detectors.uneven import EpochFacts, epochs_of, rank_list
+from ddpdoctor.analysis.detectors.uneven import EpochFacts, epochs_of, loader_name, rank_list
 from ddpdoctor.analysis.model import Finding, JobView, Severity
 
 MIN_BATCHES = 2
@@ -67,14 +67,14 @@ def detect(job: JobView) -> list[Finding]:
               f" (its epoch stayed {start['sampler_epoch']})"
     else:
         why = f"{sampler} produced the same order again"
-    summary = (f"epoch {epoch} of DataLoader #{loader} repeats epoch {epoch - 1}'s sample "
+    summary = (f"epoch {epoch} of {loader_name(start, loader)} repeats epoch {epoch - 1}'s sample "
                f"order on {rank_list(ranks)}: {why}")
     detail = ("Every epoch trains on the batches in the same order, which "
               "weakens shuffling (and with DistributedSampler each rank also keeps the "
               "same subset).\nRepeated epochs: " + "; ".join(
                   f"rank {r}: " + ", ".join(f"epoch {e}" for _, e in hs)
                   for r, hs in sorted(hits.items())) + ".")
-    evidence = {"loader": loader, "epochs": {str(r): [e for _, e in hs]
+    evidence = {"loader": loader, "site": start.get("site"), "epochs": {str(r): [e for _, e in hs]
                                              for r, hs in sorted(hits.items())},
                 "sampler": start.get("sampler"), "set_epoch_calls": calls}
     return [Finding("stale_shuffle", Severity.WARNING, ranks, None, summary, detail, FIX,

@@ -117,6 +117,15 @@ def trained(facts: EpochFacts, run: RankRun) -> bool:
     return isinstance(steps0, int) and run.header.step > steps0
 
 
+def loader_name(start: dict[str, Any] | None, loader: int) -> str:
+    """``the DataLoader iterated at train.py:88`` (its id where the site is unknown)."""
+    site = str((start or {}).get("site") or "")
+    path, _, line = site.rpartition(":")
+    if path:
+        return f"the DataLoader iterated at {os.path.basename(path)}:{line}"
+    return f"DataLoader #{loader}"
+
+
 def rank_list(ranks: list[int] | tuple[int, ...]) -> str:
     ranks = list(ranks)
     word = "rank" if len(ranks) == 1 else "ranks"
@@ -149,15 +158,15 @@ def _predicted_finding(key: EpochKey, lengths: dict[int, int], at_ns: int,
     fewer = tuple(sorted(r for r, n in lengths.items() if n < most))
     loader, epoch = key
     per = ", ".join(f"rank {r}: {n}" for r, n in sorted(lengths.items()))
+    name = loader_name(next(iter(starts.values()), None), loader)
     summary = (f"{rank_list(fewer)} will run fewer batches than the others in epoch "
-               f"{epoch} of DataLoader #{loader} ({per}): the job will hang at the end of "
-               "the epoch")
+               f"{epoch} of {name} ({per}): the job will hang at the end of the epoch")
     detail = (f"At the start of epoch {epoch}, len(loader) differs across ranks ({per}). "
               f"When {rank_list(fewer)} leave{'s' if len(fewer) == 1 else ''} the loop, the "
               "others enter the next batch's gradient all-reduce alone and wait forever."
               + _split_note(starts))
-    evidence = {"loader": loader, "epoch": epoch, "predicted": {str(r): n for r, n in
-                                                               sorted(lengths.items())},
+    evidence = {"loader": loader, "site": next(iter(starts.values()), {}).get("site"),
+                "epoch": epoch, "predicted": {str(r): n for r, n in sorted(lengths.items())},
                 "predicted_at_ns": at_ns, "ran": None}
     return Finding("uneven_batches", Severity.WARNING, fewer, None, summary, detail, FIX,
                    evidence)
@@ -305,13 +314,14 @@ def _finding(job: JobView, key: EpochKey, counts: dict[int, int], confirmed: boo
     per_text = ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
     starts = {r: f.start for r, f in per.items() if f.start}
     at_ns = max((int(s.get("t") or 0) for s in starts.values()), default=0) or None
+    name = loader_name(next(iter(starts.values()), None), loader)
     if confirmed:
         summary = (f"{rank_list(fewer)} ran {min(counts.values())} batch"
                    f"{'es' if min(counts.values()) != 1 else ''} in epoch {epoch} of "
-                   f"DataLoader #{loader} where {rank_list(more)} ran {most} ({per_text})")
+                   f"{name} where {rank_list(more)} ran {most} ({per_text})")
     else:
         summary = (f"{rank_list(fewer)} will run fewer batches in epoch {epoch} of "
-                   f"DataLoader #{loader} than {rank_list(more)} ({per_text} predicted)")
+                   f"{name} than {rank_list(more)} ({per_text} predicted)")
     lines = []
     if any(isinstance(n, int) for n in predicted.values()):
         lines.append("Predicted at the start of the epoch (len(loader)): " + ", ".join(
@@ -330,14 +340,17 @@ def _finding(job: JobView, key: EpochKey, counts: dict[int, int], confirmed: boo
     lines.append(_split_note(starts).strip())
     severity = Severity.ERROR if hung else (Severity.INFO if job.outcome == "completed"
                                             else Severity.WARNING)
-    evidence = {"loader": loader, "epoch": epoch, "confirmed": confirmed,
+    evidence = {"loader": loader, "site": next(iter(starts.values()), {}).get("site"),
+                "epoch": epoch, "confirmed": confirmed,
                 "batches": {str(r): n for r, n in sorted(counts.items())},
                 "predicted": {str(r): n for r, n in sorted(predicted.items())},
                 "predicted_at_ns": at_ns, "epochs": history}
     seq = None
-    if hung and waiting:
-        seq = min(c.seq for r, c in waiting.items() if r in more) if any(
-            r in waiting for r in more) else None
+    stuck = [waiting[r] for r in more if r in waiting]
+    if hung and stuck:
+        first = min(stuck, key=lambda c: c.seq)
+        seq = first.seq
+        evidence["group"] = first.group
     return Finding("uneven_batches", severity, fewer, seq, summary, "\n".join(lines), FIX,
                    evidence)
 

@@ -1,0 +1,206 @@
+"""The root-cause detectors on real 2-rank gloo jobs (tests/integration/jobs/data_train.py),
+each bug with a healthy twin that must get no such finding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import JOBS, DoctorRun, run_doctor
+from ddpdoctor.analysis.detectors.uneven import predict_uneven
+
+pytestmark = pytest.mark.slow
+
+JOB = str(JOBS / "data_train.py")
+SILENT_KINDS = ("seed_collision", "stale_shuffle", "duplicate_data")
+_runs: dict[str, DoctorRun] = {}
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory):
+    """Run data_train.py with BUG=name once per module (several tests read one run)."""
+
+    def _job(bug: str, **env: str) -> DoctorRun:
+        key = bug + repr(sorted(env.items()))
+        if key not in _runs:
+            tmp = tmp_path_factory.mktemp(bug)
+            _runs[key] = run_doctor(["run", "--hang-timeout", "5", "--nproc-per-node", "2",
+                                     JOB], tmp, env={"BUG": bug, **env})
+            assert (tmp / "run" / "report.json").exists(), _runs[key].stderr[-3000:]
+        return _runs[key]
+
+    return _job
+
+
+def kinds(run: DoctorRun) -> list[str]:
+    return [f["kind"] for f in run.report["findings"]]
+
+
+def assert_healthy(run: DoctorRun, also_absent: tuple[str, ...] = ()) -> None:
+    report = run.report
+    assert report["outcome"] == "completed", (kinds(run), run.stderr[-2000:])
+    assert run.returncode == 0
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert not errors, errors
+    present = set(kinds(run)) & set(SILENT_KINDS + also_absent)
+    assert not present, report["findings"]
+
+
+def the(run: DoctorRun, kind: str) -> dict[str, Any]:
+    found = run.findings(kind)
+    assert len(found) == 1, (kinds(run), run.report.get("problems"))
+    return found[0]
+
+
+# -- healthy twins ---------------------------------------------------------------------------
+@pytest.mark.parametrize("bug", ["healthy", "seed_model_only", "seed_no_random",
+                                 "even_split", "even_iterable", "worker_seed_ok",
+                                 "val_rank0"])
+def test_healthy_jobs_get_no_data_findings(job, bug: str) -> None:
+    run = job(bug)
+    assert_healthy(run, also_absent=("uneven_batches", "straggler"))
+    assert not run.report["problems"], run.report["problems"]
+
+
+def test_the_probes_record_epochs_batches_and_rng(job) -> None:
+    run = job("healthy")
+    from ddpdoctor.analysis.load import load_job
+
+    view = load_job([run.run_dir])
+    for rank, r in view.ranks.items():
+        starts = r.trace.meta_events("loader_epoch")
+        ends = r.trace.meta_events("loader_end")
+        assert [s["epoch"] for s in starts] == [0, 1]
+        assert "data_train.py:" in starts[0]["site"]  # the line of the training loop
+        assert r.header.epoch == 1
+        assert starts[0]["length"] == 6 and starts[0]["sampler"] == "DistributedSampler"
+        assert [e["batches"] for e in ends] == [6, 6]
+        assert [m["epoch"] for m in r.trace.meta_events("set_epoch")] == [0, 1]
+        assert [m["batch"] for m in r.trace.meta_events("rng")] == [0, 1, 3]
+        assert len(r.batches) == 12 and {b.aux for b in r.batches} == {0, 1}
+        assert all(b.numel == 4 for b in r.batches)
+        assert not r.trace.meta_events("runtime_error")
+
+
+# -- seed_collision --------------------------------------------------------------------------
+def test_one_seed_with_dropout_is_a_seed_collision(job) -> None:
+    run = job("seed")
+    f = the(run, "seed_collision")
+    assert f["severity"] == "warning" and f["ranks"] == [0, 1]
+    assert "torch" in f["evidence"]["generators"]
+    assert "python" in f["evidence"]["generators"]
+    assert "manual_seed" in f["fix"]
+
+
+def test_one_seed_in_augmenting_workers_is_a_seed_collision(job) -> None:
+    run = job("worker_seed")
+    f = the(run, "seed_collision")
+    assert f["ranks"] == [0, 1]
+    assert f["evidence"]["workers"]["consumed"]["0"] == ["torch"]
+    assert "generators" not in f["evidence"]  # the ranks' own RNGs draw nothing
+
+
+# -- stale_shuffle / duplicate_data --------------------------------------------------------
+def test_no_set_epoch_is_a_stale_shuffle(job) -> None:
+    run = job("stale")
+    f = the(run, "stale_shuffle")
+    assert f["severity"] == "warning" and f["ranks"] == [0, 1]
+    assert "set_epoch was never called" in f["summary"]
+    assert f["evidence"]["epochs"] == {"0": [1], "1": [1]}
+    assert "duplicate_data" not in kinds(run)
+
+
+def test_an_unsharded_loader_is_duplicate_data(job) -> None:
+    run = job("duplicate")
+    f = the(run, "duplicate_data")
+    assert f["severity"] == "warning" and f["ranks"] == [0, 1]
+    assert "DistributedSampler" in f["fix"]
+    assert "stale_shuffle" not in kinds(run)  # a sequential loader repeats by design
+
+
+# -- uneven_batches --------------------------------------------------------------------------
+@pytest.mark.parametrize("bug,fewer,counts,predicted", [
+    ("uneven_sampler", 0, {"0": 4, "1": 5}, True),
+    ("uneven_split", 1, {"0": 4, "1": 3}, True),
+    ("uneven_iterable", 0, {"0": 3, "1": 4}, False),
+])
+def test_uneven_batches_names_the_rank_with_fewer_batches(job, bug: str, fewer: int,
+                                                          counts: dict, predicted: bool) -> None:
+    run = job(bug)
+    report = run.report
+    assert report["outcome"] in ("hung", "failed"), kinds(run)
+    f = report["findings"][0]
+    assert f["kind"] == "uneven_batches", kinds(run)
+    assert f["severity"] == "error" and f["ranks"] == [fewer]
+    assert f["evidence"]["batches"] == counts and f["evidence"]["confirmed"]
+    assert "drop_last" in f["fix"] and "Join" in f["fix"]
+    assert not [m for m in run.findings("missing_collective") if fewer in m["ranks"]]
+    assert not [m for m in run.findings("rank_failed") if m["severity"] == "error"]
+    assert "duplicate_data" not in kinds(run)
+    if predicted:
+        verdicts = run.supervisor_events("verdict") or run.supervisor_events("outcome")
+        assert 0 < f["evidence"]["predicted_at_ns"] < verdicts[0]["t"]
+        announced = run.supervisor_events("prediction")  # said live, before the hang
+        assert announced and announced[0]["ranks"] == [fewer]
+        assert announced[0]["t"] < verdicts[0]["t"]
+        live = predict_uneven(run.run_dir)
+        assert live is not None and live.ranks == (fewer,)
+        assert live.evidence["predicted"] == counts
+    else:
+        assert f["evidence"]["predicted_at_ns"] is not None  # the epoch start, not a length
+        assert predict_uneven(run.run_dir) is None  # no len(): nothing to predict
+
+
+def test_uneven_batches_outranks_the_mismatch_it_causes(job) -> None:
+    run = job("uneven_barrier")  # the short rank reaches a barrier after its loop
+    first, *rest = run.report["findings"]
+    assert first["kind"] == "uneven_batches" and first["ranks"] == [1]
+    (mismatch,) = [f for f in rest if f["kind"] == "collective_mismatch"]
+    assert mismatch["severity"] == "info" and mismatch["seq"] == first["seq"]
+    assert "consequence of the uneven batches" in mismatch["summary"]
+
+
+def test_predict_uneven_is_quiet_on_even_jobs(job) -> None:
+    assert predict_uneven(job("even_split").run_dir) is None
+    assert predict_uneven(job("healthy").run_dir) is None
+
+
+# -- straggler --------------------------------------------------------------------------------
+def test_a_slow_rank_is_a_straggler(job) -> None:
+    run = job("straggler")
+    f = the(run, "straggler")
+    assert f["ranks"] == [1]
+    assert f["evidence"]["median_lag_s"] > 0.1
+    assert f["severity"] in ("warning", "info")
+    assert_healthy(run)
+
+
+def test_the_healthy_job_has_no_straggler(job) -> None:
+    assert "straggler" not in kinds(job("healthy"))
+
+
+def test_chrome_trace_export_of_a_real_run(job, tmp_path: Path) -> None:
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" /
+                           "ddpdoctor-chrome-trace" / "src"))
+    try:
+        import ddpdoctor_chrome_trace as chrome
+        from ddpdoctor.analysis.load import load_job
+    finally:
+        sys.path.pop(0)
+    run = job("uneven_split")
+    out = tmp_path / "trace.json"
+    chrome.export(load_job([run.run_dir]), out)
+    doc = json.loads(out.read_text())
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] for e in slices} == {0, 1}
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
+    assert len(names) == 2
+    assert any(e["cat"] == "collective" and "seq" in e["args"] and e["args"]["callsite"]
+               for e in slices)
+    ring = [e for e in slices if e["cat"] == "ring"]
+    assert all(isinstance(e["args"]["seq"], int) for e in ring)
