@@ -1,0 +1,275 @@
+"""The bug catalogue: known DDP bugs from real reports, each a runnable script and its fix.
+
+``ddpdoctor bugs list`` shows the catalogue; ``ddpdoctor bugs run NAME [--fixed]`` runs a
+bug's script (or its fixed twin) from ``sample_bugs/`` under ``ddpdoctor run``, which prints
+its own summary and writes the report.  Every entry says which finding ddpdoctor should
+report and which ranks it should blame: ``tests/integration/test_sample_bugs.py`` holds
+ddpdoctor to that.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ddpdoctor.errors import UserError
+
+ENV_SAMPLE_BUGS = "DDPDOCTOR_SAMPLE_BUGS"
+FINDING_KINDS = ("collective_mismatch", "missing_collective", "uneven_batches", "rank_failed",
+                 "seed_collision", "stale_shuffle", "duplicate_data", "straggler")
+
+
+class Launch(str, enum.Enum):
+    """How a bug's script starts its ranks, i.e. which form of ``ddpdoctor run`` runs it.
+
+    SCRIPT:   ``ddpdoctor run --nproc-per-node N script.py`` (the script reads RANK from env)
+    TORCHRUN: ``ddpdoctor run -- torchrun --nproc-per-node N script.py``
+    SPAWN:    ``ddpdoctor run -- python script.py`` (the script calls mp.spawn itself)
+    """
+
+    SCRIPT = "script"
+    TORCHRUN = "torchrun"
+    SPAWN = "spawn"
+
+
+@dataclass(frozen=True)
+class Bug:
+    """One known bug and what ddpdoctor must say about it.
+
+    Args:
+        name: the catalogue name; the script is ``sample_bugs/<name>.py``.
+        script: the buggy script's file name, inside ``sample_bugs/``.
+        fixed_script: its fixed twin, which must run clean (exit 0, no error or warning).
+        nproc: how many ranks the job has.
+        launch: how the ranks start (see ``Launch``).
+        symptom: what the user sees, one line.
+        finding_kind: the finding ddpdoctor must report (a kind of the report schema).
+        culprit_ranks: the ranks that finding must blame.
+        source: where the bug comes from: issues, articles.
+        fix: what the fixed twin changes, one line.
+        hang_timeout: ``--hang-timeout`` for the run, in seconds.
+    """
+
+    name: str
+    script: str
+    fixed_script: str
+    nproc: int
+    launch: Launch
+    symptom: str
+    finding_kind: str
+    culprit_ranks: tuple[int, ...]
+    source: str
+    fix: str
+    hang_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.finding_kind not in FINDING_KINDS:
+            raise ValueError(f"bug {self.name}: unknown finding kind {self.finding_kind!r}")
+        if not 2 <= self.nproc <= 4:
+            raise ValueError(f"bug {self.name}: nproc must be 2 to 4, not {self.nproc}")
+        if any(not 0 <= r < self.nproc for r in self.culprit_ranks):
+            raise ValueError(f"bug {self.name}: culprit ranks {self.culprit_ranks} outside "
+                             f"0..{self.nproc - 1}")
+
+
+def _bug(name: str, nproc: int, launch: Launch, symptom: str, kind: str,
+         culprits: tuple[int, ...], source: str, fix: str, hang_timeout: float = 10.0) -> Bug:
+    return Bug(name, f"{name}.py", f"{name}_fixed.py", nproc, launch, symptom, kind, culprits,
+               source, fix, hang_timeout)
+
+
+CATALOGUE: tuple[Bug, ...] = (
+    _bug("last_batch_hand_split", 2, Launch.SCRIPT,
+         "hangs at the end of the epoch: a hand-made split gives rank 0 one batch more",
+         "uneven_batches", (1,),
+         "article \"DDP分布式的随机卡死,带你从0调试解决\" (seeds/000); pytorch/pytorch#38174",
+         "shard with DistributedSampler and drop_last=True"),
+    _bug("last_batch_iterable_dataset", 2, Launch.SPAWN,
+         "hangs at the end of the epoch: rank 0's IterableDataset shard holds more records",
+         "uneven_batches", (1,),
+         "pytorch/pytorch#38174; Lightning-AI/pytorch-lightning#20404",
+         "all-reduce (MIN) the number of batches first and train exactly that many"),
+    _bug("no_set_epoch", 2, Launch.SCRIPT,
+         "trains normally, but every epoch sees the data in the same order",
+         "stale_shuffle", (0, 1),
+         "pytorch/pytorch#31771 and #11324; the DistributedSampler docs' warning",
+         "call sampler.set_epoch(epoch) at the start of each epoch"),
+    _bug("same_seed_augmentation", 2, Launch.SCRIPT,
+         "trains normally, but every rank draws the same random crops and noise",
+         "seed_collision", (0, 1),
+         "article \"torch.distributed多卡/多GPU/分布式DPP(二)\" (seeds/001); "
+         "huggingface/pytorch-image-models#1519",
+         "seed each rank differently: torch.manual_seed(SEED + rank)"),
+    _bug("worker_numpy_seed", 2, Launch.SPAWN,
+         "trains normally, but every DataLoader worker draws the same numpy jitter",
+         "seed_collision", (0, 1),
+         "pytorch/pytorch#5059; facebookresearch/fairseq#1383",
+         "seed numpy in worker_init_fn from torch.initial_seed()"),
+    _bug("metric_rank0_only", 3, Launch.SPAWN,
+         "hangs (or aborts) after the first epoch: rank 0 all-reduces the validation loss alone",
+         "collective_mismatch", (0,),
+         "Lightning-AI/pytorch-lightning#19783",
+         "call all_reduce on every rank; keep only the print under `if rank == 0`"),
+    _bug("barrier_in_rank0_checkpoint", 3, Launch.TORCHRUN,
+         "hangs after the first checkpoint: only rank 0 reaches the barrier",
+         "collective_mismatch", (0,),
+         "article \"torch.distributed多卡/多GPU/分布式DPP(二)\" (seeds/001); "
+         "deepspeedai/DeepSpeed#801",
+         "move dist.barrier() out of the `if rank == 0` block"),
+    _bug("download_first_wrong", 3, Launch.TORCHRUN,
+         "hangs before the first step: ranks 1-2 wait in a barrier rank 0 never calls",
+         "collective_mismatch", (0,),
+         "article \"torch.distributed多卡/多GPU/分布式DPP(二)\" (torch_distributed_zero_first); "
+         "Lightning-AI/pytorch-lightning#17733",
+         "barrier on both sides: the others before loading, rank 0 after downloading"),
+    _bug("allgather_uneven_last_batch", 3, Launch.SPAWN,
+         "aborts (gloo) or hangs (NCCL) gathering the last batch's predictions",
+         "collective_mismatch", (2,),
+         "Lightning-AI/pytorch-lightning#7773; huggingface/accelerate#19",
+         "all-gather the sizes, pad to the largest, gather, then trim"),
+    _bug("dtype_mismatch", 3, Launch.SCRIPT,
+         "hangs in the final metric all-reduce: float32 on two ranks, int64 on the third",
+         "collective_mismatch", (2,),
+         "modelscope/ms-swift#9550; pytorch/pytorch#150248",
+         "give the metric tensor an explicit dtype (float64)"),
+    _bug("reduce_order_mismatch", 3, Launch.SPAWN,
+         "hangs reducing metrics: rank 0 reduces [pos_hist, loss], the others [loss, pos_hist]",
+         "collective_mismatch", (0,),
+         "Lightning-AI/torchmetrics#159; facebookresearch/maskrcnn-benchmark#309",
+         "create every metric up front and reduce them in sorted(name) order"),
+    _bug("early_stop_per_rank", 3, Launch.TORCHRUN,
+         "hangs (gloo: fails) after epoch 1: rank 1 stops early alone and exits",
+         "missing_collective", (1,),
+         "Lightning-AI/pytorch-lightning#379; ultralytics/yolov5#8345",
+         "decide together: all-reduce the validation loss before the patience check"),
+    _bug("crash_mid_epoch", 2, Launch.SCRIPT,
+         "rank 1 dies on a corrupt record at step 3; rank 0 is left in the all-reduce",
+         "rank_failed", (1,),
+         "Lightning-AI/pytorch-lightning#6430; rwth-i6/returnn#1484",
+         "validate the records and shard only the good ones, the same on every rank"),
+    _bug("unused_parameters", 2, Launch.TORCHRUN,
+         "step 2 raises \"Expected to have finished reduction in the prior iteration\"",
+         "rank_failed", (0, 1),
+         "pytorch/pytorch#43259; open-mmlab/mmdetection#4742",
+         "DDP(model, find_unused_parameters=True), or drop the unused head"),
+    _bug("broadcast_object_behind_file_check", 3, Launch.TORCHRUN,
+         "hangs at start-up: rank 1 finds a cached file and skips broadcast_object_list",
+         "collective_mismatch", (1,),
+         "KempnerInstitute/KempnerForge#49",
+         "let rank 0 decide and call broadcast_object_list on every rank"),
+)
+
+
+def find_bug(name: str) -> Bug:
+    """The catalogue entry called ``name``; a UserError naming close matches otherwise."""
+    for bug in CATALOGUE:
+        if bug.name == name:
+            return bug
+    names = [b.name for b in CATALOGUE]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    close += [n for n in names if name and name in n and n not in close][: 3 - len(close)]
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise UserError(f"no bug named {name!r} in the catalogue{hint} "
+                    "(`ddpdoctor bugs list` shows them all)")
+
+
+def sample_bugs_dir() -> Path:
+    """Where the bug scripts are: $DDPDOCTOR_SAMPLE_BUGS, else the source checkout's."""
+    import ddpdoctor
+
+    env = os.environ.get(ENV_SAMPLE_BUGS)
+    candidate = Path(env) if env else Path(ddpdoctor.__file__).resolve().parents[1] / \
+        "sample_bugs"
+    if not (candidate / CATALOGUE[0].script).is_file():
+        raise UserError(f"the bug scripts are not in {candidate}: they ship with ddpdoctor's "
+                        f"source checkout (sample_bugs/); run from a clone, or set "
+                        f"{ENV_SAMPLE_BUGS} to the directory that holds them")
+    return candidate
+
+
+def _torchrun() -> list[str]:
+    """torchrun from this interpreter's environment (else the one on PATH, else -m)."""
+    beside = Path(sys.executable).with_name("torchrun")
+    if beside.is_file():
+        return [str(beside)]
+    found = shutil.which("torchrun")
+    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def job_command(bug: Bug, fixed: bool) -> list[str]:
+    """The user's command without ddpdoctor, as ``ddpdoctor run`` gets it."""
+    script = bug.fixed_script if fixed else bug.script
+    if bug.launch == Launch.SCRIPT:
+        return ["--nproc-per-node", str(bug.nproc), script]
+    if bug.launch == Launch.TORCHRUN:
+        return ["--", *_torchrun(), "--nproc-per-node", str(bug.nproc), script]
+    return ["--", sys.executable, script]
+
+
+def run_command(bug: Bug, fixed: bool, extra_args: list[str], run_dir: Path | None) -> list[str]:
+    """The full ``ddpdoctor run`` command line for a bug (``extra_args`` are run options)."""
+    cmd = [sys.executable, "-m", "ddpdoctor.cli", "run", "--hang-timeout",
+           str(bug.hang_timeout)]
+    if run_dir is not None:
+        cmd += ["--run-dir", str(run_dir)]
+    return cmd + list(extra_args) + job_command(bug, fixed)
+
+
+def _default_run_dir(bug: Bug, fixed: bool) -> Path:
+    """``./ddpdoctor-runs/<time>-<name>[-fixed]`` in the user's directory, not sample_bugs/."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path.cwd() / "ddpdoctor-runs" / f"{stamp}-{bug.name}{'-fixed' if fixed else ''}"
+
+
+def run_bug(name: str, fixed: bool, extra_args: list[str]) -> int:
+    """Run a bug (or its fixed twin) under ``ddpdoctor run``; returns that run's exit status."""
+    bug = find_bug(name)
+    where = sample_bugs_dir()
+    own_dir = any(a == "--run-dir" or a.startswith("--run-dir=") for a in extra_args)
+    cmd = run_command(bug, fixed, extra_args, None if own_dir else _default_run_dir(bug, fixed))
+    console = Console(stderr=True, highlight=False)
+    variant = "fixed twin" if fixed else "bug"
+    console.print(f"[bold]{bug.name}[/] ({variant}, {bug.nproc} ranks): "
+                  f"{escape(bug.fix if fixed else bug.symptom)}")
+    expect = ("a clean run: exit 0, no error or warning" if fixed else
+              f"{bug.finding_kind} blaming rank{'s' if len(bug.culprit_ranks) > 1 else ''} "
+              f"{', '.join(map(str, bug.culprit_ranks))}")
+    console.print(f"expected: {expect}", style="dim")
+    shown = ["python" if a == sys.executable else
+             "torchrun" if a.endswith(f"{os.sep}torchrun") else a for a in cmd[4:]]
+    console.print(escape("$ cd sample_bugs && ddpdoctor run " + " ".join(shown)), style="dim")
+    try:
+        return subprocess.run(cmd, cwd=where).returncode
+    except KeyboardInterrupt:
+        return 130
+
+
+def list_bugs(console: Console) -> int:
+    """Print the catalogue as a table; returns 0."""
+    table = Table(title="ddpdoctor bug catalogue (sample_bugs/)", box=box.SIMPLE_HEAD,
+                  header_style="bold", pad_edge=False)
+    table.add_column("bug", no_wrap=True)
+    table.add_column("symptom", min_width=20)
+    table.add_column("ddpdoctor reports", min_width=14)
+    for bug in CATALOGUE:
+        blame = ", ".join(map(str, bug.culprit_ranks))
+        plural = "s" if len(bug.culprit_ranks) > 1 else ""
+        table.add_row(f"[bold cyan]{bug.name}[/]\n[dim]{bug.nproc} ranks, {bug.launch.value}[/]",
+                      escape(bug.symptom),
+                      f"{bug.finding_kind}\n[dim]blames rank{plural} {blame}[/]", end_section=True)
+    console.print(table)
+    console.print("Run one: [bold]ddpdoctor bugs run NAME[/] (add [bold]--fixed[/] for its "
+                  "fix). The scripts and their sources: sample_bugs/README.md")
+    return 0
