@@ -50,7 +50,25 @@ def analyze(job: JobView, problems: list[str] | None = None) -> list[Finding]:
     roots = [f for f in findings if f.kind != "missing_collective"]
     kept = [_demote_symptom_of_uneven(_demote_crash_of_mismatch(f, roots), roots)
             for f in findings if not _explained(f, roots)]
+    kept = [_demote_peer_symptoms(f, kept) for f in kept]
     return sorted(kept, key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
+
+
+def _demote_peer_symptoms(f: Finding, kept: list[Finding]) -> Finding:
+    """A rank_failed made only of "connection closed by peer" errors, when another error
+    finding says why the peer left (it exited, ran out of batches, diverged): a symptom."""
+    if f.kind != "rank_failed" or f.severity != Severity.ERROR:
+        return f
+    failures = f.evidence.get("failures") or []
+    if not failures or not all(x.get("symptom") for x in failures):
+        return f
+    cause = next((k for k in kept if k is not f and k.severity == Severity.ERROR), None)
+    if cause is None:
+        return f
+    return dataclasses.replace(
+        f, severity=Severity.INFO,
+        summary=f"{f.summary} (a consequence of the {cause.kind} of rank(s) "
+                f"{', '.join(map(str, cause.ranks))})")
 
 
 def _demote_crash_of_mismatch(f: Finding, roots: list[Finding]) -> Finding:

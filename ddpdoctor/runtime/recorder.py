@@ -14,7 +14,7 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import format_shapes
@@ -22,6 +22,7 @@ from ddpdoctor.trace.writer import TraceWriter
 
 ENV_RUN_DIR = "DDPDOCTOR_RUN_DIR"
 ENV_RUN_ID = "DDPDOCTOR_RUN_ID"
+ENV_TEST_FAULT = "DDPDOCTOR_TEST_FAULT"  # tests only: "begin[:N][@RANK]", see _TestFault
 
 _time_ns = time.time_ns
 _OP = L.OP_CODES
@@ -66,8 +67,24 @@ def dtype_name(t: Any) -> str:
     return str(t.dtype)[6:]
 
 
-def describe(ins: Iterable[Any], outs: Iterable[Any], callsite: str) -> tuple[bytes, int]:
-    """The record text ``in_shapes|out_shapes|dtypes|callsite`` and the input numel."""
+_DESCRIBE_CACHE: dict[tuple, tuple[bytes, int]] = {}
+_DESCRIBE_CACHE_MAX = 4096
+
+
+def describe(ins: Sequence[Any], outs: Sequence[Any], callsite: str) -> tuple[bytes, int]:
+    """The record text ``in_shapes|out_shapes|dtypes|callsite`` and the input numel.
+    Cached by (shapes, dtypes, call site): a training loop repeats a handful of them."""
+    if len(ins) == 1 and not outs:  # the common case, kept cheap
+        t = ins[0]
+        key: tuple = (callsite, t.shape, t.dtype)
+    else:
+        ins = [t for t in ins if t is not None]
+        outs = [t for t in outs if t is not None]
+        key = (callsite, len(ins), *[(t.shape, t.dtype) for t in ins],
+               *[(t.shape, t.dtype) for t in outs])
+    hit = _DESCRIBE_CACHE.get(key)
+    if hit is not None:
+        return hit
     ins = [t for t in ins if t is not None]
     outs = [t for t in outs if t is not None]
     numel = 0
@@ -80,7 +97,34 @@ def describe(ins: Iterable[Any], outs: Iterable[Any], callsite: str) -> tuple[by
     if len(raw) > L.TEXT_SIZE:  # keep the call site, shorten the shapes
         tail = f"|{dtypes}|{callsite}".encode()[-(L.TEXT_SIZE // 2):]
         raw = raw[: L.TEXT_SIZE - len(tail)] + tail
+    if len(_DESCRIBE_CACHE) >= _DESCRIBE_CACHE_MAX:
+        _DESCRIBE_CACHE.clear()
+    _DESCRIBE_CACHE[key] = (raw, numel)
     return raw, numel
+
+
+class _TestFault:
+    """A fault injected by tests through DDPDOCTOR_TEST_FAULT="where[:N][@RANK]": the Nth
+    call (default the first) of ``where`` on rank RANK (default any) raises RuntimeError."""
+
+    def __init__(self, spec: str):
+        where, _, rank = spec.partition("@")
+        self.where, _, nth = where.partition(":")
+        self.nth = int(nth) if nth.isdigit() else 1
+        self.rank = int(rank) if rank.lstrip("-").isdigit() else None
+        self.calls = 0
+
+    def check(self, where: str, rank: int) -> None:
+        if where != self.where or (self.rank is not None and rank != self.rank):
+            return
+        self.calls += 1
+        if self.calls == self.nth:
+            raise RuntimeError(f"injected test fault in {where} (DDPDOCTOR_TEST_FAULT)")
+
+
+def _test_fault() -> _TestFault | None:
+    spec = os.environ.get(ENV_TEST_FAULT, "")
+    return _TestFault(spec) if spec else None
 
 
 class Recorder:
@@ -101,8 +145,11 @@ class Recorder:
         self._open = 0  # collectives in progress (any thread)
         self.rank = -1
         self.steps = 0  # optimizer steps taken (the header's step)
-        self.writer.meta("process", pid=os.getpid(), ppid=os.getppid(), argv=sys.argv[:16],
-                         executable=sys.executable)
+        self._fault = _test_fault()
+        from ddpdoctor.report.redact import redact_argv
+
+        self.writer.meta("process", pid=os.getpid(), ppid=os.getppid(),
+                         argv=redact_argv(sys.argv[:16]), executable=sys.executable)
 
     # -- failure containment ---------------------------------------------------------
     def fail(self, where: str, error: BaseException) -> None:
@@ -170,14 +217,18 @@ class Recorder:
         return idx
 
     # -- collectives -------------------------------------------------------------------
-    def begin(self, op: str, pg: Any, ins: Iterable[Any], outs: Iterable[Any] = (),
+    def begin(self, op: str, pg: Any, ins: Sequence[Any], outs: Sequence[Any] = (),
               reduce_op: str = "", flags: int = 0, peer: int = -1, aux: int = 0,
               callsite: str | None = None, kind: int = _KIND_COLL) -> int:
         """Record entering a collective; returns a handle for ``end`` (-1 if disabled)."""
         if not self.enabled:
             return -1
         try:
-            g = self.group_index(pg)
+            if self._fault is not None:
+                self._fault.check("begin", self.rank)
+            g = self._groups.get(id(pg))
+            if g is None:
+                g = self._register_group(pg)
             if kind == _KIND_COLL:
                 seq = self._seq[g]
                 self._seq[g] = seq + 1
@@ -192,7 +243,8 @@ class Recorder:
             if kind == _KIND_COLL and g == 0:
                 self.writer.set_last_seq(seq)
             self._open += 1
-            self.writer.set_state(_IN_COLL)
+            if self._open == 1:
+                self.writer.set_state(_IN_COLL)
             return idx
         except Exception as e:  # noqa: BLE001 - any recorder bug must not reach the job
             self.fail(f"begin {op}", e)

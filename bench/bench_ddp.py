@@ -1,0 +1,117 @@
+"""Benchmark: a training step under ddpdoctor's DDP against torch's DDP, in one job.
+
+    python bench/bench_ddp.py [--world 2] [--steps 15] [--batch 64]
+
+Two MLPs (3 x 1024 wide, ~3M parameters; 6 x 2048 wide, ~25M), gloo, one thread a rank.
+Each step is forward + backward + SGD step; the three variants (torch DDP, ddpdoctor DDP,
+the bare module without communication) alternate step by step so that noise from other
+jobs hits them alike; the table shows medians after warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from ddpdoctor.ddp.wrapper import DistributedDataParallel as RingDDP  # noqa: E402
+
+MODELS = {"mlp3x1024": (3, 1024), "mlp6x2048": (6, 2048)}
+WARMUP = 3
+
+
+def mlp(layers: int, width: int) -> nn.Module:
+    mods: list[nn.Module] = []
+    for _ in range(layers - 1):
+        mods += [nn.Linear(width, width), nn.ReLU()]
+    mods.append(nn.Linear(width, width))
+    return nn.Sequential(*mods)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> float:
+    dist.barrier()
+    t0 = time.perf_counter()
+    model(x).square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+    return time.perf_counter() - t0
+
+
+def _rank(rank: int, world: int, port: int, steps: int, batch: int, out: "mp.Queue") -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    rows = []
+    for name, (layers, width) in MODELS.items():
+        torch.manual_seed(0)
+        base = mlp(layers, width)
+        variants = {
+            "torch": nn.parallel.DistributedDataParallel(mlp(layers, width)),
+            "ring": RingDDP(mlp(layers, width)),
+            "local": base,
+        }
+        opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in variants.items()}
+        times: dict[str, list[float]] = {k: [] for k in variants}
+        x = torch.randn(batch, width)
+        for i in range(WARMUP + steps):
+            for k, m in variants.items():
+                t = _step(m, opts[k], x)
+                if i >= WARMUP:
+                    times[k].append(t)
+        nparams = sum(p.numel() for p in base.parameters())
+        med = {k: statistics.median(v) for k, v in times.items()}
+        med["ratio"] = statistics.median(r / t for r, t in zip(times["ring"], times["torch"]))
+        rows.append((name, nparams, med))
+        del variants, opts
+    if rank == 0:
+        out.put(rows)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--batch", type=int, default=64)
+    args = ap.parse_args(argv)
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_rank, args=(r, args.world, port, args.steps, args.batch, out))
+             for r in range(args.world)]
+    for p in procs:
+        p.start()
+    rows = out.get(timeout=1800)
+    for p in procs:
+        p.join()
+    print(f"DDP step time, world {args.world}, gloo, batch {args.batch}, 1 thread a rank, "
+          f"median of {args.steps} alternating steps ({os.cpu_count()} cores)")
+    print("ring/torch is the median of the ratios of neighbouring steps")
+    print(f"{'model':<10} {'params':>7} {'torch ms':>9} {'ring ms':>9} {'ring/torch':>10} "
+          f"{'no-comm ms':>10}")
+    for name, nparams, t in rows:
+        print(f"{name:<10} {nparams / 1e6:>6.1f}M {t['torch'] * 1e3:>9.1f} "
+              f"{t['ring'] * 1e3:>9.1f} {t['ratio']:>10.2f} "
+              f"{t['local'] * 1e3:>10.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""Ring all-reduce over a ProcessGroup's own send/recv, pipelined in segments, in view.
+
+A ring all-reduce of a flat tensor on ``n`` ranks is a reduce-scatter (``n - 1`` steps:
+each rank sends one chunk to its right neighbour, receives another from its left one and
+reduces it into its own copy) followed by an all-gather (``n - 1`` steps passing the
+reduced chunks on).  Every chunk is cut into segments of ``SEGMENT_BYTES`` so that a
+segment moves on to the next step as soon as it is reduced: the link never idles while
+a whole chunk is summed.  Sends and receives use ``pg.send``/``pg.recv`` (gloo runs
+them on its own I/O threads), never ``torch.distributed.send``, so the runtime that
+records the user's point-to-point calls does not see them; each one is recorded as a
+ring step of the collective that owns it instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from ddpdoctor.runtime import recorder
+
+SEGMENT_BYTES = int(os.environ.get("DDPDOCTOR_RING_SEGMENT_BYTES", 4 << 20))
+TAG_BASE = 1 << 30  # far above the tags users pick, below gloo's 2**31 limit
+_TAG_CALLS = 256  # calls whose tags differ before they repeat
+_TAG_SPAN = 1 << 16  # tags one call may use: 2 * (n - 1) * segments
+
+_ReduceFn = Callable[[torch.Tensor, torch.Tensor], Any]
+_REDUCERS: dict[str, _ReduceFn] = {
+    "sum": torch.Tensor.add_,
+    "avg": torch.Tensor.add_,
+    "product": torch.Tensor.mul_,
+    "max": lambda a, b: torch.maximum(a, b, out=a),
+    "min": lambda a, b: torch.minimum(a, b, out=a),
+    "band": torch.Tensor.bitwise_and_,
+    "bor": torch.Tensor.bitwise_or_,
+    "bxor": torch.Tensor.bitwise_xor_,
+}
+_OP_NAMES = {
+    dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.PRODUCT: "product",
+    dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min", dist.ReduceOp.BAND: "band",
+    dist.ReduceOp.BOR: "bor", dist.ReduceOp.BXOR: "bxor",
+}
+
+_calls: dict[int, itertools.count] = {}  # id(pg) -> call counter, for tags
+_calls_lock = threading.Lock()
+
+
+def op_name(op: Any) -> str:
+    """``"sum"``, ``dist.ReduceOp.SUM`` or ``dist.ReduceOp.RedOpType.SUM`` -> ``"sum"``."""
+    if isinstance(op, str):
+        name = op.lower()
+    else:
+        name = _OP_NAMES.get(op, "")
+        if not name:
+            name = str(op).rsplit(".", 1)[-1].lower()
+    if name not in _REDUCERS:
+        raise ValueError(f"ring all_reduce does not support the reduce op {op!r}; use one of "
+                         f"{', '.join(sorted(_REDUCERS))}")
+    return name
+
+
+def chunk_bounds(numel: int, n: int) -> list[int]:
+    """Start offsets of ``n`` chunks of ``numel`` elements plus the end (like tensor_split:
+    the first ``numel % n`` chunks are one element longer)."""
+    base, extra = divmod(numel, n)
+    bounds = [0]
+    for c in range(n):
+        bounds.append(bounds[-1] + base + (1 if c < extra else 0))
+    return bounds
+
+
+class RingPlan:
+    """Where each chunk and segment of a ring all-reduce lies, and which tag it travels
+    under.  Pure arithmetic, the same on every rank."""
+
+    def __init__(self, numel: int, n: int, rank: int, elem_size: int,
+                 segment_bytes: int = SEGMENT_BYTES):
+        self.n, self.rank = n, rank
+        self.bounds = chunk_bounds(numel, n)
+        self.max_chunk = -(-numel // n)
+        seg = max(1, segment_bytes // elem_size)
+        steps = 2 * (n - 1)
+        while steps * -(-self.max_chunk // seg) >= _TAG_SPAN:
+            seg *= 2
+        self.seg = seg
+        self.nseg = max(1, -(-self.max_chunk // seg))
+
+    def span(self, chunk: int, segment: int) -> tuple[int, int]:
+        """``[start, end)`` of ``segment`` of ``chunk``; empty past the chunk's end."""
+        start = self.bounds[chunk] + segment * self.seg
+        end = min(self.bounds[chunk + 1], start + self.seg)
+        return start, max(start, end)
+
+    def tag(self, base: int, step: int, segment: int) -> int:
+        return base + step * self.nseg + segment
+
+
+class RingTrace:
+    """Records a ring's sends and receives as ring steps of the collective ``parent_seq``."""
+
+    def __init__(self, rec: recorder.Recorder, pg: Any, parent_seq: int, bucket: int,
+                 left: int, right: int):
+        self.rec, self.pg, self.parent, self.bucket = rec, pg, parent_seq, bucket
+        self.left, self.right = left, right
+
+    def start(self, send: bool, nbytes: int, step: int, segment: int) -> int:
+        return self.rec.ring_step(self.parent, self.pg, send,
+                                  self.right if send else self.left, nbytes,
+                                  time.time_ns(), 0, step, segment, self.bucket)
+
+    def done(self, handle: int) -> None:
+        self.rec.end_step(handle)
+
+
+_scratch = threading.local()
+
+
+def scratch(dtype: torch.dtype, numel: int) -> torch.Tensor:
+    """A reusable receive buffer of at least ``numel`` elements (one per thread and dtype):
+    a fresh large allocation each call costs page faults on every page."""
+    bufs = _scratch.__dict__.setdefault("bufs", {})
+    buf = bufs.get(dtype)
+    if buf is None or buf.numel() < numel:
+        buf = torch.empty(numel, dtype=dtype)
+        bufs[dtype] = buf
+    return buf[:numel]
+
+
+def _next_tag_base(pg: Any) -> int:
+    counter = _calls.get(id(pg))
+    if counter is None:
+        with _calls_lock:
+            counter = _calls.setdefault(id(pg), itertools.count())
+    return TAG_BASE + (next(counter) % _TAG_CALLS) * _TAG_SPAN
+
+
+def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
+                         trace: RingTrace | None = None,
+                         segment_bytes: int = SEGMENT_BYTES) -> None:
+    """All-reduce the contiguous 1-d tensor ``flat`` in place over ``pg`` (a ProcessGroup
+    object; ranks are group-local).  ``op`` is a name from ``op_name``."""
+    n = pg.size()
+    if n > 1 and flat.numel() > 0:
+        _Ring(flat, pg, _REDUCERS[op], trace, segment_bytes).run()
+    if op == "avg" and n > 1:
+        if flat.is_floating_point() or flat.is_complex():
+            flat.div_(n)
+        else:
+            flat.floor_divide_(n)
+
+
+class _Ring:
+    """One ring all-reduce in flight: posts, waits and reduces segment by segment."""
+
+    def __init__(self, flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
+                 trace: RingTrace | None, segment_bytes: int):
+        self.flat, self.pg, self.reduce, self.trace = flat, pg, reduce, trace
+        n, r = pg.size(), pg.rank()
+        self.plan = RingPlan(flat.numel(), n, r, flat.element_size(), segment_bytes)
+        self.n, self.r = n, r
+        self.right, self.left = (r + 1) % n, (r - 1) % n
+        self.base = _next_tag_base(pg)
+        self.tmp = scratch(flat.dtype, self.plan.max_chunk)
+        self.sends: dict[tuple[int, int], tuple[Any, int]] = {}  # (step, seg) -> work
+
+    # -- posting ---------------------------------------------------------------------
+    def _send(self, step: int, chunk: int, seg: int) -> None:
+        s, e = self.plan.span(chunk, seg)
+        if e == s:
+            return
+        work = self.pg.send([self.flat[s:e]], self.right, self.plan.tag(self.base, step, seg))
+        h = self.trace.start(True, (e - s) * self.flat.element_size(), step, seg) \
+            if self.trace is not None else -1
+        self.sends[(step, seg)] = (work, h)
+
+    def _recv(self, step: int, chunk: int, seg: int,
+              into_tmp: bool) -> tuple[Any, int, torch.Tensor, torch.Tensor] | None:
+        s, e = self.plan.span(chunk, seg)
+        if e == s:
+            return None
+        dst = self.flat[s:e]
+        buf = self.tmp[s - self.plan.bounds[chunk]: e - self.plan.bounds[chunk]] \
+            if into_tmp else dst
+        work = self.pg.recv([buf], self.left, self.plan.tag(self.base, step, seg))
+        h = self.trace.start(False, (e - s) * self.flat.element_size(), step, seg) \
+            if self.trace is not None else -1
+        return work, h, buf, dst
+
+    def _wait(self, work: Any, handle: int) -> None:
+        work.wait()
+        if self.trace is not None:
+            self.trace.done(handle)
+
+    def _wait_send(self, step: int, seg: int) -> None:
+        entry = self.sends.pop((step, seg), None)
+        if entry is not None:
+            self._wait(*entry)
+
+    # -- the two phases --------------------------------------------------------------
+    def run(self) -> None:
+        n, r, nseg = self.n, self.r, self.plan.nseg
+        last = n - 2  # index of the last step of each phase
+        try:
+            pending = []
+            for j in range(nseg):  # reduce-scatter step 0
+                pending.append(self._recv(0, (r - 1) % n, j, True))
+                self._send(0, r % n, j)
+            for k in range(n - 1):  # reduce-scatter: chunk (r-k-1) arrives, is reduced
+                rc = (r - k - 1) % n
+                nxt = []
+                for j in range(nseg):
+                    got = pending[j]
+                    if got is not None:
+                        self._wait(got[0], got[1])
+                        self.reduce(got[3], got[2])
+                    if k < last:
+                        nxt.append(self._recv(k + 1, (r - k - 2) % n, j, True))
+                        self._send(k + 1, rc, j)
+                    else:  # chunk rc is final here: start the all-gather with it
+                        self._wait_send(0, j)  # chunk r (sent at step 0) is overwritten
+                        nxt.append(self._recv(n - 1, r, j, False))
+                        self._send(n - 1, rc, j)
+                pending = nxt
+            for k in range(n - 1):  # all-gather: chunk (r-k) arrives, is passed on
+                nxt = []
+                for j in range(nseg):
+                    got = pending[j]
+                    if got is not None:
+                        self._wait(got[0], got[1])
+                    if k < last:
+                        self._wait_send(k + 1, j)  # chunk (r-k-1) was sent at RS step k+1
+                        nxt.append(self._recv(n + k, (r - k - 1) % n, j, False))
+                        self._send(n + k, (r - k) % n, j)
+                pending = nxt
+        finally:
+            for key in list(self.sends):
+                self._wait_send(*key)
+
+
+def resolve_group(group: Any) -> Any:
+    """The ProcessGroup object for ``group`` (None = the default group)."""
+    if group is None:
+        return dist.distributed_c10d._get_default_group()
+    return group
+
+
+def global_rank(pg: Any, group_rank: int) -> int:
+    """The global rank of ``group_rank`` in ``pg``."""
+    try:
+        return dist.get_global_rank(pg, group_rank)
+    except (RuntimeError, ValueError):
+        return group_rank
+
+
+def all_reduce(tensor: torch.Tensor, op: Any = "sum", group: Any = None) -> None:
+    """All-reduce ``tensor`` in place over ``group`` with a segmented ring, like
+    ``dist.all_reduce(tensor, op, group)``; ``op`` may also be ``"avg"`` on gloo."""
+    name = op_name(op)
+    pg = resolve_group(group)
+    if dist.distributed_c10d._rank_not_in_group(pg):
+        return
+    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+    rec = recorder.active()
+    trace, handle = None, -1
+    if rec is not None:
+        handle = rec.begin("all_reduce", group, ins=[tensor], reduce_op=name,
+                           callsite=recorder.user_callsite())
+        trace = ring_trace(rec, group, pg, handle, -1)
+    try:
+        ring_all_reduce_flat(flat, pg, name, trace)
+    except BaseException:
+        if rec is not None:
+            rec.end(handle, failed=True)
+        raise
+    if flat.data_ptr() != tensor.data_ptr() or not tensor.is_contiguous():
+        tensor.copy_(flat.view(tensor.shape))
+    if rec is not None:
+        rec.end(handle)
+
+
+def ring_trace(rec: recorder.Recorder, group: Any, pg: Any, handle: int,
+               bucket: int) -> RingTrace | None:
+    """A RingTrace for the collective recorded under ``handle`` (None if not recorded)."""
+    if handle < 0:
+        return None
+    n, r = pg.size(), pg.rank()
+    return RingTrace(rec, group, rec.last_seq_of(handle), bucket,
+                     global_rank(pg, (r - 1) % n), global_rank(pg, (r + 1) % n))
