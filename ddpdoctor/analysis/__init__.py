@@ -1,1 +1,1 @@
-"""ddpdoctor.analysis."""
+"""Analysis: load run dirs into a JobView, align collectives, run the detectors."""

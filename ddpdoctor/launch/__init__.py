@@ -1,1 +1,1 @@
-"""ddpdoctor.launch."""
+"""Launching: the run dir, the injection bootstrap, starting and stopping the job."""
