@@ -1,0 +1,473 @@
+"""Typed, forgiving views of a report dict (schema ddpdoctor.report/1 plus the UI extensions)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+#: Every state a rank can be in, in the order the help screen lists them.
+RANK_STATES: tuple[str, ...] = (
+    "starting",
+    "computing",
+    "in_collective",
+    "waiting",
+    "hung",
+    "exited",
+    "failed",
+    "stopped",
+    "killed",
+)
+
+#: The Rich style of each state in the rank table.
+STATE_STYLES: dict[str, str] = {
+    "starting": "blue",
+    "computing": "green",
+    "in_collective": "cyan",
+    "waiting": "yellow",
+    "hung": "bold white on red",
+    "exited": "dim",
+    "failed": "bold red",
+    "stopped": "magenta",
+    "killed": "bold magenta",
+}
+
+#: The Rich style of each finding severity.
+SEVERITY_STYLES: dict[str, str] = {
+    "error": "bold white on red",
+    "warning": "bold black on yellow",
+    "info": "bold white on blue",
+}
+
+SEVERITY_ORDER: dict[str, int] = {"error": 0, "warning": 1, "info": 2}
+
+#: Short names of collectives for the timeline's narrow cells.
+OP_ABBREVIATIONS: dict[str, str] = {
+    "all_reduce": "AR",
+    "allreduce": "AR",
+    "all_reduce_coalesced": "ARc",
+    "broadcast": "BC",
+    "all_gather": "AG",
+    "all_gather_into_tensor": "AGt",
+    "all_gather_object": "AGo",
+    "reduce_scatter": "RS",
+    "reduce_scatter_tensor": "RSt",
+    "reduce": "RD",
+    "gather": "GA",
+    "gather_object": "GAo",
+    "scatter": "SC",
+    "scatter_object_list": "SCo",
+    "barrier": "BR",
+    "monitored_barrier": "MBR",
+    "all_to_all": "A2A",
+    "all_to_all_single": "A2A",
+    "send": "SND",
+    "recv": "RCV",
+    "isend": "iSN",
+    "irecv": "iRC",
+    "broadcast_object_list": "BCo",
+    "new_group": "NG",
+}
+
+
+def abbreviate_op(op: str | None) -> str:
+    """A 1-3 character name for a collective, for the timeline."""
+    if not op:
+        return "?"
+    if op in OP_ABBREVIATIONS:
+        return OP_ABBREVIATIONS[op]
+    parts = [p for p in op.replace("-", "_").split("_") if p]
+    return "".join(p[0] for p in parts).upper()[:3] or "?"
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def parse_time(value: Any) -> float | None:
+    """Unix seconds from an ISO 8601 string or a number, None if neither."""
+    number = _float(value)
+    if number is not None:
+        return number
+    text = _str(value)
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.timestamp()
+
+
+def format_shapes(shapes: Any) -> str:
+    """`[[10, 4], [3]]` as `10x4,3`; empty when unknown."""
+    parts: list[str] = []
+    for shape in _list(shapes):
+        if isinstance(shape, list):
+            parts.append("x".join(str(d) for d in shape) if shape else "scalar")
+    return ",".join(parts)
+
+
+def format_duration(seconds: float | None) -> str:
+    """A compact duration: 0.4s, 12.3s, 4m05s, 2h03m."""
+    if seconds is None or seconds < 0:
+        return ""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One stack frame as py-spy reports it."""
+
+    name: str
+    filename: str
+    line: int | None
+
+    @property
+    def is_library(self) -> bool:
+        """True for torch, site-packages and standard-library frames."""
+        path = self.filename.replace("\\", "/")
+        markers = (
+            "/site-packages/",
+            "/dist-packages/",
+            "/torch/",
+            "/ddpdoctor/",
+            "/lib/python",
+            "<frozen",
+        )
+        return path.startswith("<") or any(m in path for m in markers)
+
+    @property
+    def location(self) -> str:
+        return f"{self.filename}:{self.line}" if self.line is not None else self.filename
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective a rank called (a timeline entry or a rank's current op)."""
+
+    seq: int | None
+    op: str
+    group: str = "0"
+    shapes: str = ""
+    dtypes: str = ""
+    callsite: str = ""
+    start: float | None = None
+    end: float | None = None
+
+    @property
+    def in_flight(self) -> bool:
+        return self.start is not None and self.end is None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Collective:
+        return cls(
+            seq=_int(data.get("seq")),
+            op=_str(data.get("op")) or "?",
+            group=str(data.get("group")) if data.get("group") is not None else "0",
+            shapes=format_shapes(data.get("shapes")),
+            dtypes=",".join(str(d) for d in _list(data.get("dtypes"))),
+            callsite=_str(data.get("callsite")) or "",
+            start=parse_time(data.get("start", data.get("since"))),
+            end=parse_time(data.get("end")),
+        )
+
+
+@dataclass(frozen=True)
+class RankView:
+    """What the UI shows of one rank."""
+
+    rank: int
+    host: str = ""
+    pid: int | None = None
+    state: str = "starting"
+    exit_code: int | None = None
+    step: int | None = None
+    epoch: int | None = None
+    last_seq: int | None = None
+    current: Collective | None = None
+    stack: tuple[Frame, ...] | None = None
+    stack_error: str = ""
+    recent: tuple[Collective, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], index: int, parser: CollectiveParser | None = None) -> RankView:
+        current = data.get("current")
+        stack = data.get("stack")
+        frames = None
+        if isinstance(stack, list):
+            frames = tuple(
+                Frame(
+                    name=_str(f.get("name")) or "?",
+                    filename=_str(f.get("filename")) or "?",
+                    line=_int(f.get("line")),
+                )
+                for f in stack
+                if isinstance(f, dict)
+            )
+        rank = _int(data.get("rank"))
+        return cls(
+            rank=rank if rank is not None else index,
+            host=_str(data.get("host")) or "",
+            pid=_int(data.get("pid")),
+            state=_str(data.get("state")) or "starting",
+            exit_code=_int(data.get("exit_code")),
+            step=_int(data.get("step")),
+            epoch=_int(data.get("epoch")),
+            last_seq=_int(data.get("last_seq")),
+            current=Collective.from_dict(current) if isinstance(current, dict) else None,
+            stack=frames,
+            stack_error=_str(data.get("stack_error")) or "",
+            recent=(parser or CollectiveParser()).entries(_list(data.get("recent"))),
+        )
+
+
+@dataclass(frozen=True)
+class FindingView:
+    """One finding: what went wrong, where, and what to change."""
+
+    kind: str
+    severity: str
+    ranks: tuple[int, ...]
+    seq: int | None
+    summary: str
+    detail: str
+    fix: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FindingView:
+        severity = _str(data.get("severity")) or "info"
+        return cls(
+            kind=_str(data.get("kind")) or "finding",
+            severity=severity if severity in SEVERITY_ORDER else "info",
+            ranks=tuple(r for r in (_int(x) for x in _list(data.get("ranks"))) if r is not None),
+            seq=_int(data.get("seq")),
+            summary=_str(data.get("summary")) or "",
+            detail=_str(data.get("detail")) or "",
+            fix=_str(data.get("fix")) or "",
+            evidence=_dict(data.get("evidence")),
+        )
+
+
+@dataclass(frozen=True)
+class ProfileView:
+    """How a rank spent its time: computing vs waiting in collectives."""
+
+    compute_s: float
+    wait_s: float
+    collectives: int | None
+
+    @property
+    def wait_fraction(self) -> float:
+        total = self.compute_s + self.wait_s
+        return self.wait_s / total if total > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class ReportView:
+    """A whole report, ready to show; built from any dict without raising."""
+
+    outcome: str = ""
+    command: tuple[str, ...] = ()
+    world_size: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    run_dir: str = ""
+    live: bool = False
+    ranks: tuple[RankView, ...] = ()
+    findings: tuple[FindingView, ...] = ()
+    timeline: Mapping[int, tuple[Collective, ...]] = field(default_factory=dict)
+    profile: Mapping[int, ProfileView] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], parser: CollectiveParser | None = None) -> ReportView:
+        """The view of a report dict; `parser` reuses what the previous poll already parsed."""
+        if not isinstance(data, Mapping):
+            return cls(problems=("the report is not a JSON object",))
+        parser = parser if parser is not None else CollectiveParser()
+        ranks = tuple(
+            RankView.from_dict(r, i, parser)
+            for i, r in enumerate(_list(data.get("ranks")))
+            if isinstance(r, dict)
+        )
+        findings = tuple(
+            sorted(
+                (FindingView.from_dict(f) for f in _list(data.get("findings")) if isinstance(f, dict)),
+                key=lambda f: SEVERITY_ORDER.get(f.severity, 3),
+            )
+        )
+        view = cls(
+            outcome=_str(data.get("outcome")) or "",
+            command=tuple(str(c) for c in _list(data.get("command"))),
+            world_size=_int(data.get("world_size")),
+            started_at=parse_time(data.get("started_at")),
+            ended_at=parse_time(data.get("ended_at")),
+            run_dir=_str(data.get("run_dir")) or "",
+            live=bool(data.get("live", False)),
+            ranks=tuple(sorted(ranks, key=lambda r: r.rank)),
+            findings=findings,
+            timeline=parser.timeline(_dict(data.get("timeline"))),
+            profile=_profile(_dict(data.get("profile"))),
+            problems=tuple(str(p) for p in _list(data.get("problems"))),
+        )
+        parser.done()
+        return view
+
+    @property
+    def faulty_ranks(self) -> frozenset[int]:
+        """Ranks named by a finding of severity error."""
+        return frozenset(r for f in self.findings if f.severity == "error" for r in f.ranks)
+
+    @property
+    def divergent(self) -> FindingView | None:
+        """The first error finding that names a seq: the mismatch to highlight."""
+        return next((f for f in self.findings if f.severity == "error" and f.seq is not None), None)
+
+    def rank(self, rank: int) -> RankView | None:
+        return next((r for r in self.ranks if r.rank == rank), None)
+
+    def groups(self) -> list[str]:
+        """Process groups seen in the timeline, the default group "0" first."""
+        names = {c.group for entries in self.timeline.values() for c in entries}
+        return sorted(names, key=lambda g: (g != "0", len(g), g))
+
+    def reference_time(self, now: float) -> float:
+        """The moment "time in op" is measured to: now while live, else the report's end."""
+        if self.live or self.ended_at is None:
+            return now
+        return self.ended_at
+
+
+class CollectiveParser:
+    """Parses collectives, reusing those parsed at the previous poll (a live run re-sends them all).
+
+    One parser lives in the poll worker; each `ReportView.from_dict` call is one poll.
+    """
+
+    def __init__(self) -> None:
+        self._previous: dict[tuple[Any, ...], Collective] = {}
+        self._current: dict[tuple[Any, ...], Collective] = {}
+        self._previous_rows: dict[tuple[Any, ...], tuple[Collective, ...]] = {}
+        self._current_rows: dict[tuple[Any, ...], tuple[Collective, ...]] = {}
+
+    def entries(self, raw: list[Any]) -> tuple[Collective, ...]:
+        """The collectives of one list; the same tuple object as last poll when nothing changed."""
+        if not raw:
+            return ()
+        open_entries = sum(1 for e in raw if isinstance(e, dict) and e.get("end") is None)
+        signature = (len(raw), open_entries, _entry_key(raw[0]), _entry_key(raw[-1]))
+        row = self._previous_rows.get(signature) or self._current_rows.get(signature)
+        if row is None:
+            row = tuple(self._entry(e) for e in raw if isinstance(e, dict))
+        self._current_rows[signature] = row
+        return row
+
+    def _entry(self, raw: dict[str, Any]) -> Collective:
+        key = _entry_key(raw)
+        entry = self._previous.get(key) or self._current.get(key)
+        if entry is None:
+            entry = Collective.from_dict(raw)
+        self._current[key] = entry
+        return entry
+
+    def timeline(self, data: Mapping[str, Any]) -> dict[int, tuple[Collective, ...]]:
+        out: dict[int, tuple[Collective, ...]] = {}
+        for key, raw in data.items():
+            rank = _int(key)
+            if rank is not None and isinstance(raw, list):
+                out[rank] = self.entries(raw)
+        return out
+
+    def done(self) -> None:
+        """End of a poll: keep only what this poll saw, so memory stays bounded."""
+        self._previous, self._current = self._current, {}
+        self._previous_rows, self._current_rows = self._current_rows, {}
+
+
+def _entry_key(raw: Any) -> tuple[Any, ...]:
+    if not isinstance(raw, dict):
+        return (None,)
+    return (
+        raw.get("group"),
+        raw.get("seq"),
+        raw.get("op"),
+        raw.get("start", raw.get("since")),
+        raw.get("end"),
+        raw.get("callsite"),
+        str(raw.get("shapes")),
+        str(raw.get("dtypes")),
+    )
+
+
+def _profile(data: Mapping[str, Any]) -> dict[int, ProfileView]:
+    out: dict[int, ProfileView] = {}
+    for key, entry in data.items():
+        rank = _int(key)
+        if rank is None or not isinstance(entry, dict):
+            continue
+        out[rank] = ProfileView(
+            compute_s=_float(entry.get("compute_s")) or 0.0,
+            wait_s=_float(entry.get("wait_s")) or 0.0,
+            collectives=_int(entry.get("collectives")),
+        )
+    return out
+
+
+def matches_filter(rank: RankView, query: str) -> bool:
+    """Whether a rank matches a filter: every word must match its rank (3, 0-7), state, host or op."""
+    for word in query.lower().split():
+        if not _word_matches(rank, word):
+            return False
+    return True
+
+
+def _word_matches(rank: RankView, word: str) -> bool:
+    if word.isdigit():
+        return rank.rank == int(word)
+    low, sep, high = word.partition("-")
+    if sep and low.isdigit() and high.isdigit():
+        return int(low) <= rank.rank <= int(high)
+    if "," in word and all(p.isdigit() for p in word.split(",") if p):
+        return rank.rank in {int(p) for p in word.split(",") if p}
+    op = rank.current.op if rank.current else ""
+    return any(word in text.lower() for text in (rank.state, rank.host, op, str(rank.pid or "")))
+
+
+def iter_ranks(view: ReportView, query: str) -> Iterable[RankView]:
+    """The ranks of a report that match a filter, in rank order."""
+    return (r for r in view.ranks if matches_filter(r, query))

@@ -1,0 +1,1 @@
+"""The widgets of ddpdoctor's terminal UI, one a module."""
