@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis.model import Call, JobView, RankRun
+from ddpdoctor.analysis.model import NS, Call, JobView, RankRun
 from ddpdoctor.errors import UserError
 from ddpdoctor.launch.rundir import is_run_dir, read_run_file
 from ddpdoctor.launch.process import alive, proc_state
@@ -69,11 +70,12 @@ def load_stack(path: Path) -> tuple[list[dict[str, Any]] | None, str | None]:
     return None, str(data.get("error") or "no stack")
 
 
-def _read_traces(run_dir: Path, problems: list[str]) -> list[RankTrace]:
+def _read_traces(run_dir: Path, problems: list[str],
+                 tail: int | None = None) -> list[RankTrace]:
     traces = []
     for path in sorted((run_dir / "traces").glob("pid-*.ring")):
         try:
-            traces.append(read_trace(path))
+            traces.append(read_trace(path, tail))
         except TraceError as e:
             problems.append(str(e))
     return traces
@@ -87,9 +89,18 @@ def _fault_text(trace: RankTrace) -> str:
         return ""
 
 
+def _iso_ns(text: Any) -> int | None:
+    try:
+        return int(dt.datetime.fromisoformat(str(text)).timestamp() * NS)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
 def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | None = None,
-             stacks: bool = True) -> JobView:
-    """Read every trace of the run dirs.  Raises UserError for a path that is no run dir."""
+             stacks: bool = True, tail: int | None = None) -> JobView:
+    """Read every trace of the run dirs (each rank's newest ``tail`` records if given).
+    Raises UserError for a path that is no run dir."""
+    started: list[int] = []
     problems: list[str] = []
     ranks: dict[int, RankRun] = {}
     launchers: list[RankTrace] = []
@@ -102,6 +113,9 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
         if not run_dir.is_dir() or not is_run_dir(run_dir):
             raise UserError(f"not a ddpdoctor run dir (no run.json or traces/): {run_dir}")
         info = read_run_file(run_dir)
+        start = _iso_ns(info.get("started_at")) if info.get("started_at") else None
+        if start:
+            started.append(start)
         if not command and isinstance(info.get("command"), list):
             command = [str(c) for c in info["command"]]
         if timeout is None and isinstance(info.get("hang_timeout"), (int, float)):
@@ -109,7 +123,7 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
         events, bad = read_meta(run_dir / SUPERVISOR_LOG)
         sup_events += events
         problems += bad
-        for trace in _read_traces(run_dir, problems):
+        for trace in _read_traces(run_dir, problems, tail):
             problems += trace.problems
             if trace.header.rank < 0:
                 launchers.append(trace)
@@ -128,7 +142,20 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
     outcome = next((e.get("outcome") for e in reversed(sup_events)
                     if e.get("event") == "outcome"), None)
     return JobView(list(run_dirs), ranks, world, time.time_ns(), timeout or 60.0, live,
-                   launchers, problems, sup_events, command, outcome)
+                   launchers, problems, sup_events, command, outcome,
+                   min(started) if started else None, None if live else _ended(ranks, sup_events))
+
+
+def _ended(ranks: dict[int, RankRun], sup_events: list[dict[str, Any]]) -> int | None:
+    """When the job ended: the supervisor's verdict or outcome, else the last record."""
+    for name in ("verdict", "outcome"):
+        times = [e["t"] for e in sup_events if e.get("event") == name and
+                 isinstance(e.get("t"), int)]
+        if times:
+            return min(times)
+    last = [max(c.t_end or c.t_start for c in calls) for run in ranks.values()
+            for calls in run.calls.values() if calls]
+    return max(last) if last else None
 
 
 def _attach_exits(ranks: dict[int, RankRun], launchers: list[RankTrace],

@@ -160,6 +160,8 @@ class JobView:
     supervisor_events: list[dict[str, Any]] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
     outcome: str | None = None  # completed | failed | hung once known
+    started_ns: int | None = None  # when `ddpdoctor run` started the job (run.json)
+    ended_ns: int | None = None  # offline: when the job ended (the supervisor's last word)
 
     def group_members(self, group: str) -> list[int]:
         for run in self.ranks.values():

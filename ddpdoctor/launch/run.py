@@ -18,6 +18,7 @@ from ddpdoctor.errors import UserError
 from ddpdoctor.launch.command import job_argv, job_env
 from ddpdoctor.launch.process import start_job
 from ddpdoctor.launch.rundir import make_run_dir, new_run_id, write_json_atomic
+from ddpdoctor.report.redact import redact_argv
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
 
@@ -45,7 +46,7 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     _check_report_path(report_path)
     started = time.time_ns()
     write_json_atomic(run_dir / "run.json", {
-        "run_id": run_id, "command": list(config.command), "argv": argv,
+        "run_id": run_id, "command": redact_argv(config.command), "argv": redact_argv(argv),
         "hang_timeout": config.hang_timeout, "on_hang": config.on_hang.value,
         "ddp": config.ddp.value, "started_at": iso(started), "cwd": os.getcwd(),
         "report": str(report_path), "ddpdoctor_version": ddpdoctor.__version__,
@@ -54,7 +55,8 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
         console.print(f"[bold]ddpdoctor:[/bold] run dir {run_dir}", highlight=False)
     log: IO[bytes] | None = None
     if config.ui:
-        log = open(run_dir / "job.log", "ab", buffering=0)  # noqa: SIM115
+        log = open(run_dir / "job.log", "ab", buffering=0,  # noqa: SIM115
+                   opener=lambda path, flags: os.open(path, flags, 0o600))  # owner only
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         proc = start_job(argv, job_env(run_dir, run_id, config), log)

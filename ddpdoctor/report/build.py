@@ -27,12 +27,17 @@ def infer_outcome(job: JobView) -> str:
     return "completed"
 
 
+LIVE_TAIL = 4096  # records a rank a live view reads: enough to align and show the recent
+
+
 def build_report(run_dir: Path | list[Path], live: bool = True,
-                 hang_timeout: float | None = None) -> dict[str, Any]:
-    """The report of one run dir (or several, one per node) at this moment.
+                 hang_timeout: float | None = None, full: bool = False) -> dict[str, Any]:
+    """The report of one run dir (or several, one per node) at this moment.  A live view
+    reads each rank's newest LIVE_TAIL records unless ``full``.
     Raises UserError when a path is not a run dir."""
     dirs = run_dir if isinstance(run_dir, list) else [run_dir]
-    job = load_job(dirs, live=live, hang_timeout=hang_timeout)
+    job = load_job(dirs, live=live, hang_timeout=hang_timeout,
+                   tail=LIVE_TAIL if live and not full else None)
     findings = analyze(job)
     exit_code = next((e.get("exit_code") for e in reversed(job.supervisor_events)
                       if e.get("event") == "outcome"), None)

@@ -60,7 +60,10 @@ def _install_excepthooks() -> None:
 
 def _at_exit() -> None:
     rec = R.existing()
-    if rec is None or not rec.enabled:
+    if rec is None:
+        return
+    if not rec.enabled:
+        _mark_exit_disabled(rec)
         return
     try:
         state = rec.writer  # header state FAILED stays FAILED
@@ -73,6 +76,21 @@ def _at_exit() -> None:
         state._map.flush()
     except Exception as e:  # noqa: BLE001 - exiting must not be disturbed
         rec.fail("atexit", e)
+
+
+def _mark_exit_disabled(rec: R.Recorder) -> None:
+    """Recording stopped after an internal error: still say that the process ended
+    normally, or the analysis would take the silent header for a killed rank."""
+    try:
+        from ddpdoctor.trace.reader import TraceError, read_header
+    except ImportError:
+        return
+    try:
+        if read_header(rec.writer._map, rec.writer.ring_path).state != L.RankState.FAILED:
+            rec.writer.set_state(L.RankState.EXITED)
+        rec.writer.meta("exit")
+    except (OSError, ValueError, TraceError):
+        pass  # the trace itself is broken: nothing more to save
 
 
 def enable_faulthandler(rec: R.Recorder) -> None:

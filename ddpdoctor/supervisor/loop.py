@@ -179,7 +179,7 @@ class Supervisor:
             self.log("outcome", outcome=outcome, exit_code=exit_code)
         try:
             report = build_report(self.run_dir, live=live,
-                                  hang_timeout=self.config.hang_timeout)
+                                  hang_timeout=self.config.hang_timeout, full=True)
         except Exception as e:  # noqa: BLE001 - a report of what is known beats none
             report = self._fallback_report(outcome or "failed", exit_code, e)
         report["command"] = list(self.config.command)

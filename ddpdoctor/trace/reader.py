@@ -85,7 +85,8 @@ class RankTrace:
 
     def groups(self) -> dict[int, dict[str, Any]]:
         """Local group index -> {"name", "ranks"} from this process's meta log."""
-        return {int(g["index"]): g for g in self.meta_events("group") if "index" in g}
+        return {g["index"]: g for g in self.meta_events("group")
+                if type(g.get("index")) is int and 0 <= g["index"] < 1 << 31}
 
 
 def parse_shapes(text: str) -> tuple[tuple[int, ...], ...]:
@@ -240,15 +241,29 @@ class TraceFile:
         self.path = ring_path
         fd = os.open(ring_path, os.O_RDONLY)
         try:
-            size = os.fstat(fd).st_size
-            if size < L.HEADER_SIZE:
-                raise TraceError(f"{ring_path}: too short for a trace ({size} bytes)")
-            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+            st = os.fstat(fd)
+            if st.st_size < L.HEADER_SIZE:
+                raise TraceError(f"{ring_path}: too short for a trace ({st.st_size} bytes)")
+            self._map = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ)
         finally:
             os.close(fd)
+        self._ino, self._size = st.st_ino, st.st_size
         self.header()  # validate now
 
+    def _check_size(self) -> None:
+        """Reading a mapped page the file no longer has is SIGBUS, which would kill the
+        reader: refuse a file truncated in place since it was mapped.  (A file replaced
+        by rename, or unlinked, keeps its old inode mapped whole.)"""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return
+        if st.st_ino == self._ino and st.st_size < self._size:
+            raise TraceError(f"{self.path}: the trace file was truncated to {st.st_size} "
+                             "bytes while being read; it is no longer followed")
+
     def header(self) -> TraceHeader:
+        self._check_size()
         return read_header(self._map, self.path)
 
     def tail(self, last: int) -> tuple[TraceHeader, list[TraceRecord]]:
@@ -263,8 +278,9 @@ def meta_path_for(ring_path: Path) -> Path:
     return ring_path.with_name(ring_path.name[: -len(".ring")] + ".meta.jsonl")
 
 
-def read_trace(ring_path: Path) -> RankTrace:
-    """Read a whole trace file.  Raises TraceError when the header is unusable."""
+def read_trace(ring_path: Path, last: int | None = None) -> RankTrace:
+    """Read a trace file (only its newest ``last`` records if given).  Raises TraceError
+    when the header is unusable."""
     try:
         with open(ring_path, "rb") as f:
             buf = f.read()
@@ -272,7 +288,7 @@ def read_trace(ring_path: Path) -> RankTrace:
         raise TraceError(f"{ring_path}: {e.strerror or e}") from None
     try:
         header = read_header(buf, ring_path)
-        records, dropped = read_records(buf, header)
+        records, dropped = read_records(buf, header, last)
     except struct.error as e:
         raise TraceError(f"{ring_path}: damaged trace ({e})") from None
     meta, problems = read_meta(meta_path_for(ring_path))

@@ -294,9 +294,12 @@ def test_the_example_detector_plugin(run_dir: Path) -> None:
         import ddpdoctor_example_detector as example
     finally:
         sys.path.pop(0)
-    plugins.pm.register(example, "example-detector")
+    installed = plugins.pm.get_plugin("example-detector") is not None  # pip-installed
+    if not installed:
+        plugins.pm.register(example, "example-detector")
     try:
         assert "barrier_heavy" in [n for n, _ in plugins.registered_detectors()]
         assert "barrier_heavy" not in [f.kind for f in analyze(load_job([run_dir]))]
     finally:
-        plugins.pm.unregister(example, "example-detector")
+        if not installed:
+            plugins.pm.unregister(example, "example-detector")

@@ -1,0 +1,1 @@
+"""Robustness tests: faults, bad input, faithfulness, security."""

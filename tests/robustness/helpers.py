@@ -1,0 +1,102 @@
+"""Helpers for the robustness tests: start `ddpdoctor` as a user would, with a free port,
+watch its run dir, and find processes it left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+JOBS = HERE / "jobs"
+TRAIN = JOBS / "train.py"
+COLLECTIVES = HERE.parents[0] / "integration" / "jobs" / "collectives.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def doctor_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ddpdoctor.cli", *args]
+
+
+def run_args(run_dir: Path, *extra: str, nproc: int = 2, port: int | None = None) -> list[str]:
+    """`ddpdoctor run` arguments for a script started through torch's launcher."""
+    return ["run", "--run-dir", str(run_dir), "--nproc-per-node", str(nproc),
+            "--master-port", str(port or free_port()), *extra]
+
+
+def run_doctor(args: list[str], env: dict[str, str] | None = None, timeout: float = 180,
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(doctor_argv(*args), env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def start_doctor(args: list[str], env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> subprocess.Popen:
+    return subprocess.Popen(doctor_argv(*args), env={**os.environ, **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def job_pids(run_dir: Path) -> list[int]:
+    """Processes whose environment names ``run_dir`` as their DDPDOCTOR_RUN_DIR."""
+    needle = f"DDPDOCTOR_RUN_DIR={run_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != b"Z" and needle in env.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def rank_headers(run_dir: Path) -> dict[int, Any]:
+    """Rank -> its trace header, read now."""
+    from ddpdoctor.trace.reader import TraceError, read_header
+
+    out = {}
+    for path in (run_dir / "traces").glob("pid-*.ring"):
+        try:
+            with open(path, "rb") as f:
+                h = read_header(f.read(4096), path)
+        except (OSError, TraceError):
+            continue
+        if h.rank >= 0:
+            out[h.rank] = h
+    return out
+
+
+def kill_leftovers(run_dir: Path) -> None:
+    for pid in job_pids(run_dir):
+        try:
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
