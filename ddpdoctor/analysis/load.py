@@ -161,17 +161,23 @@ def _ended(ranks: dict[int, RankRun], sup_events: list[dict[str, Any]]) -> int |
 def _attach_exits(ranks: dict[int, RankRun], launchers: list[RankTrace],
                   sup_events: list[dict[str, Any]], live: bool) -> None:
     by_pid = {run.pid: run for run in ranks.values()}
+
+    def run_of(ev: dict[str, Any]) -> RankRun | None:
+        pid = ev.get("pid")
+        return by_pid.get(pid) if type(pid) is int else None  # damaged logs: any type
+
     for launcher in launchers:
         for ev in launcher.meta_events("child_exit"):
-            run = by_pid.get(ev.get("pid"))  # type: ignore[arg-type]
-            if run is not None and isinstance(ev.get("returncode"), int):
+            run = run_of(ev)
+            if run is not None and type(ev.get("returncode")) is int:
                 run.returncode = ev["returncode"]
     for ev in sup_events:
-        run = by_pid.get(ev.get("pid"))  # type: ignore[arg-type]
+        run = run_of(ev)
         if run is None:
             continue
-        if ev.get("event") == "rank_gone" and run.gone_at_ns is None:
-            run.gone_at_ns = ev.get("t")
+        if ev.get("event") == "rank_gone" and run.gone_at_ns is None and \
+                type(ev.get("t")) is int:
+            run.gone_at_ns = ev["t"]
         if ev.get("event") == "rank_stopped":
             run.proc_state = "T"
     if live:

@@ -91,12 +91,12 @@ class Divergence:
 
 def blame(calls: dict[int, Call]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(culprits, majority): the ranks whose call differs from the strict majority's."""
-    counts = Counter(fingerprint(c) for c in calls.values())
+    counts = Counter(c.fingerprint for c in calls.values())
     (top, n), *rest = counts.most_common()
     if rest and rest[0][1] == n:  # a tie: no majority to trust
         return tuple(sorted(calls)), ()
-    majority = tuple(sorted(r for r, c in calls.items() if fingerprint(c) == top))
-    culprits = tuple(sorted(r for r, c in calls.items() if fingerprint(c) != top))
+    majority = tuple(sorted(r for r, c in calls.items() if c.fingerprint == top))
+    culprits = tuple(sorted(r for r, c in calls.items() if c.fingerprint != top))
     return culprits, majority
 
 
@@ -112,7 +112,7 @@ def find_divergence(by_rank: dict[int, list[Call]], group: str,
         at = index[seq]
         if len(at) < 2:
             continue
-        prints = {fingerprint(c) for c in at.values()}
+        prints = {c.fingerprint for c in at.values()}
         if len(prints) == 1:
             continue
         culprits, majority = blame(at)

@@ -22,6 +22,7 @@ from typing import Any
 
 import ddpdoctor
 from ddpdoctor.analysis.model import NS, Call, Finding, JobView, RankRun
+from ddpdoctor.report.redact import redact_argv
 from ddpdoctor.trace import layout as L
 
 SCHEMA = "ddpdoctor.report/1"
@@ -129,7 +130,7 @@ def build(job: JobView, findings: list[Finding], outcome: str,
     return {
         "schema": SCHEMA,
         "outcome": outcome,
-        "command": job.command,
+        "command": redact_argv(job.command),
         "world_size": job.world_size,
         "started_at": iso(started_ns or job.started_ns or (min(starts) if starts else
                                                           job.now_ns)),

@@ -20,10 +20,12 @@ from ddpdoctor.launch.process import stop_job
 from ddpdoctor.launch.rundir import write_json_atomic
 from ddpdoctor.report.build import build_report
 from ddpdoctor.report.console import print_summary
+from ddpdoctor.report.redact import redact_argv
 from ddpdoctor.supervisor.stacks import capture_stacks
 from ddpdoctor.supervisor.watch import LiveJob
 
 POLL_SECONDS = 0.1
+PROCESS_CHECK_EVERY = 3  # polls between /proc checks of the ranks' liveness
 MISMATCH_SETTLE_S = 0.25  # a divergent collective blocked this long will never complete
 EXIT_HUNG = 124
 EXIT_INTERRUPTED = 130
@@ -57,6 +59,7 @@ class Supervisor:
         self.report: dict[str, Any] | None = None
         self.quiet = config.ui  # the UI shows everything while it runs
         self._uneven_said = False
+        self._tick = 0
         self._next_prediction = 0.0
 
     # -- supervisor.jsonl -----------------------------------------------------------
@@ -78,7 +81,7 @@ class Supervisor:
     # -- the loop --------------------------------------------------------------------
     def run(self) -> int:
         """Supervise until the job ends (or is stopped); returns ddpdoctor's exit status."""
-        self.log("start", pid=self.proc.pid, command=list(self.config.command))
+        self.log("start", pid=self.proc.pid, command=redact_argv(self.config.command))
         try:
             verdict = self._watch()
         except KeyboardInterrupt:
@@ -100,6 +103,15 @@ class Supervisor:
             time.sleep(POLL_SECONDS)
 
     def _check(self) -> Verdict | None:
+        self._tick += 1
+        if self._tick % PROCESS_CHECK_EVERY == 0:
+            verdict = self._check_processes()
+            if verdict is not None:
+                return verdict
+        return self._check_traces()
+
+    def _check_processes(self) -> Verdict | None:
+        """Ranks that died or were stopped (read from /proc a few times a second)."""
         live = self.live
         for p in live.check_processes():
             self.log("rank_gone", pid=p.header.pid, rank=p.rank, clean=p.exited_clean)
@@ -112,13 +124,17 @@ class Supervisor:
             if not getattr(p, "_stop_logged", False):
                 p._stop_logged = True  # type: ignore[attr-defined]
                 self.log("rank_stopped", pid=p.header.pid, rank=p.rank)
+        return None
+
+    def _check_traces(self) -> Verdict | None:
+        """Mismatches, predictions, abandoned and timed-out collectives, from the traces."""
+        live = self.live
         counts = tuple(p.read_upto for p in live.procs.values())
         if counts != self._last_counts:
             self._last_counts = counts
             div = live.divergence()
             if div is not None:
-                blocked = [c for c in div.calls.values() if c.open and
-                           time.time_ns() - c.t_start > MISMATCH_SETTLE_S * 1e9]
+                blocked = live.blocked(div, int(MISMATCH_SETTLE_S * 1e9))
                 if not self._warned_mismatch:
                     self._warned_mismatch = True
                     self.say(f"collectives diverge at seq {div.seq} (group {div.group}): "
@@ -128,8 +144,7 @@ class Supervisor:
                     return Verdict("mismatch", f"mismatched collectives at seq {div.seq}")
         elif self._warned_mismatch:
             div = live.divergence()
-            if div is not None and any(c.open and time.time_ns() - c.t_start >
-                                       MISMATCH_SETTLE_S * 1e9 for c in div.calls.values()):
+            if div is not None and live.blocked(div, int(MISMATCH_SETTLE_S * 1e9)):
                 return Verdict("mismatch", f"mismatched collectives at seq {div.seq}")
         self._predict()
         gone = live.abandoned()
@@ -182,7 +197,7 @@ class Supervisor:
                                   hang_timeout=self.config.hang_timeout, full=True)
         except Exception as e:  # noqa: BLE001 - a report of what is known beats none
             report = self._fallback_report(outcome or "failed", exit_code, e)
-        report["command"] = list(self.config.command)
+        report["command"] = redact_argv(self.config.command)
         report["exit_code"] = exit_code
         report["problems"] = list(dict.fromkeys(report.get("problems", []) +
                                                 self.live.problems))
@@ -205,7 +220,7 @@ class Supervisor:
                          error: BaseException) -> dict[str, Any]:
         from ddpdoctor.report.schema import SCHEMA, iso
 
-        return {"schema": SCHEMA, "outcome": outcome, "command": list(self.config.command),
+        return {"schema": SCHEMA, "outcome": outcome, "command": redact_argv(self.config.command),
                 "world_size": len(self.live.ranks()), "started_at": iso(self.started_ns),
                 "ended_at": iso(time.time_ns()), "ranks": [], "findings": [],
                 "problems": [f"analysis failed: {type(error).__name__}: {error}"]}

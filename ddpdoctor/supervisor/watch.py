@@ -6,15 +6,45 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddpdoctor.analysis.matcher import Divergence, blame, compare, fingerprint, MatchState
+import struct
+from typing import Any
+
+from ddpdoctor.analysis.matcher import Divergence, MatchState, blame, compare, fingerprint
 from ddpdoctor.analysis.model import NS, Call
 from ddpdoctor.launch.process import alive, proc_state
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import (TraceError, TraceFile, TraceHeader, decode_record,
+from ddpdoctor.trace.reader import (TraceError, TraceFile, TraceHeader, decode_text,
                                     meta_path_for, read_meta)
 
 WINDOW = 4096  # collectives kept per rank and group for live matching
 MAX_NEW_PER_POLL = 8192
+DISCOVER_EVERY = 5  # polls between looks for new trace files
+_WATCHED_KINDS = (int(L.RecordKind.COLLECTIVE), int(L.RecordKind.P2P))
+_COMMIT = struct.Struct("<q")
+_COUNT = struct.Struct("<q")
+_KIND_COLLECTIVE = int(L.RecordKind.COLLECTIVE)
+_T_END = struct.Struct(f"<{L.OFF_REC_T_END}xq")
+
+
+_fingerprints: dict[tuple, tuple] = {}
+
+
+def live_call(rank: int, group: str, v: tuple) -> Call:
+    """A Call from a record's raw fields, its fingerprint looked up by (op, reduce op,
+    peer, text): the supervisor sees the same few calls thousands of times."""
+    ins, outs, dtypes, callsite = decode_text(v[14])
+    op = L.OPS[v[2]] if v[2] < len(L.OPS) else f"code{v[2]}"
+    reduce_op = L.REDUCE_OPS[v[3]] if v[3] < len(L.REDUCE_OPS) else f"code{v[3]}"
+    call = Call(rank, group, v[6], op, reduce_op, ins, outs, dtypes, v[10], v[4], callsite,
+                v[7], v[8], v[11], L.RecordKind(v[1]))
+    key = (v[2], v[3], v[10], v[14])
+    fp = _fingerprints.get(key)
+    if fp is None:
+        if len(_fingerprints) > 4096:
+            _fingerprints.clear()
+        fp = _fingerprints[key] = fingerprint(call)
+    call.__dict__["fingerprint"] = fp  # fills Call.fingerprint's cache
+    return call
 
 
 @dataclass
@@ -27,6 +57,8 @@ class LiveRank:
     groups: dict[int, str] = field(default_factory=dict)
     group_ranks: dict[str, list[int]] = field(default_factory=dict)
     calls: dict[str, dict[int, Call]] = field(default_factory=dict)  # group -> seq -> call
+    lo: dict[str, int] = field(default_factory=dict)  # group -> lowest seq kept
+    hi: dict[str, int] = field(default_factory=dict)  # group -> highest seq seen
     open: dict[int, Call] = field(default_factory=dict)  # record index -> open call
     gone: bool = False
     exited_clean: bool = False
@@ -45,34 +77,62 @@ class LiveRank:
                     self.group_ranks[name] = [r for r in g["ranks"] if isinstance(r, int)]
 
     def poll(self) -> None:
-        """Read the header, new records, and whether open calls have returned."""
+        """Read the header, new records, and whether open calls have returned.  A rank
+        with nothing new costs one 8-byte read."""
+        buf = self.file._map
+        count = _COUNT.unpack_from(buf, L.OFF_COUNT)[0]
+        if count == self.read_upto and self.header.rank >= 0:
+            if self.open:
+                self._close_returned(buf, self.header.capacity)
+            return
         self.header = self.file.header()
         h = self.header
         cap = h.capacity
         start = max(self.read_upto, h.count - cap, h.count - MAX_NEW_PER_POLL)
-        buf = self.file._map
         for index in range(start, h.count):
-            rec = decode_record(buf, L.HEADER_SIZE + (index % cap) * L.RECORD_SIZE, index)
-            if rec is None or rec.kind not in (L.RecordKind.COLLECTIVE, L.RecordKind.P2P):
+            off = L.HEADER_SIZE + (index % cap) * L.RECORD_SIZE
+            if buf[off + 8] not in _WATCHED_KINDS:  # ring steps, batches: not matched live
                 continue
-            if rec.group not in self.groups:
+            v = L.RECORD.unpack_from(buf, off)
+            if v[0] != index + 1:  # torn or overwritten
+                continue
+            if v[5] not in self.groups:
                 self._refresh_groups()
-            call = Call.from_record(h.rank, self.groups.get(rec.group, str(rec.group)), rec)
-            if rec.kind == L.RecordKind.COLLECTIVE:
-                seqs = self.calls.setdefault(call.group, {})
-                seqs[call.seq] = call
-                if len(seqs) > WINDOW:
-                    del seqs[min(seqs)]
+            call = live_call(h.rank, self.groups.get(v[5], str(v[5])), v)
+            if v[1] == _KIND_COLLECTIVE:
+                self._keep(call)
             if call.open:
                 self.open[index] = call
         self.read_upto = h.count
+        self._close_returned(buf, cap)
+
+    def _close_returned(self, buf: Any, cap: int) -> None:
+        """Forget open calls whose record now has an end time (or was overwritten)."""
         for index in list(self.open):
-            rec = decode_record(buf, L.HEADER_SIZE + (index % cap) * L.RECORD_SIZE, index)
-            if rec is None or not rec.open:
-                call = self.open.pop(index)
-                if rec is not None and call.kind == L.RecordKind.COLLECTIVE:
-                    self.calls.get(call.group, {})[call.seq] = Call.from_record(
-                        h.rank, call.group, rec)
+            off = L.HEADER_SIZE + (index % cap) * L.RECORD_SIZE
+            if _COMMIT.unpack_from(buf, off)[0] != index + 1 or _T_END.unpack_from(buf, off)[0]:
+                del self.open[index]
+
+    def is_open(self, call: Call) -> bool:
+        """Is ``call`` (as first read) still inside its collective?"""
+        return any(c is call for c in self.open.values())
+
+    def _keep(self, call: Call) -> None:
+        """Add a collective to its group's window of recent seqs."""
+        group, seq = call.group, call.seq
+        seqs = self.calls.setdefault(group, {})
+        seqs[seq] = call
+        if seq > self.hi.get(group, -1):
+            self.hi[group] = seq
+        lo = self.lo.get(group)
+        if lo is None or seq < lo:
+            self.lo[group] = lo = seq
+        while len(seqs) > WINDOW:
+            seqs.pop(lo, None)
+            lo += 1
+            while lo not in seqs and lo < self.hi[group]:
+                lo += 1
+            self.lo[group] = lo
 
     def oldest_open(self) -> Call | None:
         return min(self.open.values(), key=lambda c: c.t_start) if self.open else None
@@ -87,6 +147,7 @@ class LiveJob:
         self.bad: set[Path] = set()
         self.problems: list[str] = []
         self.verified: dict[str, int] = {}  # group -> seqs below this matched on all ranks
+        self._polls = 0
 
     def discover(self) -> None:
         for path in self.trace_dir.glob("pid-*.ring"):
@@ -102,11 +163,16 @@ class LiveJob:
                 self.problems.append(str(e))
 
     def poll(self) -> None:
-        self.discover()
+        self._polls += 1
+        if self._polls % DISCOVER_EVERY == 1 or not self.procs:
+            self.discover()
         for proc in self.procs.values():
+            if proc.file.path in self.bad:
+                continue
             try:
                 proc.poll()
             except (TraceError, ValueError, IndexError) as e:
+                self.bad.add(proc.file.path)  # said once; its last good state is kept
                 self.problems.append(f"{proc.file.path.name}: {e}")
 
     def ranks(self) -> dict[int, LiveRank]:
@@ -137,6 +203,13 @@ class LiveJob:
         return [p for p in self.ranks().values() if not p.gone and
                 proc_state(p.header.pid) == "T"]
 
+    def blocked(self, div: Divergence, min_ns: int) -> bool:
+        """Is some rank of a divergence still inside its divergent call after ``min_ns``?"""
+        now = time.time_ns()
+        ranks = self.ranks()
+        return any(r in ranks and ranks[r].is_open(c) and now - c.t_start > min_ns
+                   for r, c in div.calls.items())
+
     def longest_wait(self) -> tuple[LiveRank, Call, float] | None:
         """The rank inside one collective for the longest time now."""
         now = time.time_ns()
@@ -162,13 +235,13 @@ class LiveJob:
                 continue
             members = next((p.group_ranks[group] for p in ranks.values()
                             if p.group_ranks.get(group)), list(holders))
-            lo = max(self.verified.get(group, 0),
-                     max(min(seqs) for seqs in holders.values() if seqs))
-            hi = max(max(seqs) for seqs in holders.values() if seqs)
+            lo = max([self.verified.get(group, 0)] +
+                     [ranks[r].lo[group] for r in holders if holders[r]])
+            hi = max(ranks[r].hi[group] for r in holders if holders[r])
             contiguous = True
             for seq in range(lo, hi + 1):
                 at = {r: seqs[seq] for r, seqs in holders.items() if seq in seqs}
-                if len(at) >= 2 and len({fingerprint(c) for c in at.values()}) > 1:
+                if len(at) >= 2 and len({c.fingerprint for c in at.values()}) > 1:
                     culprits, majority = blame(at)
                     ref = at[majority[0]] if majority else at[min(at)]
                     state = next((compare(ref, c) for c in at.values()

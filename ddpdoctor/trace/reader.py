@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import mmap
 import os
@@ -105,7 +106,10 @@ def format_shapes(shapes: list[tuple[int, ...]] | tuple[tuple[int, ...], ...]) -
     return ";".join("x".join(map(str, s)) if len(s) else "-" for s in shapes)
 
 
-def _decode_text(raw: bytes) -> tuple[tuple, tuple, tuple, str]:
+@functools.lru_cache(maxsize=2048)
+def decode_text(raw: bytes) -> tuple[tuple, tuple, tuple, str]:
+    """(in_shapes, out_shapes, dtypes, callsite) of a record's text; a loop repeats a few
+    texts, so they are parsed once."""
     text = raw.rstrip(b"\0").decode("utf-8", "replace")
     parts = text.split("|", 3)
     while len(parts) < 4:
@@ -155,7 +159,7 @@ def decode_record(buf: bytes | mmap.mmap, off: int, index: int) -> TraceRecord |
         kind = L.RecordKind(v[1])
     except ValueError:
         return None
-    ins, outs, dtypes, callsite = _decode_text(v[14])
+    ins, outs, dtypes, callsite = decode_text(v[14])
     return TraceRecord(
         index=index, kind=kind, op=_name(L.OPS, v[2]), reduce_op=_name(L.REDUCE_OPS, v[3]),
         flags=v[4], group=v[5], seq=v[6], t_start=v[7], t_end=v[8], numel=v[9], peer=v[10],

@@ -38,7 +38,7 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-def _stop_time(job: JobView) -> int | None:
+def stop_time(job: JobView) -> int | None:
     return next((e.get("t") for e in job.supervisor_events if e.get("event") == "stop"),
                 None)
 
@@ -95,7 +95,7 @@ def failure_of(run: RankRun, stop_ns: int | None) -> Failure | None:
 
 
 def detect(job: JobView) -> list[Finding]:
-    stop_ns = _stop_time(job)
+    stop_ns = stop_time(job)
     failures = [f for f in (failure_of(run, stop_ns) for run in job.ranks.values()) if f]
     if not failures:
         return []

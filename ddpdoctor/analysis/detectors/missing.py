@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from ddpdoctor.analysis.detectors.failure import failure_of, stop_time
 from ddpdoctor.analysis.model import NS, Call, Finding, JobView, RankRun, Severity
 from ddpdoctor.analysis.source import rank_condition
 from ddpdoctor.trace import layout as L
@@ -67,10 +68,14 @@ def _stalled_ring(job: JobView, waiting: dict[int, Call]) -> Finding | None:
 def detect(job: JobView) -> list[Finding]:
     findings = []
     threshold = job.hang_timeout * NS
+    stop_ns = stop_time(job)
+    died = {r for r, run in job.ranks.items() if failure_of(run, stop_ns) is not None}
     for group in job.groups():
         members = [r for r in job.group_members(group) if r in job.ranks]
         waiting = {}
         for r in members:
+            if r in died:  # a rank that died inside a call waits for nothing
+                continue
             last = job.ranks[r].last_call(group)
             if last is not None and last.open and (
                     job.outcome == "hung" or not job.live
