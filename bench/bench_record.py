@@ -1,7 +1,8 @@
 """Cost of recording one collective inside a rank: the recorder alone, and a patched call.
 
-Times are CPU time (robust when other jobs share the cores); the patched and unpatched
-calls are measured in alternating rounds and compared by their medians.
+The recorder alone is timed in this thread's CPU time (robust when other jobs share the
+cores); whole calls, which gloo runs partly on its own threads, in wall time.  Patched and
+unpatched calls are measured in alternating rounds and compared by their medians.
 """
 
 from __future__ import annotations
@@ -18,19 +19,20 @@ ROUNDS = 9
 TARGET_US = 5.0
 
 
-def _round_us(fn: Callable[[], object], n: int) -> float:
-    t0 = time.process_time_ns()
+def _round_us(fn: Callable[[], object], n: int, clock: Callable[[], int]) -> float:
+    t0 = clock()
     for _ in range(n):
         fn()
-    return (time.process_time_ns() - t0) / n / 1000
+    return (clock() - t0) / n / 1000
 
 
-def interleaved(pairs: dict[str, Callable[[], object]], n: int) -> dict[str, float]:
-    """Median per-call CPU microseconds of each function, measured round-robin."""
+def interleaved(pairs: dict[str, Callable[[], object]], n: int,
+                clock: Callable[[], int] = time.perf_counter_ns) -> dict[str, float]:
+    """Median microseconds per call of each function, measured round-robin."""
     samples: dict[str, list[float]] = {k: [] for k in pairs}
     for _ in range(ROUNDS):
         for name, fn in pairs.items():
-            samples[name].append(_round_us(fn, n))
+            samples[name].append(_round_us(fn, n, clock))
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
@@ -51,10 +53,19 @@ def main() -> int:
     t = torch.ones(1024)
     outs = [torch.ones(1024)]
 
+    def nothing(*args: object, **kwargs: object) -> None:
+        return None
+
+    wrapped_all_reduce = patches._wrap("all_reduce", nothing, patches.SPECS["all_reduce"])
+    wrapped_broadcast = patches._wrap("broadcast", nothing, patches.SPECS["broadcast"])
+    wrapped_all_gather = patches._wrap("all_gather", nothing, patches.SPECS["all_gather"])
     rec_only = interleaved({
         "one tensor": lambda: rec.end(rec.begin("all_reduce", None, [t], (), "sum")),
         "1 in + 1 out": lambda: rec.end(rec.begin("all_gather", None, [t], outs)),
-    }, 20_000)
+        "all_reduce(t)": lambda: wrapped_all_reduce(t),
+        "broadcast(t, src=0)": lambda: wrapped_broadcast(t, src=0),
+        "all_gather(outs, t)": lambda: wrapped_all_gather(outs, t),
+    }, 20_000, clock=time.thread_time_ns)
     calls = interleaved({
         "all_reduce raw": lambda: raw_all_reduce(t),
         "all_reduce recorded": lambda: dist.all_reduce(t),
@@ -64,9 +75,15 @@ def main() -> int:
     dist.destroy_process_group()
 
     overhead = calls["all_reduce recorded"] - calls["all_reduce raw"]
+    full = rec_only["all_reduce(t)"]
     rows = [
-        ("recorder begin+end, 1 tensor", rec_only["one tensor"]),
-        ("recorder begin+end, 1 in + 1 out tensor", rec_only["1 in + 1 out"]),
+        ("recorder begin+end, 1 tensor (thread CPU)", rec_only["one tensor"]),
+        ("recorder begin+end, 1 in + 1 out (thread CPU)", rec_only["1 in + 1 out"]),
+        ("whole recording of dist.all_reduce(t) (CPU)", full),
+        ("whole recording of dist.broadcast(t, src=0) (CPU)",
+         rec_only["broadcast(t, src=0)"]),
+        ("whole recording of dist.all_gather(outs, t) (CPU)",
+         rec_only["all_gather(outs, t)"]),
         ("dist.all_reduce 4 KB, world 1, unpatched", calls["all_reduce raw"]),
         ("dist.all_reduce 4 KB, world 1, recorded", calls["all_reduce recorded"]),
         ("  recording overhead per all_reduce", overhead),
@@ -75,12 +92,16 @@ def main() -> int:
         ("  recording overhead per barrier",
          calls["barrier recorded"] - calls["barrier raw"]),
     ]
-    print(f"{'cost of recording one collective (CPU us/call)':48} {'us':>8}")
+    print(f"{'cost of recording one collective':48} {'us/call':>8}")
     for name, value in rows:
         print(f"{name:48} {value:8.2f}")
-    print(f"target: recorder < {TARGET_US} us -> "
-          f"{'met' if rec_only['one tensor'] < TARGET_US else 'NOT met'}; "
-          f"recorded/unpatched all_reduce ratio {calls['all_reduce recorded'] / calls['all_reduce raw']:.3f}")
+    print("(whole recording = the patched function around a no-op collective: argument "
+          "parsing, call site, record, end time)")
+    print(f"target: recording one all_reduce < {TARGET_US} us -> "
+          f"{'met' if full < TARGET_US else 'NOT met'} ({full:.2f} us); real 4 KB all_reduce "
+          f"recorded/unpatched wall-time ratio "
+          f"{calls['all_reduce recorded'] / calls['all_reduce raw']:.3f} (world 1: gloo's "
+          "thread hand-off dominates and varies)")
     return 0
 
 

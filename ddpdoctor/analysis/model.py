@@ -138,6 +138,18 @@ class RankRun:
         main = [e for e in found if e.get("thread") == "main"]
         return (main or found or [None])[-1]
 
+    def default_group(self) -> str:
+        """The name of the default (world) process group in this rank's trace."""
+        for g in self.trace.groups().values():
+            if g.get("default"):
+                return str(g.get("name"))
+        return "0"
+
+    def last_seq(self) -> int | None:
+        """The seq of the rank's last collective on the default group."""
+        last = self.last_call(self.default_group())
+        return last.seq if last is not None else None
+
     def last_call(self, group: str) -> Call | None:
         calls = self.calls.get(group)
         return calls[-1] if calls else None

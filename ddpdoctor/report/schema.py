@@ -113,7 +113,7 @@ def rank_entry(run: RankRun, job: JobView) -> dict[str, Any]:
         "rank": run.rank, "host": h.host, "pid": h.pid, "state": rank_state(run, job),
         "exit_code": _exit_code(run), "step": max(h.step, 0),
         "epoch": h.epoch if h.epoch >= 0 else None,
-        "last_seq": h.last_seq if h.last_seq >= 0 else None,
+        "last_seq": run.last_seq(),
         "current": _current(run), "stack": run.stack, "stack_error": run.stack_error,
         "recent": [_entry(c) for c in calls[-RECENT_LEN:]],
     }

@@ -187,7 +187,87 @@ def _peer(spec: OpSpec, args: tuple, kwargs: dict, group: Any) -> int:
     return int(value)
 
 
+def _getter(spec: OpSpec, name: str, default: Any = None) -> Callable[[tuple, dict], Any]:
+    """A fast reader of argument ``name`` (positional or keyword) of calls to ``spec``."""
+    if name not in spec.params:
+        return lambda args, kwargs: kwargs.get(name, default) if kwargs else default
+    i = spec.params.index(name)
+
+    def get(args: tuple, kwargs: dict) -> Any:
+        if len(args) > i:
+            return args[i]
+        return kwargs.get(name, default) if kwargs else default
+
+    return get
+
+
+def _simple_tensor_op(spec: OpSpec) -> bool:
+    """One input tensor, no outputs, no object lists: all_reduce, broadcast, send, ..."""
+    return len(spec.ins) == 1 and spec.ins[0][0] != "*" and not spec.outs and not spec.lists
+
+
 def _wrap(name: str, fn: Callable, spec: OpSpec) -> Callable:
+    if _simple_tensor_op(spec):
+        return _wrap_simple(name, fn, spec)
+    return _wrap_general(name, fn, spec)
+
+
+def _wrap_simple(name: str, fn: Callable, spec: OpSpec) -> Callable:
+    """The hot path: collectives on one tensor, their arguments read by precomputed getters."""
+    kind = _P2P if spec.direction else _COLL
+    flags0 = spec.direction
+    always_async = name in ("isend", "irecv")
+    get_tensor = _getter(spec, spec.ins[0])
+    get_group = _getter(spec, "group")
+    get_async = _getter(spec, "async_op", False) if "async_op" in spec.params else None
+    get_op = _getter(spec, "op") if spec.reduce else None
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        rec = R._recorder
+        if rec is None:
+            rec = R.active()
+        tid = _get_ident()
+        if rec is None or tid in _inside:
+            return fn(*args, **kwargs)
+        try:
+            group = get_group(args, kwargs)
+            is_async = always_async or (get_async is not None and
+                                        bool(get_async(args, kwargs)))
+            handle = rec.begin(
+                name, group, [get_tensor(args, kwargs)], (),
+                _reduce_name(get_op(args, kwargs)) if get_op is not None else "",
+                flags0 | (_ASYNC if is_async else 0),
+                _peer(spec, args, kwargs, group) if spec.peer else -1, kind=kind)
+        except Exception as e:  # noqa: BLE001 - recording must never break the call
+            rec.fail(f"wrap {name}", e)
+            return fn(*args, **kwargs)
+        return _call_recorded(rec, fn, args, kwargs, handle, is_async, tid)
+
+    wrapper.__ddpdoctor_original__ = fn  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _call_recorded(rec: R.Recorder, fn: Callable, args: tuple, kwargs: dict, handle: int,
+                   is_async: bool, tid: int) -> Any:
+    """Run the real call with nested calls unrecorded; end the record when it returns
+    (or, for async calls, when its Work is waited on)."""
+    _inside.add(tid)
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException:
+        rec.end(handle, failed=True)
+        raise
+    finally:
+        _inside.discard(tid)
+    if is_async and result is not None:
+        _track_async(rec, result, handle)
+    else:
+        rec.end(handle)
+    return result
+
+
+def _wrap_general(name: str, fn: Callable, spec: OpSpec) -> Callable:
     kind = _P2P if spec.direction else _COLL
     flags0 = spec.direction | (_OBJECT if spec.obj else 0)
     always_async = name in ("isend", "irecv")
@@ -218,19 +298,7 @@ def _wrap(name: str, fn: Callable, spec: OpSpec) -> Callable:
         except Exception as e:  # noqa: BLE001 - recording must never break the call
             rec.fail(f"wrap {name}", e)
             return fn(*args, **kwargs)
-        _inside.add(tid)
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException:
-            rec.end(handle, failed=True)
-            raise
-        finally:
-            _inside.discard(tid)
-        if is_async and result is not None:
-            _track_async(rec, result, handle)
-        else:
-            rec.end(handle)
-        return result
+        return _call_recorded(rec, fn, args, kwargs, handle, is_async, tid)
 
     wrapper.__ddpdoctor_original__ = fn  # type: ignore[attr-defined]
     return wrapper

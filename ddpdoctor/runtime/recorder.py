@@ -29,7 +29,6 @@ _OP = L.OP_CODES
 _KIND_COLL = int(L.RecordKind.COLLECTIVE)
 _KIND_P2P = int(L.RecordKind.P2P)
 _KIND_RING = int(L.RecordKind.RING_STEP)
-_IN_COLL = L.RankState.IN_COLLECTIVE
 _COMPUTING = L.RankState.COMPUTING
 
 _COMMIT_AND_SEQ = struct.Struct("<q8xq")  # a record's commit and seq fields
@@ -52,15 +51,31 @@ def _is_internal(code: Any) -> bool:
     return hit
 
 
+_sites: dict[tuple[Any, int], str] = {}
+
+
 def user_callsite(depth: int = 2) -> str:
-    """``file:line`` of the innermost frame that belongs to the user's code."""
+    """``file:line`` of the innermost frame that belongs to the user's code.  Cached by
+    (code, instruction offset): a loop calls from the same few places."""
     f = sys._getframe(depth)
     first = f
-    while f is not None and _is_internal(f.f_code):
+    internal = _internal_code
+    while f is not None:
+        hit = internal.get(f.f_code)
+        if hit is None:
+            hit = _is_internal(f.f_code)
+        if not hit:
+            break
         f = f.f_back
     if f is None:
         f = first
-    return f"{f.f_code.co_filename}:{f.f_lineno}"
+    key = (f.f_code, f.f_lasti)
+    site = _sites.get(key)
+    if site is None:
+        if len(_sites) > 4096:
+            _sites.clear()
+        site = _sites[key] = f"{f.f_code.co_filename}:{f.f_lineno}"
+    return site
 
 
 def dtype_name(t: Any) -> str:
@@ -142,7 +157,6 @@ class Recorder:
         self._p2p_seq: dict[tuple[int, int, int], int] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._open = 0  # collectives in progress (any thread)
         self.rank = -1
         self.steps = 0  # optimizer steps taken (the header's step)
         self._fault = _test_fault()
@@ -240,11 +254,6 @@ class Recorder:
             now = _time_ns()
             idx = self.writer.append(kind, _OP.get(op, 0), _REDUCE_CODES.get(reduce_op, 0),
                                      flags, g, seq, now, 0, numel, peer, aux, 0, -1, text)
-            if kind == _KIND_COLL and g == 0:
-                self.writer.set_last_seq(seq)
-            self._open += 1
-            if self._open == 1:
-                self.writer.set_state(_IN_COLL)
             return idx
         except Exception as e:  # noqa: BLE001 - any recorder bug must not reach the job
             self.fail(f"begin {op}", e)
@@ -256,10 +265,6 @@ class Recorder:
             return
         try:
             self.writer.set_end(handle, _time_ns(), failed)
-            self._open -= 1
-            if self._open <= 0:
-                self._open = 0
-                self.writer.set_state(_COMPUTING)
         except Exception as e:  # noqa: BLE001 - see begin
             self.fail("end", e)
 

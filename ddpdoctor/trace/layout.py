@@ -54,8 +54,10 @@ assert RECORD.size == RECORD_SIZE
 class RankState(enum.IntEnum):
     """What a rank is doing, as the rank itself says in its header.
 
-    STARTING -> COMPUTING <-> IN_COLLECTIVE -> EXITED | FAILED.  "Waiting" and "hung" are
-    not written by the rank: the supervisor derives them by comparing ranks and clocks.
+    STARTING -> COMPUTING -> EXITED | FAILED.  Being inside a collective is not written
+    here (it would cost every call two more writes): a record with no end time says it.
+    "Waiting" and "hung" are derived by the supervisor by comparing ranks and clocks.
+    IN_COLLECTIVE stays reserved for older traces.
     """
 
     STARTING = 0
