@@ -69,7 +69,10 @@ def detect(job: JobView) -> list[Finding]:
     findings = []
     threshold = job.hang_timeout * NS
     stop_ns = stop_time(job)
-    died = {r for r, run in job.ranks.items() if failure_of(run, stop_ns) is not None}
+    # A rank that died of its own failure inside a call waits for nothing; one that died
+    # of a peer's absence (connection closed) was waiting for that peer.
+    failures = {r: failure_of(run, stop_ns) for r, run in job.ranks.items()}
+    died = {r for r, f in failures.items() if f is not None and not f.symptom}
     for group in job.groups():
         members = [r for r in job.group_members(group) if r in job.ranks]
         waiting = {}
