@@ -124,6 +124,21 @@ def analyze_child(run_dir: Path, slow: bool) -> None:
     print(json.dumps(out))
 
 
+def _time_cli_analyze(run_dir: Path, culprit: int) -> tuple[float, bool]:
+    """Wall time of the whole `ddpdoctor analyze RUN_DIR`, and whether it blames ``culprit``."""
+    report = run_dir / "report.bench.json"
+    t = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "ddpdoctor.cli", "analyze", str(run_dir),
+                           "--report", str(report)], capture_output=True, text=True,
+                          cwd=ROOT, check=False)
+    wall = time.perf_counter() - t
+    if done.returncode != 0:
+        print(done.stderr[-2000:], file=sys.stderr)
+        return wall, False
+    findings = json.loads(report.read_text())["findings"]
+    return wall, bool(findings) and findings[0]["ranks"] == [culprit]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, default=1024)
@@ -157,6 +172,8 @@ def main() -> int:
             return 1
         out = json.loads(child.stdout.strip().splitlines()[-1])
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+        cli_wall, cli_ok = _time_cli_analyze(tmp, culprit)
+        cli_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     finally:
         if not args.keep and args.dir is None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -173,7 +190,9 @@ def main() -> int:
               f"({out['slow_seconds'] / max(out['seconds'], 1e-9):.0f}x slower), "
               f"same answer: {same}")
         ok_found = ok_found and same
-    ok = ok_found and out["seconds"] <= BUDGET_S and peak <= BUDGET_BYTES
+    print(f"`ddpdoctor analyze` end to end (report.json + summary): {cli_wall:.2f} s, "
+          f"peak RSS <= {cli_peak / 2**20:.0f} MiB, names rank {culprit}: {cli_ok}")
+    ok = ok_found and out["seconds"] <= BUDGET_S and peak <= BUDGET_BYTES and cli_ok
     print(f"budget {BUDGET_S:.0f} s / {BUDGET_BYTES >> 30} GiB: {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1
 

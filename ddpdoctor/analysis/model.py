@@ -182,6 +182,7 @@ class JobView:
     outcome: str | None = None  # completed | failed | hung once known
     started_ns: int | None = None  # when `ddpdoctor run` started the job (run.json)
     ended_ns: int | None = None  # offline: when the job ended (the supervisor's last word)
+    big: bool = False  # only each rank's newest records were loaded: match with analysis.fast
 
     def group_members(self, group: str) -> list[int]:
         for run in self.ranks.values():

@@ -9,6 +9,8 @@ from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.load import load_job
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.report import schema
+from ddpdoctor.trace.layout import HEADER_SIZE
+from ddpdoctor.trace.reader import TraceError, read_header
 
 
 def infer_outcome(job: JobView) -> str:
@@ -28,6 +30,22 @@ def infer_outcome(job: JobView) -> str:
 
 
 LIVE_TAIL = 4096  # records a rank a live view reads: enough to align and show the recent
+BIG_JOB_RECORDS = 2_000_000  # beyond this, records are matched by analysis.fast
+BIG_JOB_TAIL = 64  # and only each rank's newest records become objects
+
+
+def total_records(run_dirs: list[Path]) -> int:
+    """How many records the run dirs' traces hold, from their headers alone."""
+    total = 0
+    for run_dir in run_dirs:
+        for path in (run_dir / "traces").glob("pid-*.ring"):
+            try:
+                with open(path, "rb") as f:
+                    header = read_header(f.read(HEADER_SIZE), path)
+            except (OSError, TraceError):
+                continue
+            total += min(header.count, header.capacity)
+    return total
 
 
 def build_report(run_dir: Path | list[Path], live: bool = True,
@@ -36,8 +54,10 @@ def build_report(run_dir: Path | list[Path], live: bool = True,
     reads each rank's newest LIVE_TAIL records unless ``full``.
     Raises UserError when a path is not a run dir."""
     dirs = run_dir if isinstance(run_dir, list) else [run_dir]
-    job = load_job(dirs, live=live, hang_timeout=hang_timeout,
-                   tail=LIVE_TAIL if live and not full else None)
+    big = total_records(dirs) > BIG_JOB_RECORDS
+    tail = BIG_JOB_TAIL if big else LIVE_TAIL if live and not full else None
+    job = load_job(dirs, live=live, hang_timeout=hang_timeout, tail=tail)
+    job.big = big
     findings = analyze(job)
     exit_code = next((e.get("exit_code") for e in reversed(job.supervisor_events)
                       if e.get("event") == "outcome"), None)

@@ -29,6 +29,8 @@ SCHEMA = "ddpdoctor.report/1"
 OUTCOMES = ("completed", "failed", "hung")
 TIMELINE_LEN = 200
 RECENT_LEN = 20
+MANY_RANKS = 64  # past this, each rank's timeline is cut to TIMELINE_LEN_MANY entries
+TIMELINE_LEN_MANY = 16
 
 
 def iso(ns: int | None) -> str | None:
@@ -115,7 +117,8 @@ def rank_entry(run: RankRun, job: JobView) -> dict[str, Any]:
         "epoch": h.epoch if h.epoch >= 0 else None,
         "last_seq": run.last_seq(),
         "current": _current(run), "stack": run.stack, "stack_error": run.stack_error,
-        "recent": [_entry(c) for c in calls[-RECENT_LEN:]],
+        "recent": [_entry(c) for c in calls[-(RECENT_LEN if len(job.ranks) <= MANY_RANKS
+                                               else TIMELINE_LEN_MANY // 2):]],
     }
 
 
@@ -127,6 +130,7 @@ def build(job: JobView, findings: list[Finding], outcome: str,
     starts = [r.header.started_ns for r in job.ranks.values()] + [
         t.header.started_ns for t in job.launchers]
     ranks = [job.ranks[r] for r in sorted(job.ranks)]
+    timeline_len = TIMELINE_LEN if len(ranks) <= MANY_RANKS else TIMELINE_LEN_MANY
     return {
         "schema": SCHEMA,
         "outcome": outcome,
@@ -141,7 +145,8 @@ def build(job: JobView, findings: list[Finding], outcome: str,
         "run_dir": str(job.run_dirs[0]) if len(job.run_dirs) == 1 else
         [str(p) for p in job.run_dirs],
         "live": job.live,
-        "timeline": {str(r.rank): [_entry(c) for c in _calls(r)] for r in ranks},
+        "timeline": {str(r.rank): [_entry(c) for c in _calls(r)[-timeline_len:]]
+                     for r in ranks},
         "profile": {str(r.rank): profile(r, job.now_ns) for r in ranks},
         "problems": list(dict.fromkeys(job.problems)),
         "ddpdoctor_version": ddpdoctor.__version__,

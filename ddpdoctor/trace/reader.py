@@ -283,11 +283,14 @@ def meta_path_for(ring_path: Path) -> Path:
 
 
 def read_trace(ring_path: Path, last: int | None = None) -> RankTrace:
-    """Read a trace file (only its newest ``last`` records if given).  Raises TraceError
-    when the header is unusable."""
+    """Read a trace file (only its newest ``last`` records if given: the file is mapped,
+    not read whole).  Raises TraceError when the header is unusable."""
     try:
         with open(ring_path, "rb") as f:
-            buf = f.read()
+            if os.fstat(f.fileno()).st_size < L.HEADER_SIZE:
+                buf: Any = f.read()
+            else:
+                buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as e:
         raise TraceError(f"{ring_path}: {e.strerror or e}") from None
     try:
@@ -295,6 +298,9 @@ def read_trace(ring_path: Path, last: int | None = None) -> RankTrace:
         records, dropped = read_records(buf, header, last)
     except struct.error as e:
         raise TraceError(f"{ring_path}: damaged trace ({e})") from None
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
     meta, problems = read_meta(meta_path_for(ring_path))
     problems += runtime_errors(header, meta)
     if dropped:

@@ -87,6 +87,10 @@ def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
 
 
 def divergences(job: JobView) -> list[Divergence]:
+    if job.big:  # too many records to hold as objects: the vectorized scan of every trace
+        from ddpdoctor.analysis.fast import find_divergences_fast
+
+        return find_divergences_fast(job.run_dirs)
     found = []
     for group in job.groups():
         by_rank = {r: run.calls[group] for r, run in job.ranks.items() if group in run.calls}
