@@ -143,8 +143,7 @@ def run_available() -> bool:
 
 
 def test_ui_on_a_real_hung_job(terminal_factory, tmp_path: Path) -> None:
-    if not run_available():
-        pytest.skip("`ddpdoctor run` is not available yet")
+    assert run_available(), "`ddpdoctor run --help` failed"
     run_dir = tmp_path / "run"
     job = subprocess.run(
         [*ddpdoctor_command(), "run", "--nproc-per-node", "2", "--hang-timeout", "3",
@@ -169,8 +168,7 @@ def test_ui_on_a_real_hung_job(terminal_factory, tmp_path: Path) -> None:
 
 
 def test_run_ui_follows_the_live_job_until_it_hangs(terminal_factory, tmp_path: Path) -> None:
-    if not run_available():
-        pytest.skip("`ddpdoctor run` is not available yet")
+    assert run_available(), "`ddpdoctor run --help` failed"
     run_dir = tmp_path / "run"
     command = shlex.join([*ddpdoctor_command(), "run", "--ui", "--nproc-per-node", "2", "--hang-timeout", "4",
                           "--run-dir", str(run_dir), str(HANG_JOB)])
