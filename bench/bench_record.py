@@ -12,7 +12,6 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Callable
 
 ROUNDS = 9

@@ -14,7 +14,7 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import format_shapes

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddpdoctor.cli import main as cli_main
