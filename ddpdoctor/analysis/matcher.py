@@ -121,17 +121,3 @@ def find_divergence(by_rank: dict[int, list[Call]], group: str,
                       if compare(ref, c) != MatchState.MATCH), MatchState.OP_MISMATCH)
         return Divergence(group, seq, dict(sorted(at.items())), state, culprits, majority)
     return None
-
-
-def first_callsite_difference(by_rank: dict[int, list[Call]]) -> tuple[int, dict[int, Call]] | None:
-    """The first seq where the ranks called from different lines (an early sign of
-    rank-dependent control flow, even when the calls themselves still matched)."""
-    index: dict[int, dict[int, Call]] = {}
-    for rank, calls in by_rank.items():
-        for c in calls:
-            index.setdefault(c.seq, {})[rank] = c
-    for seq in sorted(index):
-        at = index[seq]
-        if len(at) >= 2 and len({c.callsite for c in at.values()}) > 1:
-            return seq, dict(sorted(at.items()))
-    return None

@@ -121,8 +121,8 @@ class Supervisor:
                     self._failure_seen_at = time.monotonic()
                     self._capture("failure")
         for p in live.stopped():
-            if not getattr(p, "_stop_logged", False):
-                p._stop_logged = True  # type: ignore[attr-defined]
+            if not p.stop_logged:
+                p.stop_logged = True
                 self.log("rank_stopped", pid=p.header.pid, rank=p.rank)
         return None
 
@@ -130,21 +130,15 @@ class Supervisor:
         """Mismatches, predictions, abandoned and timed-out collectives, from the traces."""
         live = self.live
         counts = tuple(p.read_upto for p in live.procs.values())
-        if counts != self._last_counts:
-            self._last_counts = counts
-            div = live.divergence()
-            if div is not None:
-                blocked = live.blocked(div, int(MISMATCH_SETTLE_S * 1e9))
-                if not self._warned_mismatch:
-                    self._warned_mismatch = True
-                    self.say(f"collectives diverge at seq {div.seq} (group {div.group}): "
-                             + "; ".join(f"rank {r} {c.describe()} at {c.short_site}"
-                                         for r, c in div.calls.items()), "yellow")
-                if blocked:
-                    return Verdict("mismatch", f"mismatched collectives at seq {div.seq}")
-        elif self._warned_mismatch:
-            div = live.divergence()
-            if div is not None and live.blocked(div, int(MISMATCH_SETTLE_S * 1e9)):
+        changed, self._last_counts = counts != self._last_counts, counts
+        div = live.divergence() if changed or self._warned_mismatch else None
+        if div is not None:
+            if not self._warned_mismatch:
+                self._warned_mismatch = True
+                self.say(f"collectives diverge at seq {div.seq} (group {div.group}): "
+                         + "; ".join(f"rank {r} {c.describe()} at {c.short_site}"
+                                     for r, c in div.calls.items()), "yellow")
+            if live.blocked(div, int(MISMATCH_SETTLE_S * 1e9)):
                 return Verdict("mismatch", f"mismatched collectives at seq {div.seq}")
         self._predict()
         gone = live.abandoned()

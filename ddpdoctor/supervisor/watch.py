@@ -62,6 +62,7 @@ class LiveRank:
     open: dict[int, Call] = field(default_factory=dict)  # record index -> open call
     gone: bool = False
     exited_clean: bool = False
+    stop_logged: bool = False  # the supervisor has said this rank is SIGSTOPped
 
     @property
     def rank(self) -> int:

@@ -122,9 +122,6 @@ class TraceWriter:
     def set_last_seq(self, seq: int) -> None:
         _I64.pack_into(self._map, L.OFF_LAST_SEQ, seq)
 
-    def heartbeat(self) -> None:
-        _I64.pack_into(self._map, L.OFF_HEARTBEAT, time.time_ns())
-
     # -- meta log --------------------------------------------------------------------
     def meta(self, event: str, **fields: Any) -> None:
         """Append one JSON line ``{"event": ..., "t": ns, ...}``; one write(2), so it is

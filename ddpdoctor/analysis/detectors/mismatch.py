@@ -12,10 +12,7 @@ _ORDER_FIX = (
     "of the branch, or call it on all ranks).")
 FIXES = {
     MatchState.CALL_MISMATCH: _ORDER_FIX,
-    MatchState.OP_MISMATCH: (
-        "Make every rank call the same collectives in the same order: a collective inside "
-        "a rank-dependent branch must have a matching call on every other rank (move it out "
-        "of the branch, or call it on all ranks)."),
+    MatchState.OP_MISMATCH: _ORDER_FIX,
     MatchState.SIZE_MISMATCH: (
         "Give the collective tensors of the same size on every rank: pad to the largest size "
         "(gather the sizes first), use drop_last=True, or all_gather_object for ragged data."),
