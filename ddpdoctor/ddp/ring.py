@@ -25,6 +25,10 @@ import torch.distributed as dist
 from ddpdoctor.runtime import recorder
 
 SEGMENT_BYTES = int(os.environ.get("DDPDOCTOR_RING_SEGMENT_BYTES", 4 << 20))
+# Tensors up to this size take the gather ring (n - 1 steps of whole tensors) instead of
+# reduce-scatter + all-gather (2 (n - 1) steps of chunks): on small tensors each step's
+# latency, not the bytes, is the cost.
+GATHER_BYTES = int(os.environ.get("DDPDOCTOR_RING_GATHER_BYTES", 1 << 20))
 TAG_BASE = 1 << 30  # far above the tags users pick, below gloo's 2**31 limit
 _TAG_CALLS = 256  # calls whose tags differ before they repeat
 _TAG_SPAN = 1 << 16  # tags one call may use: 2 * (n - 1) * segments
@@ -139,19 +143,86 @@ def _next_tag_base(pg: Any) -> int:
     return TAG_BASE + (next(counter) % _TAG_CALLS) * _TAG_SPAN
 
 
+def uses_gather(nbytes: int, n: int, gather_bytes: int = GATHER_BYTES) -> bool:
+    """Whether a tensor of ``nbytes`` on ``n`` ranks takes the gather ring: on two ranks
+    both rings move the same bytes and the gather ring needs half the steps; on more
+    ranks it moves ``n / 2`` times the bytes, so its limit shrinks with ``n``."""
+    return nbytes * n <= 2 * gather_bytes
+
+
 def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
                          trace: RingTrace | None = None,
-                         segment_bytes: int = SEGMENT_BYTES) -> None:
+                         segment_bytes: int = SEGMENT_BYTES,
+                         gather_bytes: int = GATHER_BYTES) -> None:
     """All-reduce the contiguous 1-d tensor ``flat`` in place over ``pg`` (a ProcessGroup
-    object; ranks are group-local).  ``op`` is a name from ``op_name``."""
+    object; ranks are group-local).  ``op`` is a name from ``op_name``.
+
+    This is the lower-level entry for callers that already hold a flat buffer and a
+    resolved group (the DDP's buckets): it runs the whole ring in the calling thread,
+    posting gloo's own send/recv, and returns when ``flat`` holds the result on this
+    rank.  Every rank of ``pg`` must call it with the same size, dtype and op, in the
+    same order relative to other ring calls on ``pg`` (the tags follow that order).
+    Small tensors (``uses_gather``) go once around the ring whole and are reduced in
+    rank order, so that every rank computes the same bits; larger ones take a segmented
+    reduce-scatter + all-gather."""
     n = pg.size()
     if n > 1 and flat.numel() > 0:
-        _Ring(flat, pg, _REDUCERS[op], trace, segment_bytes).run()
+        if uses_gather(flat.numel() * flat.element_size(), n, gather_bytes):
+            _gather_ring(flat, pg, _REDUCERS[op], trace)
+        else:
+            _Ring(flat, pg, _REDUCERS[op], trace, segment_bytes).run()
     if op == "avg" and n > 1:
         if flat.is_floating_point() or flat.is_complex():
             flat.div_(n)
         else:
             flat.floor_divide_(n)
+
+
+def _gather_ring(flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
+                 trace: RingTrace | None) -> None:
+    """The gather ring: in ``n - 1`` steps each rank passes the whole tensor it last
+    received (its own first) to its right neighbour, so every rank ends up with all
+    ``n`` tensors, then reduces them in rank order ``((x0 . x1) . x2) ...``: the same
+    operations on every rank, so the same result bits everywhere."""
+    n, r = pg.size(), pg.rank()
+    right, left = (r + 1) % n, (r - 1) % n
+    numel, nbytes = flat.numel(), flat.numel() * flat.element_size()
+    base = _next_tag_base(pg)
+    rows = scratch(flat.dtype, (n - 1) * numel).view(n - 1, numel)  # row k: rank r-k-1
+    recvs, sends = [], []
+    try:
+        for k in range(n - 1):  # distinct buffers and tags: post every receive at once
+            work = pg.recv([rows[k]], left, base + k)
+            recvs.append((work, trace.start(False, nbytes, k, 0) if trace else -1))
+        sends.append((pg.send([flat], right, base),
+                      trace.start(True, nbytes, 0, 0) if trace else -1))
+        for k in range(n - 1):
+            work, h = recvs[k]
+            work.wait()
+            if trace:
+                trace.done(h)
+            if k < n - 2:
+                sends.append((pg.send([rows[k]], right, base + k + 1),
+                              trace.start(True, nbytes, k + 1, 0) if trace else -1))
+    finally:
+        for work, h in sends:  # flat and the rows are read until their sends are done
+            work.wait()
+            if trace:
+                trace.done(h)
+
+    def row(q: int) -> torch.Tensor:
+        return flat if q == r else rows[(r - q - 1) % n]
+
+    if r <= 1:  # x0 . x1 == x1 . x0 bit for bit (every op here commutes): start in place
+        acc = flat
+        reduce(acc, row(1 - r))
+    else:
+        acc = rows[(r - 1) % n]  # rank 0's tensor
+        reduce(acc, row(1))
+    for q in range(2, n):
+        reduce(acc, row(q))
+    if acc is not flat:
+        flat.copy_(acc)
 
 
 class _Ring:
