@@ -1,14 +1,23 @@
-"""Ring all-reduce over a ProcessGroup's own send/recv, pipelined in segments, in view.
+"""Ring all-reduce over a ProcessGroup's own send/recv, in the caller's thread, in view.
 
-A ring all-reduce of a flat tensor on ``n`` ranks is a reduce-scatter (``n - 1`` steps:
-each rank sends one chunk to its right neighbour, receives another from its left one and
-reduces it into its own copy) followed by an all-gather (``n - 1`` steps passing the
-reduced chunks on).  Every chunk is cut into segments of ``SEGMENT_BYTES`` so that a
-segment moves on to the next step as soon as it is reduced: the link never idles while
-a whole chunk is summed.  Sends and receives use ``pg.send``/``pg.recv`` (gloo runs
-them on its own I/O threads), never ``torch.distributed.send``, so the runtime that
-records the user's point-to-point calls does not see them; each one is recorded as a
-ring step of the collective that owns it instead.
+Two rings, both moving every byte through ``pg.send``/``pg.recv`` (gloo runs them on its
+own I/O thread; never ``torch.distributed.send``, so the runtime that records the
+user's point-to-point calls does not see them; each one is recorded as a ring step of
+the collective that owns it instead):
+
+- the gather ring, for small tensors (``uses_gather``): in ``n - 1`` steps every rank
+  passes the whole tensor it last received (its own first) to its right neighbour, then
+  reduces the ``n`` tensors in rank order, the same operations on every rank, so the
+  same bits everywhere.  Half the steps of the other ring: on small tensors each step's
+  latency (gloo's send/recv handshake, a thread wake-up), not the bytes, is the cost.
+- the segmented ring, for the rest: a reduce-scatter (``n - 1`` steps: each rank sends
+  one chunk to its right neighbour, receives another from its left one and reduces it
+  into its own copy) followed by an all-gather (``n - 1`` steps passing the reduced
+  chunks on).  Every chunk is cut into segments of at most ``SEGMENT_BYTES`` so that a
+  segment moves on to the next step as soon as it is reduced.
+
+``all_reduce`` is the drop-in for ``dist.all_reduce``; ``ring_all_reduce_flat`` the
+lower-level entry for a flat contiguous buffer and a resolved ProcessGroup.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ SEGMENT_BYTES = int(os.environ.get("DDPDOCTOR_RING_SEGMENT_BYTES", 4 << 20))
 # reduce-scatter + all-gather (2 (n - 1) steps of chunks): on small tensors each step's
 # latency, not the bytes, is the cost.
 GATHER_BYTES = int(os.environ.get("DDPDOCTOR_RING_GATHER_BYTES", 1 << 20))
+MIN_SPLIT_BYTES = 256 << 10  # chunks below twice this travel as one segment
 TAG_BASE = 1 << 30  # far above the tags users pick, below gloo's 2**31 limit
 _TAG_CALLS = 256  # calls whose tags differ before they repeat
 _TAG_SPAN = 1 << 16  # tags one call may use: 2 * (n - 1) * segments
@@ -87,7 +97,10 @@ class RingPlan:
         self.n, self.rank = n, rank
         self.bounds = chunk_bounds(numel, n)
         self.max_chunk = -(-numel // n)
-        seg = max(1, segment_bytes // elem_size)
+        # At least two segments a chunk (as gloo's ring does) once halves are worth a
+        # message of their own: one segment is reduced while the next one travels.
+        half = max(MIN_SPLIT_BYTES, -(-self.max_chunk // 2) * elem_size)
+        seg = max(1, min(segment_bytes, half) // elem_size)
         steps = 2 * (n - 1)
         while steps * -(-self.max_chunk // seg) >= _TAG_SPAN:
             seg *= 2

@@ -102,6 +102,30 @@ def test_ring_all_reduce_matches_gloo(world: int, tmp_path: Path) -> None:
         assert json.loads((tmp_path / f"rank{r}.json").read_text()) == []
 
 
+def large_job(rank: int, world: int, port: int, out_dir: str) -> None:
+    from ddpdoctor import ring
+
+    _init(rank, world, port)
+    errors: list[str] = []
+    numel = 25 * (1 << 20) + 3  # 100 MB of float32, odd: segments and chunks uneven
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(rank))
+    ref = x.clone()
+    ring.all_reduce(x)
+    dist.all_reduce(ref)
+    _check("100 MB", x, ref, errors)
+    _check_same_everywhere("100 MB", x, errors)
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(errors))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ring_all_reduce_100_mb(tmp_path: Path) -> None:
+    run_job(large_job, 2, str(tmp_path))
+    for r in range(2):
+        assert json.loads((tmp_path / f"rank{r}.json").read_text()) == []
+
+
 def subgroup_job(rank: int, world: int, port: int, out_dir: str) -> None:
     from ddpdoctor import ring
     from ddpdoctor.ddp.wrapper import DistributedDataParallel
