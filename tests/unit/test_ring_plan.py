@@ -8,12 +8,6 @@ import torch.distributed as dist
 from ddpdoctor.ddp import ring
 
 
-def test_chunks_cover_the_tensor_like_tensor_split() -> None:
-    assert ring.chunk_bounds(10, 3) == [0, 4, 7, 10]
-    assert ring.chunk_bounds(2, 4) == [0, 1, 2, 2, 2]
-    assert ring.chunk_bounds(0, 2) == [0, 0, 0]
-
-
 @pytest.mark.parametrize("numel,n", [(1, 2), (3, 2), (1001, 3), (65537, 4), (25 << 20, 2)])
 def test_segments_tile_every_chunk_once(numel: int, n: int) -> None:
     plan = ring.RingPlan(numel, n, 0, 4, segment_bytes=4096)
