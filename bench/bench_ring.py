@@ -13,20 +13,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from ddpdoctor.ddp import ring  # noqa: E402
+from spawn_job import run_ranks  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,6 @@ class RingRow:
     ratio_iqr: float  # interquartile range of the pair ratios
     pairs: int
     equal: bool
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def calls_per_batch(mb: float) -> int:
@@ -81,7 +75,7 @@ def _agrees(numel: int, world: int) -> bool:
 
 
 def _rank(rank: int, world: int, port: int, sizes_mb: list[float], pairs: int,
-          out: "mp.Queue") -> None:
+          out: Any) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
@@ -112,21 +106,7 @@ def _rank(rank: int, world: int, port: int, sizes_mb: list[float], pairs: int,
 
 def run_world(world: int, sizes_mb: list[float], pairs: int) -> list[RingRow]:
     """Measure every size on a ``world``-rank gloo job on this machine."""
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, sizes_mb, pairs, out))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    try:
-        rows = out.get(timeout=1800)
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
-    return rows
+    return run_ranks(_rank, world, sizes_mb, pairs)
 
 
 def main(argv: list[str] | None = None) -> int:

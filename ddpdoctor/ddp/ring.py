@@ -196,32 +196,48 @@ def _gather_ring(flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
     """The gather ring: in ``n - 1`` steps each rank passes the whole tensor it last
     received (its own first) to its right neighbour, so every rank ends up with all
     ``n`` tensors, then reduces them in rank order ``((x0 . x1) . x2) ...``: the same
-    operations on every rank, so the same result bits everywhere."""
+    operations on every rank, so the same result bits everywhere.
+
+    Every receive is posted first, so the neighbours hear early that this rank is ready
+    for each message.  Step 0 goes in two halves, the second sent once the first half
+    from the left has arrived: by then the right neighbour's readiness for it is known
+    here too, and gloo writes it at once from this thread instead of handing it to its
+    I/O thread, which meanwhile reads what comes in."""
     n, r = pg.size(), pg.rank()
     right, left = (r + 1) % n, (r - 1) % n
-    numel, nbytes = flat.numel(), flat.numel() * flat.element_size()
+    numel, esize = flat.numel(), flat.element_size()
     base = _next_tag_base(pg)
     rows = scratch(flat.dtype, (n - 1) * numel).view(n - 1, numel)  # row k: rank r-k-1
-    recvs, sends = [], []
+    h = numel // 2
+    first = [(0, h), (h, numel)] if h else [(0, numel)]
+    recvs: list[list[tuple[Any, int]]] = []
+    sends: list[tuple[Any, int]] = []
+
+    def send(k: int, part: int, src: torch.Tensor) -> None:
+        sends.append((pg.send([src], right, base + 2 * k + part),
+                      trace.start(True, src.numel() * esize, k, part) if trace else -1))
+
+    def wait(work: Any, handle: int) -> None:
+        work.wait()
+        if trace:
+            trace.done(handle)
+
     try:
         for k in range(n - 1):  # distinct buffers and tags: post every receive at once
-            work = pg.recv([rows[k]], left, base + k)
-            recvs.append((work, trace.start(False, nbytes, k, 0) if trace else -1))
-        sends.append((pg.send([flat], right, base),
-                      trace.start(True, nbytes, 0, 0) if trace else -1))
+            recvs.append([(pg.recv([rows[k][a:b]], left, base + 2 * k + part),
+                           trace.start(False, (b - a) * esize, k, part) if trace else -1)
+                          for part, (a, b) in enumerate(first if k == 0 else [(0, numel)])])
+        send(0, 0, flat[first[0][0]:first[0][1]])
         for k in range(n - 1):
-            work, h = recvs[k]
-            work.wait()
-            if trace:
-                trace.done(h)
+            for part, (work, handle) in enumerate(recvs[k]):
+                wait(work, handle)
+                if k == 0 and part == 0 and len(first) == 2:
+                    send(0, 1, flat[h:])
             if k < n - 2:
-                sends.append((pg.send([rows[k]], right, base + k + 1),
-                              trace.start(True, nbytes, k + 1, 0) if trace else -1))
+                send(k + 1, 0, rows[k])
     finally:
-        for work, h in sends:  # flat and the rows are read until their sends are done
-            work.wait()
-            if trace:
-                trace.done(h)
+        for work, handle in sends:  # flat and the rows are read until their sends are done
+            wait(work, handle)
 
     def row(q: int) -> torch.Tensor:
         return flat if q == r else rows[(r - q - 1) % n]
