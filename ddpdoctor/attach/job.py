@@ -1,0 +1,137 @@
+"""Build a JobView of a running job from stack samples and any flight recorder dumps."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.analysis.flight_recorder import FlightRecorderDump
+from ddpdoctor.analysis.model import Call, JobView, RankRun
+from ddpdoctor.analysis.sources import DEFAULT_GROUP, external_run
+from ddpdoctor.attach.discover import RankProcess
+from ddpdoctor.attach.frames import StackPlace, place_of
+from ddpdoctor.launch.process import alive, proc_state
+from ddpdoctor.trace import layout as L
+
+
+@dataclass
+class StackSample:
+    """Every rank's py-spy result at one moment (``t_ns``), by pid."""
+
+    t_ns: int
+    stacks: dict[int, dict[str, Any]]
+
+
+@dataclass
+class RankFacts:
+    """What attach learned about one rank: where each sample found it, and since when it
+    has been at the same place (the first of the consecutive samples that agree)."""
+
+    process: RankProcess
+    places: list[StackPlace] = field(default_factory=list)
+    since_ns: int = 0
+    frames: list[dict[str, Any]] | None = None
+    stack_error: str | None = None
+    cpu_s: tuple[float, float] | None = None  # CPU seconds at the first and last sample
+
+
+def rank_facts(process: RankProcess, samples: list[StackSample]) -> RankFacts:
+    """Fold the samples of one rank into its facts."""
+    facts = RankFacts(process)
+    last_key = None
+    for sample in samples:
+        result = sample.stacks.get(process.pid) or {}
+        frames = result.get("frames")
+        if not isinstance(frames, list):
+            facts.stack_error = str(result.get("error") or "no stack")
+            last_key = None
+            continue
+        place = place_of(frames)
+        key = (place.op, place.callsite)
+        if key != last_key:
+            facts.since_ns = sample.t_ns
+            last_key = key
+        facts.places.append(place)
+        facts.frames, facts.stack_error = frames, None
+    return facts
+
+
+def _stack_call(facts: RankFacts, seq: int) -> Call | None:
+    """The collective the rank sits in at the last sample, as an open Call at ``seq``."""
+    place = facts.places[-1] if facts.places else None
+    if place is None or not place.in_call or place.kind == L.RecordKind.MARK:
+        return None
+    return Call(facts.process.rank, DEFAULT_GROUP, seq, place.op, "", (), (), (), -1, 0,
+                place.callsite, facts.since_ns, 0, -1, place.kind)
+
+
+def _merge_dump(facts: RankFacts, dump: FlightRecorderDump) -> dict[str, list[Call]]:
+    """The dump's calls, the open one on the default group given the stack's call site."""
+    calls = {g: list(cs) for g, cs in dump.calls.items()}
+    place = facts.places[-1] if facts.places else None
+    default = calls.get(DEFAULT_GROUP, [])
+    if place is not None and place.in_call and default and default[-1].open and \
+            (default[-1].op == place.op or not default[-1].op):
+        default[-1] = dataclasses.replace(default[-1], callsite=place.callsite)
+    return calls
+
+
+def _start_ns(pid: int) -> int:
+    """When the process started (wall clock), from /proc, else 0."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat[stat.rfind(")") + 2:].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return int((time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")) * 1e9)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time the process has used, from /proc, else None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rfind(")") + 2:].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def rank_run(facts: RankFacts, dump: FlightRecorderDump | None, host: str) -> RankRun:
+    """One rank of the JobView: calls from its dump if any, else its stack's current call
+    at seq 0 on the default group (seqs from stacks alone are relative: "the call now")."""
+    p = facts.process
+    if dump is not None:
+        calls = _merge_dump(facts, dump)
+    else:
+        current = _stack_call(facts, 0)
+        calls = {DEFAULT_GROUP: [current]} if current else {}
+    group_ranks = {g: list(range(p.world_size)) for g in calls}
+    group_ranks[DEFAULT_GROUP] = list(range(p.world_size))
+    if dump is not None:
+        group_ranks.update({g: m for g, m in dump.group_ranks.items() if g != DEFAULT_GROUP})
+    run = external_run(p.rank, p.world_size, p.pid, host, Path(f"/proc/{p.pid}"), calls,
+                       group_ranks, _start_ns(p.pid), p.local_rank)
+    run.stack, run.stack_error = facts.frames, facts.stack_error
+    run.alive = alive(p.pid)
+    run.proc_state = proc_state(p.pid) if run.alive else ""
+    return run
+
+
+def build_job(facts: list[RankFacts], dumps: dict[int, FlightRecorderDump],
+              samples: list[StackSample], run_dir: Path, command: list[str]) -> JobView:
+    """The job at the last sample.  hang_timeout is the sampling window: a rank counts as
+    waiting when every sample found it in the same call."""
+    host = socket.gethostname()
+    ranks = {f.process.rank: rank_run(f, dumps.get(f.process.rank), host) for f in facts}
+    world = max([f.process.world_size for f in facts] + [len(ranks)])
+    first, last = samples[0].t_ns, samples[-1].t_ns
+    window = max((last - first - 1) / 1e9, 1e-9)  # 1 ns below: a float never misses it
+    started = [r.header.started_ns for r in ranks.values() if r.header.started_ns]
+    return JobView([run_dir], ranks, world, last, window, True, command=command,
+                   started_ns=min(started) if started else None)
