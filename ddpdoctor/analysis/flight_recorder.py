@@ -11,6 +11,7 @@ Pickle dumps are refused: a dump file is never unpickled.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import socket
@@ -21,6 +22,7 @@ from typing import Any
 from ddpdoctor.analysis.model import Call, RankRun
 from ddpdoctor.analysis.sources import DEFAULT_GROUP, external_run
 from ddpdoctor.errors import UserError
+from ddpdoctor.trace import fr_files
 from ddpdoctor.trace import layout as L
 
 MAX_DUMP_BYTES = 256 << 20
@@ -36,6 +38,7 @@ OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "_allgather_base":
        "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor", "alltoall": "all_to_all",
        "alltoall_base": "all_to_all_single", "allreduce_coalesced": "all_reduce_coalesced"}
 P2P_OPS = ("send", "recv")
+NO_CALLSITE = "unknown (flight recorder)"  # a dump has no Python frames on gloo
 TRAILING_RANK = re.compile(r"(\d+)(\.json)?$")
 
 
@@ -59,18 +62,19 @@ def is_pickle(path: Path) -> bool:
 
 
 def dump_files(directory: Path) -> list[Path]:
-    """The dump files of a directory: its regular, non-hidden files."""
+    """The files of a directory that are flight recorder dumps (JSON or pickle); others
+    (a report written beside them, the dump request) are left alone."""
     try:
-        return sorted(p for p in directory.iterdir() if p.is_file()
-                      and not p.name.startswith("."))
+        files = sorted(p for p in directory.iterdir() if p.is_file()
+                       and not p.name.startswith("."))
     except OSError:
         return []
+    return [p for p in files if is_pickle(p) or _looks_like_json_dump(p)]
 
 
 def is_dump_dir(directory: Path) -> bool:
-    """Does ``directory`` hold flight recorder dumps (JSON or pickle) and nothing else?"""
-    files = dump_files(directory)
-    return bool(files) and all(is_pickle(p) or _looks_like_json_dump(p) for p in files)
+    """Does ``directory`` hold torch flight recorder dumps?"""
+    return bool(dump_files(directory))
 
 
 def _looks_like_json_dump(path: Path) -> bool:
@@ -146,7 +150,7 @@ def entry_call(rank: int, entry: dict[str, Any], last_completed: int) -> tuple[s
                    for d in entry.get("input_dtypes") or [] if isinstance(d, str))
     kind = L.RecordKind.P2P if p2p else L.RecordKind.COLLECTIVE
     call = Call(rank, group, max(seq_id - 1, 0), op, "", _shapes(entry.get("input_sizes")),
-                _shapes(entry.get("output_sizes")), dtypes, peer, 0, "", t_start,
+                _shapes(entry.get("output_sizes")), dtypes, peer, 0, NO_CALLSITE, t_start,
                 t_end if done else 0, _int(entry.get("record_id"), -1), kind)
     return group, call
 
@@ -216,3 +220,65 @@ def rank_runs(dumps: list[FlightRecorderDump]) -> tuple[dict[int, RankRun], int]
         group_ranks.update({g: m for g, m in d.group_ranks.items() if g != DEFAULT_GROUP})
         runs[d.rank] = external_run(d.rank, world, -1, host, d.path, d.calls, group_ranks)
     return runs, world
+
+
+SAME_OP = {"_all_gather_base": "all_gather_into_tensor",
+           "_reduce_scatter_base": "reduce_scatter_tensor"}
+
+
+def _same_op(a: str, b: str) -> bool:
+    return SAME_OP.get(a, a) == SAME_OP.get(b, b)
+
+
+def align(traced: list[Call], recorded: list[Call]) -> list[Call] | None:
+    """One group's sequence of a rank from its trace and its flight recorder entries: the
+    trace's calls (with their call sites) renumbered to the recorder's seqs, and the
+    recorder's calls that the trace lacks (collectives the patches did not see) added.
+    None when they cannot be aligned: the recorder's ring wrapped, or a traced call (an
+    object collective, a ring all-reduce of ddpdoctor's DDP) has no recorder entry."""
+    if not recorded or recorded[0].seq != 0:
+        return None
+    merged: list[Call] = []
+    i = 0
+    for n, call in enumerate(traced):
+        while i < len(recorded) and not _same_op(recorded[i].op, call.op):
+            merged.append(recorded[i])
+            i += 1
+        if i < len(recorded):
+            merged.append(dataclasses.replace(call, seq=recorded[i].seq))
+            i += 1
+        elif n == len(traced) - 1 and call.open:  # entered after the recorder's dump
+            merged.append(dataclasses.replace(call, seq=merged[-1].seq + 1 if merged else 0))
+        else:
+            return None
+    return merged + recorded[i:]
+
+
+def join_run_dir_dumps(run_dir: Path, ranks: dict[int, RankRun]) -> list[str]:
+    """Join RUN_DIR/flight_recorder/ dumps into the traced ranks' default-group sequence
+    (see ``align``).  Returns notes for the report's problems."""
+    directory = fr_files.dump_dir(run_dir)
+    if not directory.is_dir():
+        return []
+    notes = []
+    for path in dump_files(directory):
+        try:
+            dump = load_dump(path)
+        except UserError as e:
+            notes.append(str(e))
+            continue
+        run = ranks.get(dump.rank)
+        if run is None:
+            continue
+        group = run.default_group()
+        merged = align(run.calls.get(group, []), dump.calls.get(DEFAULT_GROUP, []))
+        if merged is None:
+            notes.append(f"rank {dump.rank}: the flight recorder's sequence does not align "
+                         "with the trace's; the trace alone is used")
+            continue
+        added = len(merged) - len(run.calls.get(group, []))
+        run.calls[group] = merged
+        if added:
+            notes.append(f"rank {dump.rank}: {added} collective(s) on group {group} seen "
+                         "only by torch's flight recorder")
+    return notes
