@@ -13,7 +13,8 @@ from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.flight_recorder import FlightRecorderDump, is_pickle, load_dump
 from ddpdoctor.analysis.model import Finding, Severity
 from ddpdoctor.attach.discover import RankProcess, find_ranks
-from ddpdoctor.attach.job import StackSample, build_job, cpu_seconds, rank_facts
+from ddpdoctor.attach.job import (StackSample, build_job, cpu_seconds, process_state,
+                                  rank_facts)
 from ddpdoctor.attach.stop import job_roots, stop_job_tree
 from ddpdoctor.errors import UserError
 from ddpdoctor.launch.rundir import RUN_FILE, make_run_dir, new_run_id, write_json_atomic
@@ -135,7 +136,7 @@ def run_attach(config: AttachConfig) -> int:
     samples = sample_stacks(ranks, run_dir, config.samples, config.interval_s)
     problems: list[str] = []
     dumps = read_dumps(ranks, problems)
-    facts = [rank_facts(r, samples) for r in ranks]
+    facts = [rank_facts(r, samples, process_state(r.pid)) for r in ranks]
     job = build_job(facts, dumps, samples, run_dir, command)
     job.problems.extend(problems)
     findings = analyze(job)

@@ -16,6 +16,12 @@ from ddpdoctor.analysis.sources import DEFAULT_GROUP, external_run
 from ddpdoctor.attach.discover import RankProcess
 from ddpdoctor.attach.frames import StackPlace, place_of
 from ddpdoctor.launch.process import alive, proc_state
+
+
+def process_state(pid: int) -> tuple[bool, str]:
+    """(alive, kernel state letter) of a rank now."""
+    up = alive(pid)
+    return up, proc_state(pid) if up else ""
 from ddpdoctor.trace import layout as L
 
 
@@ -37,12 +43,14 @@ class RankFacts:
     since_ns: int = 0
     frames: list[dict[str, Any]] | None = None
     stack_error: str | None = None
-    cpu_s: tuple[float, float] | None = None  # CPU seconds at the first and last sample
+    alive: bool = True  # at the last sample
+    proc_state: str = ""  # kernel state letter at the last sample (T = stopped)
 
 
-def rank_facts(process: RankProcess, samples: list[StackSample]) -> RankFacts:
-    """Fold the samples of one rank into its facts."""
-    facts = RankFacts(process)
+def rank_facts(process: RankProcess, samples: list[StackSample],
+               state: tuple[bool, str] = (True, "")) -> RankFacts:
+    """Fold the samples of one rank into its facts; ``state`` is (alive, kernel state)."""
+    facts = RankFacts(process, alive=state[0], proc_state=state[1])
     last_key = None
     for sample in samples:
         result = sample.stacks.get(process.pid) or {}
@@ -118,8 +126,7 @@ def rank_run(facts: RankFacts, dump: FlightRecorderDump | None, host: str) -> Ra
     run = external_run(p.rank, p.world_size, p.pid, host, Path(f"/proc/{p.pid}"), calls,
                        group_ranks, _start_ns(p.pid), p.local_rank)
     run.stack, run.stack_error = facts.frames, facts.stack_error
-    run.alive = alive(p.pid)
-    run.proc_state = proc_state(p.pid) if run.alive else ""
+    run.alive, run.proc_state = facts.alive, facts.proc_state
     return run
 
 
