@@ -12,7 +12,7 @@ from typing import Any
 
 from ddpdoctor.analysis.flight_recorder import FlightRecorderDump
 from ddpdoctor.analysis.model import Call, JobView, RankRun
-from ddpdoctor.analysis.sources import DEFAULT_GROUP, external_run
+from ddpdoctor.analysis.sources import DEFAULT_GROUP, external_run, mark_record
 from ddpdoctor.attach.discover import RankProcess
 from ddpdoctor.attach.frames import StackPlace, place_of
 from ddpdoctor.launch.process import alive, proc_state
@@ -23,6 +23,7 @@ def process_state(pid: int) -> tuple[bool, str]:
     up = alive(pid)
     return up, proc_state(pid) if up else ""
 from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.reader import TraceRecord
 
 
 @dataclass
@@ -110,6 +111,20 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def _rendezvous(facts: RankFacts) -> tuple[list[TraceRecord], L.RankState]:
+    """MARK records as the runtime writes them: a rank inside init_process_group (or
+    new_group) now has an open ``init`` (``new_group``) mark and, in init, has not started;
+    a rank inside a collective is past init."""
+    place = facts.places[-1] if facts.places else None
+    if place is None or not place.in_call:
+        return [], L.RankState.COMPUTING
+    if place.kind == L.RecordKind.MARK:
+        op = "init" if place.op == "init_process_group" else "new_group"
+        mark = mark_record(op, facts.since_ns, 0, place.callsite)
+        return ([mark], L.RankState.STARTING if op == "init" else L.RankState.COMPUTING)
+    return [mark_record("init", 0, 1)], L.RankState.COMPUTING
+
+
 def rank_run(facts: RankFacts, dump: FlightRecorderDump | None, host: str) -> RankRun:
     """One rank of the JobView: calls from its dump if any, else its stack's current call
     at seq 0 on the default group (seqs from stacks alone are relative: "the call now")."""
@@ -123,8 +138,9 @@ def rank_run(facts: RankFacts, dump: FlightRecorderDump | None, host: str) -> Ra
     group_ranks[DEFAULT_GROUP] = list(range(p.world_size))
     if dump is not None:
         group_ranks.update({g: m for g, m in dump.group_ranks.items() if g != DEFAULT_GROUP})
+    marks, state = _rendezvous(facts)
     run = external_run(p.rank, p.world_size, p.pid, host, Path(f"/proc/{p.pid}"), calls,
-                       group_ranks, _start_ns(p.pid), p.local_rank)
+                       group_ranks, _start_ns(p.pid), p.local_rank, marks=marks, state=state)
     run.stack, run.stack_error = facts.frames, facts.stack_error
     run.alive, run.proc_state = facts.alive, facts.proc_state
     return run

@@ -8,16 +8,20 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from ddpdoctor.analysis import flight_recorder as fr
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.model import Severity
-from ddpdoctor.attach.discover import RankProcess, find_ranks
+from ddpdoctor.attach.discover import RankProcess, descendants, find_ranks, rank_process
 from ddpdoctor.attach.frames import place_of
 from ddpdoctor.attach.job import StackSample, build_job, rank_facts
 from ddpdoctor.errors import UserError
+from ddpdoctor.trace import layout as L
+from tests.unit.flight_recorder_factory import entry, write_dump
 
 TORCH = "/usr/lib/python3.11/site-packages/torch/distributed"
 C10D = f"{TORCH}/distributed_c10d.py"
@@ -117,9 +121,6 @@ def fake_job():
            f"RANK=1 WORLD_SIZE=2 MASTER_PORT=1 {sleeper} & wait")
     proc = subprocess.Popen(["sh", "-c", cmd], start_new_session=True)
     try:
-        from ddpdoctor.attach.discover import descendants, rank_process
-        import time
-
         for _ in range(100):
             found = [p for p in descendants(proc.pid) if rank_process(p)]
             if len(found) == 2:
@@ -148,3 +149,29 @@ def test_bad_pids_are_usage_errors(fake_job):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_rank_in_init_process_group_has_an_open_init_mark(script, tmp_path):
+    sample = {0: in_call("init_process_group", script, 3), 1: in_call("barrier", script, 6)}
+    job = job_of([sample, sample], tmp_path)
+    starting, past = job.ranks[0].trace, job.ranks[1].trace
+    assert starting.header.state == L.RankState.STARTING
+    assert [(r.kind, r.op, r.open) for r in starting.records] == [
+        (L.RecordKind.MARK, "init", True)]
+    assert [(r.op, r.open) for r in past.records] == [("init", False)]
+    assert job.ranks[0].calls == {} and job.ranks[1].open_call().op == "barrier"
+
+
+def test_a_flight_recorder_dump_gives_the_seq_and_the_stack_the_line(script, tmp_path):
+    procs = [process(0), process(1)]
+    stacks = {0: in_call("barrier", script, 6), 1: in_call("all_reduce", script, 7)}
+    samples = [StackSample(i * 1_000_000_000, {p.pid: {"frames": stacks[p.rank]}
+                                               for p in procs}) for i in (1, 2)]
+    dumps = {0: fr.load_dump(write_dump(tmp_path / "fr", 0, [
+        entry(1), entry(2), entry(3, "barrier", sizes=[], retired=False)], 2)),
+        1: fr.load_dump(write_dump(tmp_path / "fr", 1, [
+            entry(1), entry(2), entry(3, retired=False)], 2))}
+    job = build_job([rank_facts(p, samples) for p in procs], dumps, samples, tmp_path, [])
+    root = analyze(job)[0]
+    assert root.kind == "collective_mismatch" and root.seq == 2 and root.ranks == (0,)
+    assert root.evidence["calls"]["0"]["callsite"] == f"{script}:6"
