@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ddpdoctor.trace import fr_files
 
-WAIT_S = 3.0  # ranks poll every 0.5 s; a dump of a few thousand entries takes milliseconds
+WAIT_S = 2.0  # ranks poll every 0.5 s; a dump of a few thousand entries takes milliseconds
 
 
 def request_dumps(run_dir: Path) -> float:

@@ -179,13 +179,15 @@ class Supervisor:
 
     # -- endings ---------------------------------------------------------------------
     def _capture(self, why: str) -> None:
-        live = {r: p.header.pid for r, p in self.live.ranks().items() if not p.gone}
-        live_pids = list(live.values())
+        ranks = {r: p for r, p in self.live.ranks().items() if not p.gone}
+        live_pids = [p.header.pid for p in ranks.values()]
+        # only a rank that has run a collective has a process group, so a dump to wait for
+        live = [r for r, p in ranks.items() if p.hi or p.groups]
         t0 = time.monotonic()
         asked = request_dumps(self.run_dir)  # ranks dump while py-spy samples them
         capture_stacks(live_pids, self.run_dir / "stacks")
         self.log("stacks", why=why, pids=live_pids, seconds=round(time.monotonic() - t0, 3))
-        missing = wait_for_dumps(self.run_dir, sorted(live), asked)
+        missing = wait_for_dumps(self.run_dir, live, asked)
         self.log("flight_recorder", ranks=sorted(set(live) - set(missing)), missing=missing,
                  seconds=round(time.monotonic() - t0, 3))
 
