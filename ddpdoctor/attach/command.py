@@ -13,8 +13,8 @@ from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.flight_recorder import FlightRecorderDump, is_pickle, load_dump
 from ddpdoctor.analysis.model import Finding, Severity
 from ddpdoctor.attach.discover import RankProcess, find_ranks
-from ddpdoctor.attach.job import (StackSample, build_job, cpu_seconds, process_state,
-                                  rank_facts)
+from ddpdoctor.attach.job import (StackSample, build_job, main_thread_activity,
+                                  process_state, rank_facts)
 from ddpdoctor.attach.stop import job_roots, stop_job_tree
 from ddpdoctor.errors import UserError
 from ddpdoctor.launch.rundir import RUN_FILE, make_run_dir, new_run_id, write_json_atomic
@@ -67,8 +67,9 @@ def sample_stacks(ranks: list[RankProcess], run_dir: Path, count: int,
     for i in range(count):
         if i:
             time.sleep(interval_s)
+        activity = {pid: main_thread_activity(pid) for pid in pids}
         t_ns = time.time_ns()
-        samples.append(StackSample(t_ns, capture_stacks(pids, run_dir / "stacks")))
+        samples.append(StackSample(t_ns, capture_stacks(pids, run_dir / "stacks"), activity))
     return samples
 
 
@@ -132,7 +133,6 @@ def run_attach(config: AttachConfig) -> int:
     command = _command(ranks[0].pid)
     write_json_atomic(run_dir / RUN_FILE, {"command": command, "started_at": started,
                                            "attached": [r.pid for r in ranks]})
-    cpu_before = {r.pid: cpu_seconds(r.pid) for r in ranks}
     samples = sample_stacks(ranks, run_dir, config.samples, config.interval_s)
     problems: list[str] = []
     dumps = read_dumps(ranks, problems)
@@ -144,8 +144,7 @@ def run_attach(config: AttachConfig) -> int:
     findings = relative_seqs(findings, report, {r.rank for r in ranks} - set(dumps))
     report["findings"] = [f.to_dict() for f in findings]
     report["sources"] = _sources(dumps, samples, ranks)
-    report["cpu_s"] = {str(r.rank): _cpu_delta(cpu_before.get(r.pid), cpu_seconds(r.pid))
-                       for r in ranks}
+    report["main_thread_moved"] = {str(f.process.rank): f.moved for f in facts}
     path = config.report or run_dir / "report.json"
     try:
         write_json_atomic(path, report)
@@ -160,10 +159,6 @@ def run_attach(config: AttachConfig) -> int:
     return EXIT_PROBLEM if named else 0
 
 
-def _cpu_delta(before: float | None, after: float | None) -> float | None:
-    return round(after - before, 3) if before is not None and after is not None else None
-
-
 def _show(report: dict[str, Any], path: Path, ui: bool) -> None:
     if ui:
         from ddpdoctor.tui.app import run_ui
@@ -174,4 +169,9 @@ def _show(report: dict[str, Any], path: Path, ui: bool) -> None:
 
     from ddpdoctor.report.console import print_summary
 
-    print_summary(report, path, Console())
+    console = Console()
+    print_summary(report, path, console)
+    sources = report.get("sources") or {}
+    dumps = sources.get("flight_recorder")
+    console.print(f"[dim]Sources: {sources.get('stacks')}; flight recorder: "
+                  f"{'ranks ' + ', '.join(dumps) if dumps else 'no dump'}[/]")

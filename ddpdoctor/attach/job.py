@@ -26,24 +26,61 @@ from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import TraceRecord
 
 
+# A main thread blocked in a collective neither switches nor burns CPU (measured: 0 and 0
+# over 2 s on gloo); one that loops through collectives switches hundreds of times a second.
+MOVED_SWITCHES = 10
+MOVED_CPU_S = 0.05
+
+
+@dataclass(frozen=True)
+class ThreadActivity:
+    """A main thread's context switches (voluntary + not) and CPU seconds so far."""
+
+    switches: int
+    cpu_s: float
+
+    def moved_since(self, before: "ThreadActivity") -> bool:
+        return (self.switches - before.switches > MOVED_SWITCHES or
+                self.cpu_s - before.cpu_s > MOVED_CPU_S)
+
+
+def main_thread_activity(pid: int) -> ThreadActivity | None:
+    """The main thread's activity counters from /proc, else None."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+        counts = {k: v.strip() for k, _, v in (line.partition(":")
+                                               for line in status.splitlines())}
+        fields = stat[stat.rfind(")") + 2:].split()
+        return ThreadActivity(int(counts["voluntary_ctxt_switches"]) +
+                              int(counts["nonvoluntary_ctxt_switches"]),
+                              (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, KeyError):
+        return None
+
+
 @dataclass
 class StackSample:
-    """Every rank's py-spy result at one moment (``t_ns``), by pid."""
+    """Every rank's py-spy result at one moment (``t_ns``), by pid, and each rank's main
+    thread activity read just before."""
 
     t_ns: int
     stacks: dict[int, dict[str, Any]]
+    activity: dict[int, ThreadActivity | None] = field(default_factory=dict)
 
 
 @dataclass
 class RankFacts:
     """What attach learned about one rank: where each sample found it, and since when it
-    has been at the same place (the first of the consecutive samples that agree)."""
+    has been stuck there (the first of the consecutive samples that agree, when its main
+    thread did not move in between; else the last sample: it is making progress)."""
 
     process: RankProcess
     places: list[StackPlace] = field(default_factory=list)
     since_ns: int = 0
     frames: list[dict[str, Any]] | None = None
     stack_error: str | None = None
+    moved: bool | None = None  # its main thread switched or ran over the samples
     alive: bool = True  # at the last sample
     proc_state: str = ""  # kernel state letter at the last sample (T = stopped)
 
@@ -53,6 +90,7 @@ def rank_facts(process: RankProcess, samples: list[StackSample],
     """Fold the samples of one rank into its facts; ``state`` is (alive, kernel state)."""
     facts = RankFacts(process, alive=state[0], proc_state=state[1])
     last_key = None
+    since: StackSample | None = None
     for sample in samples:
         result = sample.stacks.get(process.pid) or {}
         frames = result.get("frames")
@@ -63,10 +101,17 @@ def rank_facts(process: RankProcess, samples: list[StackSample],
         place = place_of(frames)
         key = (place.op, place.callsite)
         if key != last_key:
-            facts.since_ns = sample.t_ns
-            last_key = key
+            since, last_key = sample, key
         facts.places.append(place)
         facts.frames, facts.stack_error = frames, None
+    if since is None:
+        return facts
+    facts.since_ns = since.t_ns
+    first, last = since.activity.get(process.pid), samples[-1].activity.get(process.pid)
+    if first is not None and last is not None:
+        facts.moved = last.moved_since(first)
+        if facts.moved:
+            facts.since_ns = samples[-1].t_ns
     return facts
 
 
@@ -100,15 +145,6 @@ def _start_ns(pid: int) -> int:
         return 0
     return int((time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")) * 1e9)
 
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time the process has used, from /proc, else None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        fields = stat[stat.rfind(")") + 2:].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _rendezvous(facts: RankFacts) -> tuple[list[TraceRecord], L.RankState]:

@@ -18,7 +18,7 @@ from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.model import Severity
 from ddpdoctor.attach.discover import RankProcess, descendants, find_ranks, rank_process
 from ddpdoctor.attach.frames import place_of
-from ddpdoctor.attach.job import StackSample, build_job, rank_facts
+from ddpdoctor.attach.job import StackSample, ThreadActivity, build_job, rank_facts
 from ddpdoctor.errors import UserError
 from ddpdoctor.trace import layout as L
 from tests.unit.flight_recorder_factory import entry, write_dump
@@ -56,11 +56,16 @@ def process(rank: int) -> RankProcess:
     return RankProcess(os.getpid() + 100_000 + rank, rank, 2, rank, ("job",), ())
 
 
-def job_of(stacks_by_sample: list[dict[int, list[dict]]], tmp_path: Path):
-    """A JobView from samples 1 s apart: {rank: frames} per sample."""
+def job_of(stacks_by_sample: list[dict[int, list[dict]]], tmp_path: Path,
+           switches: dict[int, list[int]] | None = None):
+    """A JobView from samples 1 s apart: {rank: frames} per sample; ``switches``: a rank's
+    main-thread context switches at each sample (default: unknown)."""
     procs = [process(r) for r in sorted(stacks_by_sample[0])]
+    switches = switches or {}
     samples = [StackSample(1_000_000_000 * (i + 1),
-                           {p.pid: {"pid": p.pid, "frames": s[p.rank]} for p in procs})
+                           {p.pid: {"pid": p.pid, "frames": s[p.rank]} for p in procs},
+                           {p.pid: ThreadActivity(switches[p.rank][i], 0.0)
+                            for p in procs if p.rank in switches})
                for i, s in enumerate(stacks_by_sample)]
     facts = [rank_facts(p, samples) for p in procs]
     return build_job(facts, {}, samples, tmp_path, ["train.py"])
@@ -105,6 +110,17 @@ def test_a_rank_that_just_entered_a_collective_is_not_waiting(script, tmp_path):
     entered = {0: in_call("all_reduce", script, 7), 1: at_line(script, 8)}
     findings = analyze(job_of([computing, computing, entered], tmp_path))
     assert not [f for f in findings if f.severity == Severity.ERROR]
+
+
+def test_a_rank_whose_main_thread_moves_between_samples_is_not_stuck(script, tmp_path):
+    """A loop that passes the same all_reduce line at every sample: progress, not a hang."""
+    sample = {0: in_call("all_reduce", script, 7), 1: at_line(script, 8)}
+    looping = {0: [100, 400, 700], 1: [50, 350, 650]}
+    assert not [f for f in analyze(job_of([sample] * 3, tmp_path, looping))
+                if f.severity == Severity.ERROR]
+    blocked = {0: [100, 100, 101], 1: [50, 50, 50]}
+    root = analyze(job_of([sample] * 3, tmp_path, blocked))[0]
+    assert root.kind == "missing_collective" and root.ranks == (1,)  # rank 1 went elsewhere
 
 
 def test_healthy_ranks_in_the_same_collective_give_no_error(script, tmp_path):
