@@ -39,6 +39,7 @@ OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "_allgather_base":
        "alltoall_base": "all_to_all_single", "allreduce_coalesced": "all_reduce_coalesced"}
 P2P_OPS = ("send", "recv")
 NO_CALLSITE = "unknown (flight recorder)"  # a dump has no Python frames on gloo
+MAX_RANK = 1 << 20
 TRAILING_RANK = re.compile(r"(\d+)(\.json)?$")
 
 
@@ -125,13 +126,16 @@ def _members(config: Any) -> list[int] | None:
 
 
 def _rank_of(path: Path, data: dict[str, Any]) -> int:
-    if isinstance(data.get("rank"), int):
-        return data["rank"]
-    m = TRAILING_RANK.search(path.name)
-    if m is None:
-        raise UserError(f"cannot tell the rank of flight recorder dump {path}: name it "
-                        "<prefix><rank> as torch does (e.g. fr-trace-0)", 1)
-    return int(m.group(1))
+    rank = data.get("rank")
+    if type(rank) is not int:
+        m = TRAILING_RANK.search(path.name)
+        if m is None:
+            raise UserError(f"cannot tell the rank of flight recorder dump {path}: name it "
+                            "<prefix><rank> as torch does (e.g. fr-trace-0)", 1)
+        rank = int(m.group(1))
+    if not 0 <= rank < MAX_RANK:
+        raise UserError(f"flight recorder dump {path} names rank {rank}, beyond any job", 1)
+    return rank
 
 
 def entry_call(rank: int, entry: dict[str, Any], last_completed: int) -> tuple[str, Call]:

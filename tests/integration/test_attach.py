@@ -103,3 +103,19 @@ def test_flight_recorder_dumps_of_a_hung_job_give_the_root_cause_of_run(tmp_path
     ops = {c["op"] for c in by_dumps["evidence"]["calls"].values()}
     assert ops == {c["op"] for c in by_run["evidence"]["calls"].values()} == \
         {"barrier", "all_reduce"}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["attach", "abc"], "not a PID"),
+    (["attach", str(2 ** 22 + 4321)], "no process with PID"),
+    (["analyze", "{dumps}"], "pickle flight recorder dump"),
+])
+def test_bad_input_is_one_line_and_non_zero(tmp_path, args, needle):
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    (dumps / "fr-0").write_bytes(b"\x80\x04K\x01.")  # pickle of 1
+    argv = [a.format(dumps=dumps) for a in args]
+    proc = subprocess.run([sys.executable, "-m", "ddpdoctor.cli", *argv], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and needle in proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("ddpdoctor: ")

@@ -91,3 +91,9 @@ def test_align_adds_collectives_the_patches_missed_and_keeps_call_sites():
 def test_align_refuses_sequences_that_do_not_match():
     assert fr.align([call(0, "broadcast_object_list")], [call(0, "broadcast")]) is None
     assert fr.align([call(0, "all_reduce")], [call(5, "all_reduce")]) is None  # wrapped
+
+
+def test_an_absurd_rank_in_a_dump_name_is_refused(tmp_path):
+    path = write_dump(tmp_path, 0, [entry(1)], 1, name="fr-99999999999")
+    with pytest.raises(UserError, match="beyond any job"):
+        fr.load_dump(path)
