@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis import flight_recorder
+from ddpdoctor.analysis import flight_recorder, sources
 from ddpdoctor.analysis.model import NS, Call, JobView, RankRun
 from ddpdoctor.errors import UserError
 from ddpdoctor.launch.rundir import is_run_dir, read_run_file
@@ -145,6 +145,8 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
                 run.stack, run.stack_error = load_stack(
                     run_dir / "stacks" / f"pid-{trace.header.pid}.json")
             ranks[trace.header.rank] = run
+        for rank, run in sources.load_facts(run_dir, problems).items():
+            ranks.setdefault(rank, run)  # ranks ddpdoctor attach saw
         problems += flight_recorder.join_run_dir_dumps(run_dir, ranks)
     _attach_exits(ranks, launchers, sup_events, live)
     world = max([r.header.world_size for r in ranks.values()] + [len(ranks)]) if ranks else 0

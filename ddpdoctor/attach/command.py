@@ -11,7 +11,8 @@ from typing import Any
 
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.flight_recorder import FlightRecorderDump, is_pickle, load_dump
-from ddpdoctor.analysis.model import Finding, Severity
+from ddpdoctor.analysis.model import NS, Finding, JobView, RankRun, Severity
+from ddpdoctor.analysis.sources import FACTS_FILE, facts_of
 from ddpdoctor.attach.discover import RankProcess, find_ranks
 from ddpdoctor.attach.job import (StackSample, build_job, main_thread_activity,
                                   process_state, rank_facts)
@@ -112,6 +113,20 @@ def relative_seqs(findings: list[Finding], report: dict[str, Any],
         detail=f.detail + RELATIVE_NOTE) if f.seq is not None else f for f in findings]
 
 
+def stuck_calls_only(job: JobView) -> dict[int, RankRun]:
+    """The ranks without the calls they had only just entered at the last sample: offline
+    (`ddpdoctor analyze` of the run dir) every open call counts as waiting."""
+    threshold = job.now_ns - int(job.hang_timeout * NS)
+    out = {}
+    for rank, run in job.ranks.items():
+        calls = {g: [c for c in cs if not c.open or c.t_start <= threshold]
+                 for g, cs in run.calls.items()}
+        out[rank] = dataclasses.replace(run, calls={g: cs for g, cs in calls.items() if cs},
+                                        p2p=[c for c in run.p2p if not c.open or
+                                             c.t_start <= threshold])
+    return out
+
+
 def _sources(dumps: dict[int, FlightRecorderDump], samples: list[StackSample],
              ranks: list[RankProcess]) -> dict[str, Any]:
     window = (samples[-1].t_ns - samples[0].t_ns) / 1e9
@@ -147,6 +162,7 @@ def run_attach(config: AttachConfig) -> int:
     report["main_thread_moved"] = {str(f.process.rank): f.moved for f in facts}
     path = config.report or run_dir / "report.json"
     try:
+        write_json_atomic(run_dir / FACTS_FILE, facts_of(stuck_calls_only(job)))
         write_json_atomic(path, report)
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}", 1) from None

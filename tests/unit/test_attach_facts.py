@@ -3,6 +3,7 @@ finding rank processes in /proc (real processes, no torch)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,7 +16,10 @@ import pytest
 
 from ddpdoctor.analysis import flight_recorder as fr
 from ddpdoctor.analysis.engine import analyze
+from ddpdoctor.analysis.load import load_job
 from ddpdoctor.analysis.model import Severity
+from ddpdoctor.analysis.sources import FACTS_FILE, facts_of
+from ddpdoctor.attach.command import stuck_calls_only
 from ddpdoctor.attach.discover import RankProcess, descendants, find_ranks, rank_process
 from ddpdoctor.attach.frames import place_of
 from ddpdoctor.attach.job import StackSample, ThreadActivity, build_job, rank_facts
@@ -191,3 +195,27 @@ def test_a_flight_recorder_dump_gives_the_seq_and_the_stack_the_line(script, tmp
     root = analyze(job)[0]
     assert root.kind == "collective_mismatch" and root.seq == 2 and root.ranks == (0,)
     assert root.evidence["calls"]["0"]["callsite"] == f"{script}:6"
+
+
+def test_saved_facts_give_analyze_the_same_root_cause(script, tmp_path):
+    sample = {0: in_call("barrier", script, 6), 1: at_line(script, 8)}
+    job = job_of([sample] * 3, tmp_path)
+    run_dir = tmp_path / "node0"
+    (run_dir / "traces").mkdir(parents=True)
+    (run_dir / FACTS_FILE).write_text(json.dumps(facts_of(stuck_calls_only(job))))
+    offline = load_job([run_dir])
+    assert sorted(offline.ranks) == [0, 1]
+    assert offline.ranks[0].stack == job.ranks[0].stack
+    live_root, offline_root = analyze(job)[0], analyze(offline)[0]
+    assert (offline_root.kind, offline_root.ranks, offline_root.seq) == \
+        (live_root.kind, live_root.ranks, live_root.seq) == ("missing_collective", (0,), 0)
+
+
+def test_a_call_only_just_entered_is_not_saved_as_waiting(script, tmp_path):
+    computing = {0: at_line(script, 8), 1: at_line(script, 8)}
+    entered = {0: in_call("all_reduce", script, 7), 1: at_line(script, 8)}
+    job = job_of([computing, computing, entered], tmp_path)
+    run_dir = tmp_path / "node0"
+    (run_dir / "traces").mkdir(parents=True)
+    (run_dir / FACTS_FILE).write_text(json.dumps(facts_of(stuck_calls_only(job))))
+    assert not [f for f in analyze(load_job([run_dir])) if f.severity == Severity.ERROR]
