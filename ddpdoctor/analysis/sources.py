@@ -59,8 +59,9 @@ def _call_dict(c: Call) -> dict[str, Any]:
             "t_end": c.t_end, "aux": c.aux, "kind": int(c.kind)}
 
 
-def facts_of(runs: dict[int, RankRun]) -> dict[str, Any]:
-    """The ranks of a JobView built from outside facts, as RUN_DIR/facts.json holds them."""
+def facts_of(runs: dict[int, RankRun], relative: set[int] | None = None) -> dict[str, Any]:
+    """The ranks of a JobView built from outside facts, as RUN_DIR/facts.json holds them;
+    ``relative``: the ranks whose seqs come from stacks alone (0 = the call now)."""
     ranks = []
     for run in (runs[r] for r in sorted(runs)):
         h = run.header
@@ -70,6 +71,7 @@ def facts_of(runs: dict[int, RankRun]) -> dict[str, Any]:
             "local_rank": h.local_rank, "state": h.state.name, "started_ns": h.started_ns,
             "alive": run.alive, "proc_state": run.proc_state, "stack": run.stack,
             "stack_error": run.stack_error, "group_ranks": run.group_ranks,
+            "relative_seq": run.rank in (relative or set()),
             "calls": [_call_dict(c) for c in calls],
             "marks": [{"op": m.op, "t_start": m.t_start, "t_end": m.t_end,
                        "callsite": m.callsite} for m in run.trace.records
@@ -134,4 +136,11 @@ def load_facts(run_dir: Path, problems: list[str]) -> dict[int, RankRun]:
             problems.append(f"{path}: a damaged rank entry was skipped")
             continue
         runs[run.rank] = run
+    relative = sorted(int(d["rank"]) for d in data.get("ranks", [])
+                      if isinstance(d, dict) and d.get("relative_seq") is True
+                      and type(d.get("rank")) is int)
+    if relative:
+        problems.append(f"{path}: rank(s) {', '.join(map(str, relative))} known from stacks "
+                        "alone: their seq 0 is the call they were in, not a position in "
+                        "the job's sequence")
     return runs

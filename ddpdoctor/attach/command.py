@@ -154,6 +154,10 @@ def run_attach(config: AttachConfig) -> int:
     facts = [rank_facts(r, samples, process_state(r.pid)) for r in ranks]
     job = build_job(facts, dumps, samples, run_dir, command)
     job.problems.extend(problems)
+    if len(ranks) < job.world_size:
+        job.problems.append(
+            f"{len(ranks)} of {job.world_size} ranks run on this node: attach on the other "
+            "nodes too and merge the run dirs with `ddpdoctor analyze DIR...`")
     findings = analyze(job)
     report = schema.build(job, findings, infer_outcome(job))
     findings = relative_seqs(findings, report, {r.rank for r in ranks} - set(dumps))
@@ -162,7 +166,8 @@ def run_attach(config: AttachConfig) -> int:
     report["main_thread_moved"] = {str(f.process.rank): f.moved for f in facts}
     path = config.report or run_dir / "report.json"
     try:
-        write_json_atomic(run_dir / FACTS_FILE, facts_of(stuck_calls_only(job)))
+        write_json_atomic(run_dir / FACTS_FILE, facts_of(stuck_calls_only(job),
+                                                         {r.rank for r in ranks} - set(dumps)))
         write_json_atomic(path, report)
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}", 1) from None
