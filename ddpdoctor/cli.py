@@ -86,11 +86,11 @@ def _add_attach(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "attach", help="diagnose a running job that was not started under ddpdoctor",
         description="Find the ranks of a running job on this node (the children of a "
-        "torchrun agent, or processes with RANK and WORLD_SIZE in their environment), "
-        "sample every rank's stack with py-spy, read any torch flight recorder dumps the "
-        "job wrote, name the root cause and write the same report as `ddpdoctor run`. "
-        "The job is left running unless --stop. Exit status: 0 nothing wrong, 1 a "
-        "problem named, 2 usage error.",
+        "torchrun agent,\nor processes with RANK and WORLD_SIZE in their environment), "
+        "sample every rank's stack\nwith py-spy, read any torch flight recorder dumps the "
+        "job wrote, name the root cause\nand write the same report as `ddpdoctor run`. The "
+        "job is left running unless --stop.\nExit status: 0 nothing wrong, 1 a problem "
+        "named, 2 usage error.",
         epilog="examples:\n  ddpdoctor attach            # the one job on this node\n"
         "  ddpdoctor attach 4242       # the job of this torchrun (or rank) PID\n"
         "  ddpdoctor attach --stop     # diagnose, then stop the whole job",
