@@ -226,12 +226,25 @@ def rank_runs(dumps: list[FlightRecorderDump]) -> tuple[dict[int, RankRun], int]
     return runs, world
 
 
+CLOCK_SLACK_NS = 100_000  # the trace's and the recorder's wall-clock stamps of one call
 SAME_OP = {"_all_gather_base": "all_gather_into_tensor",
            "_reduce_scatter_base": "reduce_scatter_tensor"}
 
 
 def _same_op(a: str, b: str) -> bool:
     return SAME_OP.get(a, a) == SAME_OP.get(b, b)
+
+
+def _is_entry_of(entry: Call, call: Call) -> bool:
+    """Can the recorder's ``entry`` be the traced ``call``?  Same op, and created while the
+    call ran: the trace stamps a call before it enters torch, the recorder inside it (both
+    on the wall clock), so a direct process-group call just before it is not taken for it."""
+    if not _same_op(entry.op, call.op):
+        return False
+    if not entry.t_start or not call.t_start:
+        return True
+    return entry.t_start >= call.t_start - CLOCK_SLACK_NS and \
+        (call.open or entry.t_start <= call.t_end + CLOCK_SLACK_NS)
 
 
 def align(traced: list[Call], recorded: list[Call]) -> list[Call] | None:
@@ -245,7 +258,7 @@ def align(traced: list[Call], recorded: list[Call]) -> list[Call] | None:
     merged: list[Call] = []
     i = 0
     for n, call in enumerate(traced):
-        while i < len(recorded) and not _same_op(recorded[i].op, call.op):
+        while i < len(recorded) and not _is_entry_of(recorded[i], call):
             merged.append(recorded[i])
             i += 1
         if i < len(recorded):

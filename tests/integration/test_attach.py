@@ -91,6 +91,9 @@ def test_flight_recorder_dumps_of_a_hung_job_give_the_root_cause_of_run(tmp_path
     assert sorted(p.name for p in dumps.glob("fr-rank-*.json")) == ["fr-rank-0.json",
                                                                     "fr-rank-1.json"]
     by_run = run.report["findings"][0]
+    # the direct process-group call joined the traced sequence at its seq
+    assert any("seen only by torch's flight recorder" in p for p in run.report["problems"])
+    assert [e["seq"] for e in run.report["timeline"]["0"]] == [0, 1, 2]
     proc = subprocess.run([sys.executable, "-m", "ddpdoctor.cli", "analyze", str(dumps),
                            "--report", str(tmp_path / "fr.json")],
                           capture_output=True, text=True, timeout=120)
@@ -98,8 +101,9 @@ def test_flight_recorder_dumps_of_a_hung_job_give_the_root_cause_of_run(tmp_path
     by_dumps = json.loads((tmp_path / "fr.json").read_text())["findings"][0]
     assert (by_dumps["kind"], by_dumps["seq"], by_dumps["evidence"]["group"]) == \
         (by_run["kind"], by_run["seq"], by_run["evidence"]["group"]) == \
-        ("collective_mismatch", 1, "0")
-    assert set(by_run["ranks"]) <= set(by_dumps["ranks"])  # a dump has no call sites
+        ("collective_mismatch", 2, "0")
+    assert by_run["ranks"] == [0]  # the barrier under `if rank == 0`
+    assert 0 in by_dumps["ranks"]  # a dump has no call sites: a two-rank tie names both
     ops = {c["op"] for c in by_dumps["evidence"]["calls"].values()}
     assert ops == {c["op"] for c in by_run["evidence"]["calls"].values()} == \
         {"barrier", "all_reduce"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from pathlib import Path
 
@@ -97,3 +98,19 @@ def test_an_absurd_rank_in_a_dump_name_is_refused(tmp_path):
     path = write_dump(tmp_path, 0, [entry(1)], 1, name="fr-99999999999")
     with pytest.raises(UserError, match="beyond any job"):
         fr.load_dump(path)
+
+
+def test_align_does_not_take_a_direct_call_for_the_traced_one_after_it():
+    """rank 1 of a job that calls the process group directly between two all_reduces:
+    the open traced all_reduce is the recorder's third entry, not its second."""
+    ms = 1_000_000
+    traced = [dataclasses.replace(call(0, "all_reduce", "a.py:7"), t_start=10 * ms,
+                                  t_end=20 * ms),
+              dataclasses.replace(call(1, "all_reduce", "a.py:11", open_=True),
+                                  t_start=500 * ms)]
+    recorded = [dataclasses.replace(call(i, "all_reduce", fr.NO_CALLSITE), t_start=t * ms,
+                                    t_end=0 if i == 2 else t * ms + 1)
+                for i, t in ((0, 10), (1, 300), (2, 500))]
+    merged = fr.align(traced, recorded)
+    assert [(c.seq, c.callsite) for c in merged] == [
+        (0, "a.py:7"), (1, fr.NO_CALLSITE), (2, "a.py:11")]

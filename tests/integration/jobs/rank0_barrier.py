@@ -1,6 +1,7 @@
 """A job that hangs: rank 0 calls barrier under `if rank == 0`, rank 1 the next all_reduce.
 
-With READY_DIR set, each rank touches READY_DIR/rank-<r> just before the divergence.
+Before that, one all_reduce goes straight to the process group, where no Python patch sees
+it: only torch's flight recorder does.  With READY_DIR set, each rank touches READY_DIR/rank-<r> just before the divergence.
 """
 
 import os
@@ -13,6 +14,7 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 t = torch.ones(10)
 dist.all_reduce(t)
+dist.group.WORLD.allreduce([t]).wait()
 if os.environ.get("READY_DIR"):
     Path(os.environ["READY_DIR"], f"rank-{rank}").touch()
 if rank == 0:
