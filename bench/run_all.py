@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -160,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     raw: list[str] = []
     for name in args.only:
+        t0 = time.monotonic()
         rows += load_span(lambda: PARTS[name](args.quick, raw))
+        print(f"  {name}: measured in {time.monotonic() - t0:.0f} s", file=sys.stderr,
+              flush=True)
     print("\n".join(table(rows)))
     if args.raw:
         print("\n".join(raw))
