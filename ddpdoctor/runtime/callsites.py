@@ -44,6 +44,7 @@ _seen: list[CodeType] = []
 _names: dict[int, str] = {}  # framework code -> its path from the package root
 _sites: dict[tuple[int, int, int, int], str] = {}
 _user_sites: dict[tuple[int, int], str] = {}
+_direct_sites: dict[tuple[int, int], str] = {}  # sites_text of a frame that is the user's
 _MAX_SITES = 4096
 
 
@@ -126,6 +127,14 @@ def user_site(frame: FrameType | None) -> str:
 def sites_text(frame: FrameType | None) -> str:
     """``user_path:line|framework_path:line`` (framework path from its package root,
     empty when no framework frame made the call)."""
+    if frame is not None and _kinds.get(id(frame.f_code)) == USER:  # called by the user
+        key1 = (id(frame.f_code), frame.f_lasti)
+        text = _direct_sites.get(key1)
+        if text is None:
+            if len(_direct_sites) > _MAX_SITES:
+                _direct_sites.clear()
+            text = _direct_sites[key1] = f"{frame.f_code.co_filename}:{frame.f_lineno}|"
+        return text
     user, fw = _walk(frame)
     if user is None:
         return "?|"
