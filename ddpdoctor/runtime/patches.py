@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.trace import layout as L
 
-_inside: set[int] = set()  # threads inside a recorded call: nested calls are not recorded
+# Threads inside a recorded call (value None: nested calls are not recorded) or inside a
+# ``_coalescing_manager`` (value: the batch that collects its calls into one record).
+_inside: dict[int, list | None] = {}
 _get_ident = threading.get_ident
 _ASYNC = int(L.RecordFlag.ASYNC)
 _OBJECT = int(L.RecordFlag.OBJECT)
@@ -248,7 +252,8 @@ def _wrap_simple(name: str, fn: Callable, spec: OpSpec) -> Callable:
             rec = R.active()
         tid = _get_ident()
         if rec is None or tid in _inside:
-            return fn(*args, **kwargs)
+            return _call_unrecorded(name, fn, args, kwargs, tid, (get_tensor(args, kwargs),),
+                                    spec)
         try:
             group = get_group(args, kwargs)
             is_async = always_async or (get_async is not None and
@@ -267,19 +272,97 @@ def _wrap_simple(name: str, fn: Callable, spec: OpSpec) -> Callable:
     return wrapper
 
 
+def _call_unrecorded(name: str, fn: Callable, args: tuple, kwargs: dict, tid: int,
+                     ins: tuple, spec: OpSpec) -> Any:
+    """A call not recorded on its own: nested in a recorded call, or part of a
+    ``_coalescing_manager`` batch (then noted in the batch, recorded at its end)."""
+    batch = _inside.get(tid)
+    if batch is None:
+        return fn(*args, **kwargs)
+    try:
+        batch.append((name, ins or tuple(_tensors(spec, spec.ins, args, kwargs)),
+                      _reduce_name(spec.arg(args, kwargs, "op")) if spec.reduce else ""))
+    except (TypeError, IndexError, AttributeError) as e:
+        rec = R.existing()
+        if rec is not None:
+            rec.note_error(f"coalesced {name}", e)
+    _inside[tid] = None
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _inside[tid] = batch
+
+
+def _wrap_coalescing_manager(fn: Callable) -> Callable:
+    """``_coalescing_manager``: the calls made inside it become one coalesced record."""
+
+    @contextlib.contextmanager
+    @functools.wraps(fn)
+    def _coalescing_manager(group: Any = None, device: Any = None,
+                            async_ops: bool = False) -> Iterator[Any]:
+        rec = R.active()
+        tid = _get_ident()
+        if rec is None or tid in _inside:
+            with fn(group, device, async_ops) as cm:
+                yield cm
+            return
+        batch: list = []
+        inner = fn(group, device, async_ops)
+        cm = inner.__enter__()
+        _inside[tid] = batch
+        try:
+            yield cm
+        except BaseException:
+            _inside.pop(tid, None)
+            if not inner.__exit__(*sys.exc_info()):
+                raise
+            return
+        _inside[tid] = None  # the exit runs the coalesced collective
+        handle = _begin_coalesced(rec, batch, group, async_ops)
+        try:
+            inner.__exit__(None, None, None)
+        except BaseException:
+            rec.end(handle, True)
+            raise
+        finally:
+            _inside.pop(tid, None)
+        works = getattr(cm, "works", None)
+        if async_ops and works:
+            _track_async(rec, works[0], handle)
+        else:
+            rec.end(handle)
+
+    _coalescing_manager.__ddpdoctor_original__ = fn  # type: ignore[attr-defined]
+    return _coalescing_manager
+
+
+def _begin_coalesced(rec: R.Recorder, batch: list, group: Any, async_ops: bool) -> int:
+    """One record for a coalesced batch: op ``<op>_coalesced`` (or ``coalesced`` when the
+    ops differ or have no such name), every tensor of the batch as its inputs."""
+    if not batch:
+        return -1
+    names = {name for name, _, _ in batch}
+    op = f"{batch[0][0]}_coalesced" if len(names) == 1 else "coalesced"
+    if op not in L.OP_CODES:
+        op = "coalesced"
+    ins = [t for _, tensors, _ in batch for t in tensors]
+    return rec.begin(op, group, ins, (), batch[0][2], _ASYNC if async_ops else 0, -1, len(batch),
+                     None, _COLL)
+
+
 def _call_recorded(rec: R.Recorder, fn: Callable, args: tuple, kwargs: dict, handle: int,
                    is_async: bool, tid: int) -> Any:
     """Run the real call with nested calls unrecorded; end the record when it returns
     (or, for async calls, when its Work completes).  ``RecordedCall`` spelled out: this
     is the hottest path, and a context manager object costs 0.3 us a call."""
-    _inside.add(tid)
+    _inside[tid] = None
     try:
         result = fn(*args, **kwargs)
     except BaseException:
         rec.end(handle, True)
         raise
     finally:
-        _inside.discard(tid)
+        _inside.pop(tid, None)
     if is_async and result is not None:
         _track_async(rec, result, handle)
     else:
@@ -300,7 +383,7 @@ def _wrap_general(name: str, fn: Callable, spec: OpSpec) -> Callable:
             rec = R.active()
         tid = _get_ident()
         if rec is None or tid in _inside:
-            return fn(*args, **kwargs)
+            return _call_unrecorded(name, fn, args, kwargs, tid, (), spec)
         try:
             group = spec.arg(args, kwargs, "group")
             ins = _tensors(spec, spec.ins, args, kwargs) if spec.ins else []
@@ -341,7 +424,7 @@ def _wrap_batch_isend_irecv(fn: Callable) -> Callable:
                     direction | _ASYNC, _p2p_op_peer(p), kind=_P2P))
         except Exception as e:  # noqa: BLE001 - recording must never break the call
             rec.fail("wrap batch_isend_irecv", e)
-        _inside.add(tid)
+        _inside[tid] = None
         try:
             works = fn(p2p_op_list)
         except BaseException:
@@ -349,7 +432,7 @@ def _wrap_batch_isend_irecv(fn: Callable) -> Callable:
                 rec.end(h, failed=True)
             raise
         finally:
-            _inside.discard(tid)
+            _inside.pop(tid, None)
         works_list = list(works or [])
         if len(works_list) == len(handles):
             for work, h in zip(works_list, handles):
@@ -475,6 +558,8 @@ def install() -> None:
         fn = getattr(c10d, name, None)
         if fn is not None:
             wrapped[name] = _wrap(name, fn, spec)
+    if hasattr(c10d, "_coalescing_manager"):
+        wrapped["_coalescing_manager"] = _wrap_coalescing_manager(c10d._coalescing_manager)
     if hasattr(c10d, "batch_isend_irecv"):
         wrapped["batch_isend_irecv"] = _wrap_batch_isend_irecv(c10d.batch_isend_irecv)
     wrapped["init_process_group"] = _wrap_init(c10d.init_process_group)

@@ -101,14 +101,18 @@ def test_future_completed_async_call_is_not_a_hang(doctor):
         assert calls[2].t_start - calls[1].t_end > 7e9
 
 
-def test_base_ops_named_and_p2p_peers_right(doctor):
+def test_base_ops_named_p2p_peers_right_coalesced_batch_one_record(doctor):
     run = doctor(["run", "--nproc-per-node", "2", str(GAPS)], env={"SHAPE": "base_p2p"})
     assert run.returncode == 0, run.stderr[-3000:]
     job = load_job([run.run_dir])
     for rank, r in job.ranks.items():
-        ops = [c.op for c in r.calls["0"]]
-        assert ops == ["all_reduce", "_all_gather_base", "_reduce_scatter_base", "barrier"]
-        assert r.calls["0"][1].out_shapes == ((4,),)
+        calls = r.calls["0"]
+        ops = [c.op for c in calls]
+        assert ops == ["all_reduce", "_all_gather_base", "_reduce_scatter_base",
+                       "all_reduce_coalesced", "barrier"], ops
+        assert calls[1].out_shapes == ((4,),)
+        assert calls[3].in_shapes == ((3,), (5,)) and calls[3].aux == 2
+        assert all(not c.open for c in calls)
         p2p = [(c.op, c.peer) for c in r.p2p]
         assert p2p == [("isend", 1 - rank), ("irecv", 1 - rank)], p2p
         assert all(not c.open for c in r.p2p)

@@ -2,7 +2,8 @@
 
 SHAPE picks the part: "compiled" (three all_reduces inside a torch.compile'd function),
 "future" (an async all_reduce completed through get_future().wait(), then 8 s of compute),
-"base_p2p" (_all_gather_base, _reduce_scatter_base, batch_isend_irecv with group_peer).
+"base_p2p" (_all_gather_base, _reduce_scatter_base, batch_isend_irecv with group_peer, a
+_coalescing_manager batch).
 """
 
 import datetime
@@ -52,6 +53,11 @@ def main() -> None:
                dist.P2POp(dist.irecv, torch.empty(3), group_peer=other)]
         for w in dist.batch_isend_irecv(ops):
             w.wait()
+        from torch.distributed.distributed_c10d import _coalescing_manager
+
+        with _coalescing_manager():  # one coalesced record, not two
+            dist.all_reduce(torch.ones(3))
+            dist.all_reduce(torch.ones(5))
     dist.barrier()
     print(f"rank {rank} done", flush=True)
     dist.destroy_process_group()
