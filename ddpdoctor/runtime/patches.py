@@ -535,11 +535,13 @@ def _wrap_destroy(fn: Callable) -> Callable:
 
 
 def _install_compiled(wrapped: dict[str, Callable]) -> None:
-    """Let torch.compile'd code record its collectives too (see runtime/compiled.py)."""
+    """Record the collectives of torch.compile'd code (runtime/compiled.py) and eager
+    functional collectives (runtime/functional.py) too."""
     try:
-        from ddpdoctor.runtime import compiled
+        from ddpdoctor.runtime import compiled, functional
 
         compiled.install(wrapped)
+        functional.install()
     except (ImportError, AttributeError, RuntimeError, TypeError, ValueError) as e:
         rec = R.active()
         if rec is not None:

@@ -76,10 +76,11 @@ def test_compiled_collectives_are_in_the_sequence(doctor):
     for rank, r in job.ranks.items():
         calls = r.calls["0"]
         ops = [(c.op, c.reduce_op) for c in calls]
-        # eager all_reduce, 2 compiled steps of 3 all_reduces each, the final barrier
+        # eager all_reduce, 2 compiled steps of 3 all_reduces each, a functional
+        # all_reduce, the final barrier
         assert ops == [("all_reduce", "sum")] + [("all_reduce", "sum"), ("all_reduce", "max"),
                                                  ("all_reduce", "sum")] * 2 + [
-            ("barrier", "")], (rank, ops)
+            ("all_reduce", "sum"), ("barrier", "")], (rank, ops)
         assert [c.seq for c in calls] == list(range(len(calls)))
         assert all(not c.open for c in calls)
         assert all("recording_gaps.py:" in c.callsite for c in calls), calls

@@ -1,6 +1,7 @@
 """Collectives that plain patching misses: compiled, future-completed, _base, P2POp peers.
 
-SHAPE picks the part: "compiled" (three all_reduces inside a torch.compile'd function),
+SHAPE picks the part: "compiled" (three all_reduces inside a torch.compile'd function, then
+an eager functional all_reduce),
 "future" (an async all_reduce completed through get_future().wait(), then 8 s of compute),
 "base_p2p" (_all_gather_base, _reduce_scatter_base, batch_isend_irecv with group_peer, a
 _coalescing_manager batch).
@@ -37,6 +38,10 @@ def main() -> None:
         for _ in range(2):
             out = step(torch.ones(4))
         assert out.tolist() == [(2.0 * world + 1) * world] * 4, out
+        import torch.distributed._functional_collectives as funcol
+
+        summed = funcol.all_reduce(torch.ones(2), "sum", dist.group.WORLD)  # eager funcol
+        assert (summed + 0).tolist() == [float(world)] * 2
     elif shape == "future":
         work = dist.all_reduce(torch.ones(4), async_op=True)
         work.get_future().wait()
