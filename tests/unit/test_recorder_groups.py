@@ -38,6 +38,15 @@ for th in threads:
 dist.destroy_process_group()
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 dist.all_reduce(t)
+with recorder.recorded_call("broadcast", None, [t]):
+    pass
+try:
+    with recorder.recorded_call("broadcast", None, [t]):
+        raise ValueError("the body failed")
+except ValueError:
+    pass
+with recorder.recorded_call("broadcast", None, [t]) as call:
+    call.keep_open()
 dist.destroy_process_group()
 print(recorder.active().writer.ring_path)
 '''
@@ -53,7 +62,7 @@ def _run(tmp_path: Path) -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def test_seq_unique_under_threads_and_group_survives_reinit(tmp_path: Path) -> None:
+def test_seq_threads_group_reinit_and_recorded_call(tmp_path: Path) -> None:
     trace = read_trace(_run(tmp_path))
     calls = [r for r in trace.records if r.op == "all_reduce"]
     assert len(calls) == 901
@@ -61,5 +70,11 @@ def test_seq_unique_under_threads_and_group_survives_reinit(tmp_path: Path) -> N
     assert seqs == list(range(901))  # no seq given twice by the three threads
     assert {r.group for r in calls} == {0}  # the re-created default group is the same
     assert calls[-1].seq == 900  # ... and its seq goes on
+    ok, failed, still_open = [r for r in trace.records if r.op == "broadcast"]
+    line = SCRIPT.splitlines().index('with recorder.recorded_call("broadcast", None, [t]):') + 1
+    assert not ok.open and not ok.flags & 4
+    assert ok.callsite == f"<string>:{line}" and ok.framework_site == ""  # the user's line
+    assert not failed.open and failed.flags & 4  # FAILED
+    assert still_open.open
     groups = [m for m in trace.meta if m.get("event") == "group"]
     assert len(groups) == 1 and groups[0]["name"] == "0", json.dumps(groups)
