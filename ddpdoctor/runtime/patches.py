@@ -472,7 +472,7 @@ def _patch_work_wait(work_cls: Any) -> None:
         return
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        done = _pending.pop(self, None) if _pending else None
+        done = _pending.pop(self, None) if _pending.data else None
         if done is None:
             return original(self, *args, **kwargs)
         try:
