@@ -13,7 +13,7 @@ import os
 import sysconfig
 from types import CodeType, FrameType
 
-USER, FRAMEWORK, INTERNAL = 0, 1, 2
+USER, FRAMEWORK, INTERNAL, TRACED = 0, 1, 2, 3  # TRACED: runs a compiled collective
 
 # Top-level packages whose frames are a "framework site" (a library that calls torch's
 # collectives for the user).
@@ -62,34 +62,47 @@ def _package_path(filename: str) -> tuple[str, str] | None:
     return None
 
 
+def _file_kind(fn: str) -> tuple[int, str]:
+    """(USER, FRAMEWORK or INTERNAL; the path from the package root for a framework)."""
+    if fn.startswith("<"):
+        return (INTERNAL if fn.startswith(("<frozen", "<eval_with_key", "<torch")) else USER), ""
+    if fn.startswith(_PKG_DIR) or _GENERATED in fn:
+        return INTERNAL, ""
+    found = _package_path(fn)
+    if found is None:
+        return (INTERNAL if os.path.realpath(fn).startswith(_STDLIB) else USER), ""
+    top, rel = found
+    parts = rel.split(_SEP)
+    if top in FRAMEWORKS or (
+            top == "torch" and len(parts) > 2 and parts[1] in _TORCH_FRAMEWORK
+            and parts[-1] not in _TORCH_PLUMBING and "_dynamo" not in parts):
+        return FRAMEWORK, rel
+    return INTERNAL, ""
+
+
+def is_user_file(filename: str) -> bool:
+    """Is ``filename`` the user's own code (not a library, torch, stdlib or ddpdoctor)?"""
+    return _file_kind(filename)[0] == USER
+
+
 def classify(code: CodeType) -> int:
-    """USER, FRAMEWORK or INTERNAL for the code of a frame (cached)."""
+    """USER, FRAMEWORK, INTERNAL (or TRACED) for the code of a frame (cached)."""
     kind = _kinds.get(id(code))
     if kind is not None:
         return kind
-    fn = code.co_filename
-    kind = INTERNAL
-    if fn.startswith("<"):
-        kind = INTERNAL if fn.startswith(("<frozen", "<eval_with_key", "<torch")) else USER
-    elif fn.startswith(_PKG_DIR) or _GENERATED in fn:
-        kind = INTERNAL
-    else:
-        found = _package_path(fn)
-        if found is not None:
-            top, rel = found
-            parts = rel.split(_SEP)
-            if top in FRAMEWORKS:
-                kind = FRAMEWORK
-            elif (top == "torch" and len(parts) > 2 and parts[1] in _TORCH_FRAMEWORK
-                  and parts[-1] not in _TORCH_PLUMBING and "_dynamo" not in parts):
-                kind = FRAMEWORK
-            if kind == FRAMEWORK:
-                _names[id(code)] = rel
-        elif not os.path.realpath(fn).startswith(_STDLIB):
-            kind = USER
+    kind, rel = _file_kind(code.co_filename)
+    if kind == FRAMEWORK:
+        _names[id(code)] = rel
     _seen.append(code)
     _kinds[id(code)] = kind
     return kind
+
+
+def mark_traced(code: CodeType) -> None:
+    """Frames of ``code`` run a compiled collective; their local ``site`` holds the
+    user's line that was traced (``path:line|``)."""
+    _seen.append(code)
+    _kinds[id(code)] = TRACED
 
 
 def _walk(frame: FrameType | None) -> tuple[FrameType | None, FrameType | None]:
@@ -102,7 +115,7 @@ def _walk(frame: FrameType | None) -> tuple[FrameType | None, FrameType | None]:
         kind = kinds.get(id(code))
         if kind is None:
             kind = classify(code)
-        if kind == USER:
+        if kind == USER or kind == TRACED:
             return frame, framework
         if kind == FRAMEWORK and framework is None:
             framework = frame
@@ -110,11 +123,26 @@ def _walk(frame: FrameType | None) -> tuple[FrameType | None, FrameType | None]:
     return (framework or first), None
 
 
+def _traced(frame: FrameType) -> str:
+    """The traced site a TRACED frame carries, else the user's frame above it."""
+    site = frame.f_locals.get("site")
+    if isinstance(site, str) and site:
+        return site
+    outer = frame.f_back
+    while outer is not None and classify(outer.f_code) != USER:
+        outer = outer.f_back
+    if outer is None:
+        return "?|"
+    return f"{outer.f_code.co_filename}:{outer.f_lineno}|"
+
+
 def user_site(frame: FrameType | None) -> str:
     """``path:line`` of the user's innermost frame from ``frame`` up."""
     user, _ = _walk(frame)
     if user is None:
         return "?"
+    if _kinds.get(id(user.f_code)) == TRACED:
+        return _traced(user).partition("|")[0]
     key = (id(user.f_code), user.f_lasti)
     site = _user_sites.get(key)
     if site is None:
@@ -138,6 +166,8 @@ def sites_text(frame: FrameType | None) -> str:
     user, fw = _walk(frame)
     if user is None:
         return "?|"
+    if _kinds.get(id(user.f_code)) == TRACED:
+        return _traced(user)
     key = (id(user.f_code), user.f_lasti, id(fw.f_code) if fw is not None else 0,
            fw.f_lasti if fw is not None else -1)
     text = _sites.get(key)

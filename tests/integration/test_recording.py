@@ -83,6 +83,12 @@ def test_compiled_collectives_are_in_the_sequence(doctor):
             ("all_reduce", "sum"), ("barrier", "")], (rank, ops)
         assert [c.seq for c in calls] == list(range(len(calls)))
         assert all(not c.open for c in calls)
+        lines = GAPS.read_text().splitlines()
+        at = [lines.index(f"    {src}") + 1 for src in (
+            "dist.all_reduce(x)", "dist.all_reduce(y, op=dist.ReduceOp.MAX)",
+            "dist.all_reduce(z)")]
+        compiled_lines = [int(c.callsite.rsplit(":", 1)[1]) for c in calls[1:7]]
+        assert compiled_lines == at * 2, compiled_lines  # the user's line inside the graph
         assert all("recording_gaps.py:" in c.callsite for c in calls), calls
         assert not [m for m in r.trace.meta if m.get("event") == "runtime_error"]
 
