@@ -14,8 +14,6 @@ import threading
 import weakref
 from typing import Any, Callable
 
-import torch
-
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.trace import layout as L
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 from ddpdoctor.analysis.model import Call
 from ddpdoctor.runtime import callsites
-from ddpdoctor.runtime.recorder import record_text
+from ddpdoctor.runtime.record_text import record_text
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import decode_text
 
