@@ -87,6 +87,10 @@ def test_trains_as_without_ddpdoctor(job: str, mode: str, tmp_path: Path,
         for case, params in plain[rank]["params"].items():
             diff = max_diff(ours[rank]["params"][case], params)
             assert diff <= TOL, f"rank {rank} {case}: parameters differ by {diff:.3g}"
+    if job == "torch_features":  # sparse gradients: said once, on the console and in the report
+        assert run.stderr.count("ddpdoctor: notice: sparse gradients") == 1, run.stderr[-3000:]
+        assert [(n["text"][:16], n["ranks"]) for n in report["notices"]] == [
+            ("sparse gradients", [0, 1])]
     kinds = record_kinds(run.run_dir)
     assert kinds["bucket"] > 0  # every DDP bucket is recorded, in both modes
     assert (kinds["ring_step"] > 0) == (mode == "ring")  # the ring reduced them (ring mode)

@@ -2,7 +2,7 @@
 
 Cases: plain steps, no_sync accumulation, static_graph, a user comm hook, Join with uneven
 inputs plus ZeroRedundancyOptimizer, deepcopy / pickle / torch.save of the DDP model, the
-private attributes frameworks read, torch.compile (COMPAT_COMPILE=0 leaves it out).  Usage: torchrun --nproc-per-node 2 torch_features.py OUT
+private attributes frameworks read, sparse gradients, torch.compile (COMPAT_COMPILE=0 leaves it out).  Usage: torchrun --nproc-per-node 2 torch_features.py OUT
 """
 
 import copy
@@ -92,6 +92,14 @@ def main() -> None:
         pickled.state_dict().values(), plain.state_dict().values()))
     checks["torch_save_same"] = all(torch.equal(a, b) for a, b in zip(
         loaded.state_dict().values(), plain.state_dict().values()))
+
+    sparse = DDP(nn.EmbeddingBag(10, 4, sparse=True))  # ddpdoctor: a notice, torch reduces
+    sparse_opt = torch.optim.SGD(sparse.parameters(), lr=0.1)
+    for step in range(2):
+        sparse(torch.tensor([[rank, step + 2]])).square().sum().backward()
+        sparse_opt.step()
+        sparse_opt.zero_grad()
+    results["sparse"] = sparse.module.state_dict()
 
     if os.environ.get("COMPAT_COMPILE", "1") == "1":
         compiled = torch.compile(DDP(model()))
