@@ -76,6 +76,11 @@ def ddpdoctor_comm_hook(state: HookState, bucket: dist.GradBucket
     """Average ``bucket`` over the group (or run the user's hook) and record it."""
     if state.user is not None:
         return _run_user_hook(state, bucket)
+    ddp = state.ddp()
+    if ddp is not None and ddp.__dict__.get("_divide_by_initial_world_size") is False:
+        notice("join(divide_by_initial_world_size=False) is not honoured under ddpdoctor's "
+               "DDP hook: gradients are divided by the whole world size (as torch does "
+               "under any comm hook)")
     buf = bucket.buffer()
     buf.div_(state.pg.size())  # before the sum, as torch's default hook does
     handle = _begin(state.group, buf, bucket)
