@@ -85,22 +85,31 @@ def _rank(rank: int, world: int, port: int, steps: int, batch: int, out: "mp.Que
     dist.destroy_process_group()
 
 
+def measure(world: int = 2, steps: int = 15, batch: int = 64) -> list[tuple]:
+    """Rows ``(model, nparams, {"torch", "ring", "local", "ratio"})`` from one job."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_rank, args=(r, world, port, steps, batch, out))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        return out.get(timeout=1800)
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args(argv)
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_rank, args=(r, args.world, port, args.steps, args.batch, out))
-             for r in range(args.world)]
-    for p in procs:
-        p.start()
-    rows = out.get(timeout=1800)
-    for p in procs:
-        p.join()
+    rows = measure(args.world, args.steps, args.batch)
     print(f"DDP step time, world {args.world}, gloo, batch {args.batch}, 1 thread a rank, "
           f"median of {args.steps} alternating steps ({os.cpu_count()} cores)")
     print("ring/torch is the median of the ratios of neighbouring steps")
