@@ -104,7 +104,7 @@ def diagnose(job: JobView) -> Diagnosis:
         if b.root_of(target, []) is not None and s.kind != StateKind.DIED:
             b.explains[b.root_of(target, [])].update(w.rank for w in into)  # type: ignore
             continue
-        if s.kind in (StateKind.DIED, StateKind.PEER_FAILED):
+        if s.kind == StateKind.DIED:
             continue  # its own finding below
         blocked_elsewhere = s.kind == StateKind.BLOCKED
         if blocked_elsewhere and b.roots:

@@ -65,6 +65,9 @@ def whereabouts(s: RankState) -> str:
     if s.kind == StateKind.NOT_ARRIVED:
         return f"has not joined the process group{at}" if at or s.steps or s.frame else \
             "has not joined the process group (no trace of it, or still starting)"
+    if s.kind == StateKind.PEER_FAILED and s.call is not None:
+        return (f"was elsewhere{at or ' (no stack)'}: it entered {s.call.describe()} "
+                f"(seq {s.call.seq}) at {s.call.short_site} only later")
     if s.kind in (StateKind.DIED, StateKind.PEER_FAILED) and s.death is not None:
         return f"died: {s.death.cause}"
     if s.kind == StateKind.BLOCKED and s.call is not None:
