@@ -235,11 +235,41 @@ def _epoch_facts(loader: Any, it: Any, ep: LoaderEpoch) -> dict[str, Any]:
     return facts
 
 
-def loader_id(site: str) -> int:
-    """A loader's id: a hash of the user's line that iterates it, so it is the same on
-    every rank (even when only some ranks iterate other loaders, e.g. rank 0's
-    evaluation) and across loaders re-created each epoch at the same line."""
-    return zlib.crc32(site.encode()) & 0x7FFFFFFF
+CHAIN_FRAMES = 4  # frames outside torch and ddpdoctor that identify a loader's creation
+
+
+def _frame_chain(depth: int) -> str:
+    """``file:line`` of the innermost frames outside torch, ddpdoctor and the standard
+    library, starting ``depth`` frames up (file base names: the same on every rank)."""
+    f = sys._getframe(depth + 1)
+    out: list[str] = []
+    internal = R._is_internal
+    while f is not None and len(out) < CHAIN_FRAMES:
+        if not internal(f.f_code):
+            out.append(f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}")
+        f = f.f_back
+    return ">".join(out)
+
+
+def loader_signature(loader: Any) -> str:
+    """What tells one DataLoader object from another, the same on every rank: the frames
+    that constructed it (its user line, and a framework's line that built it), its
+    dataset and sampler types, batch size, shuffle and drop_last.  Lengths are left out
+    (ranks may hold shards of different sizes of the same loader)."""
+    made = loader.__dict__.get("_ddpdoctor_made")
+    sampler = _sampler_of(loader)
+    return "|".join(map(str, (
+        made[1] if made else "?", type(loader).__name__, type(loader.dataset).__name__,
+        type(sampler).__name__, loader.batch_size, _shuffles(sampler),
+        bool(loader.drop_last))))
+
+
+def loader_id(signature: str, site: str) -> int:
+    """A loader's id: a hash of its construction signature and the user's line that
+    iterates it.  The same on every rank (even when only some ranks iterate another
+    loader, e.g. rank 0's evaluation, or all loaders are iterated from one framework
+    line), and across loaders re-created each epoch by the same code."""
+    return zlib.crc32(f"{signature}#{site}".encode()) & 0x7FFFFFFF
 
 
 def _start_epoch(loader: Any, it: Any) -> LoaderEpoch | None:
@@ -248,7 +278,7 @@ def _start_epoch(loader: Any, it: Any) -> LoaderEpoch | None:
     if rec is None:
         return None
     site = R.user_callsite(3)
-    lid = loader_id(site)
+    lid = loader_id(loader_signature(loader), site)
     epoch = _epochs.get(lid, 0)
     _epochs[lid] = epoch + 1
     ep = LoaderEpoch(lid, epoch, rec.steps)
@@ -258,7 +288,9 @@ def _start_epoch(loader: Any, it: Any) -> LoaderEpoch | None:
     it.__dict__["_ddpdoctor_epoch"] = ep
     if _rng_loader is None and _on["rng"]:
         _rng_loader = (lid, epoch)
-    rec.meta("loader_epoch", site=site, **_epoch_facts(loader, it, ep))
+    made = loader.__dict__.get("_ddpdoctor_made")
+    rec.meta("loader_epoch", site=site, created=made[0] if made else None,
+             **_epoch_facts(loader, it, ep))
     if _rng_loader is not None and _rng_loader[0] == lid:
         rec.set_epoch(epoch)  # the header's epoch follows the first loader iterated
     return ep
@@ -327,6 +359,22 @@ def _patch_iter(cls: Any) -> None:
 
     __iter__.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
     cls.__iter__ = __iter__
+
+
+def _patch_init(cls: Any) -> None:
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if _on["batch"]:
+            try:  # where the loader was made: (the user's line, the frames that made it)
+                self.__dict__["_ddpdoctor_made"] = (R.user_callsite(2), _frame_chain(1))
+            except Exception as e:  # noqa: BLE001 - never into the user's code
+                _disable("batch", "DataLoader.__init__", e)
+
+    __init__.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+    cls.__init__ = __init__
 
 
 def _patch_next_index(cls: Any) -> None:
@@ -475,6 +523,7 @@ def install() -> None:
     from torch.utils.data._utils import fetch
 
     base = dl._BaseDataLoaderIter
+    _patch_init(DataLoader)
     _patch_iter(DataLoader)
     _patch_next_index(base)
     _patch_reset(base)
