@@ -15,9 +15,13 @@ Patched at class level (no change to the user's script):
   content digests, optimizer steps).
 - ``DistributedSampler.set_epoch``: a ``set_epoch`` meta event.
 - RNG: ``rng`` meta events at the first batches of the process (torch, numpy, python
-  ``random`` state fingerprints; the states are copied, never advanced).
+  ``random`` state fingerprints; the states are copied, never advanced): the states after
+  the batch, before its fetch (``fetch_before``, when the batch is fetched in the rank's
+  process) and the generators the fetch drew from (``fetch_drew``: augmentation), and the
+  framework that seeds every rank alike on purpose (``framework``), if any.
 - DataLoader workers: ``worker_rng`` lines in the parent rank's meta log saying whether
-  the worker consumed randomness (compared with its seed by the seed detector).
+  the worker consumed randomness, and the state it drew from (compared across ranks by
+  the seed detector).
 
 A probe that fails notes the error (``runtime_error`` meta event) and switches itself off;
 it never raises into the user's job.
@@ -48,6 +52,8 @@ _epochs: dict[int, int] = {}  # loader id -> epochs started
 _rng_points_left = list(RNG_AT_BATCHES)
 _rng_loader: tuple[int, int] | None = None  # (loader, epoch) whose batches get RNG prints
 _installed = False
+_armed = [False]  # the next main-process fetch fingerprints the RNGs around itself
+_fetch_prints: list[dict[str, Any]] = []  # [before, after] of the last armed fetch
 
 
 def _recorder() -> R.Recorder | None:
@@ -152,6 +158,21 @@ def rng_fingerprints() -> dict[str, Any]:
         except (AttributeError, TypeError, ValueError):
             pass
     return out
+
+
+def seeding_framework() -> str | None:
+    """The framework that seeds every rank alike on purpose (same initial model), if one
+    drives this process: transformers' Trainer (``set_seed(args.seed)``), Lightning
+    (``seed_everything``), accelerate (``set_seed``)."""
+    mods = sys.modules
+    if "transformers.trainer" in mods:
+        return "transformers"
+    if os.environ.get("PL_GLOBAL_SEED") is not None and (
+            "lightning.pytorch" in mods or "pytorch_lightning" in mods or "lightning" in mods):
+        return "lightning"
+    if "accelerate.accelerator" in mods:
+        return "accelerate"
+    return None
 
 
 # -- per-iterator state -----------------------------------------------------------------
@@ -338,7 +359,20 @@ def _on_batch(it: Any, data: Any) -> None:
             _rng_loader == (ep.loader, ep.epoch):
         _rng_points_left.pop(0)
         try:
-            rec.meta("rng", loader=ep.loader, epoch=ep.epoch, batch=i, **rng_fingerprints())
+            extra: dict[str, Any] = {}
+            if _fetch_prints:  # the batch was fetched in this process: what did it draw?
+                before, after = _fetch_prints
+                extra["fetch_before"] = before
+                extra["fetch_drew"] = [k for k in ("torch", "numpy", "python")
+                                       if k in after and before.get(k) != after[k]]
+                _fetch_prints.clear()
+            framework = seeding_framework()
+            if framework:
+                extra["framework"] = framework
+                if framework == "lightning":
+                    extra["seed_workers"] = os.environ.get("PL_SEED_WORKERS") == "1"
+            rec.meta("rng", loader=ep.loader, epoch=ep.epoch, batch=i, **rng_fingerprints(),
+                     **extra)
         except Exception as e:  # noqa: BLE001 - the rng probe alone goes off
             _disable("rng", "rng fingerprint", e)
 
@@ -416,6 +450,8 @@ def _patch_next(cls: Any) -> None:
 
     @functools.wraps(original)
     def __next__(self: Any) -> Any:
+        if _rng_points_left and _on["rng"]:
+            _arm_fetch(self)
         try:
             data = original(self)
         except StopIteration:
@@ -437,6 +473,17 @@ def _patch_next(cls: Any) -> None:
 
     __next__.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
     cls.__next__ = __next__
+
+
+def _arm_fetch(it: Any) -> None:
+    """Before an RNG-fingerprinted batch: let its fetch (dataset and collate, in this
+    process when there are no workers) fingerprint the RNGs around itself, so draws in
+    data loading are told from draws in the training step."""
+    ep = it.__dict__.get("_ddpdoctor_epoch")
+    if ep is not None and _rng_loader == (ep.loader, ep.epoch) and \
+            ep.batches == _rng_points_left[0] and getattr(it, "_num_workers", 0) == 0:
+        _fetch_prints.clear()
+        _armed[0] = True
 
 
 def _patch_set_epoch(cls: Any) -> None:
@@ -466,13 +513,14 @@ class _WorkerProbe:
     done = False
 
 
-def _worker_note(info: Any, consumed: list[str]) -> None:
+def _worker_note(info: Any, consumed: list[str], before: dict[str, Any]) -> None:
     run_dir = os.environ.get(R.ENV_RUN_DIR)
     if not run_dir:
         return
     path = os.path.join(run_dir, "traces", f"pid-{os.getppid()}.meta.jsonl")
     line = json.dumps({"event": "worker_rng", "t": time.time_ns(), "pid": os.getpid(),
-                       "worker": info.id, "seed": info.seed, "consumed": consumed}) + "\n"
+                       "worker": info.id, "seed": info.seed, "consumed": consumed,
+                       "state": {k: before[k] for k in consumed if k in before}}) + "\n"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # the parent's log, never created
     except OSError:
@@ -483,11 +531,29 @@ def _worker_note(info: Any, consumed: list[str]) -> None:
         os.close(fd)
 
 
+def _fetch_between_prints(original: Callable[..., Any], fetcher: Any, index: Any) -> Any:
+    """One main-process fetch with the RNGs fingerprinted before and after it."""
+    _armed[0] = False
+    try:
+        before = rng_fingerprints()
+    except Exception as e:  # noqa: BLE001 - the rng probe alone goes off
+        _disable("rng", "rng fingerprint", e)
+        return original(fetcher, index)
+    data = original(fetcher, index)
+    try:
+        _fetch_prints[:] = [before, rng_fingerprints()]
+    except Exception as e:  # noqa: BLE001
+        _disable("rng", "rng fingerprint", e)
+    return data
+
+
 def _patch_fetcher(cls: Any, get_info: Callable[[], Any]) -> None:
     original = cls.fetch
 
     @functools.wraps(original)
     def fetch(self: Any, possibly_batched_index: Any) -> Any:
+        if _armed[0]:
+            return _fetch_between_prints(original, self, possibly_batched_index)
         if _WorkerProbe.done or not _on["worker"]:
             return original(self, possibly_batched_index)
         _WorkerProbe.done = True
@@ -502,7 +568,7 @@ def _patch_fetcher(cls: Any, get_info: Callable[[], Any]) -> None:
             try:
                 after = rng_fingerprints()
                 _worker_note(info, [k for k in ("torch", "numpy", "python")
-                                    if k in after and before.get(k) != after[k]])
+                                    if k in after and before.get(k) != after[k]], before)
             except Exception:  # noqa: BLE001
                 _on["worker"] = False
         return data
