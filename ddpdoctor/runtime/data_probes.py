@@ -43,7 +43,8 @@ from ddpdoctor.runtime import recorder as R
 from ddpdoctor.trace import layout as L
 
 RNG_AT_BATCHES = (0, 1, 3)  # batches of the process's first loader epoch to fingerprint
-FIRST_FPS = 8  # batches of an epoch whose contents are fingerprinted (and kept in loader_end)
+FIRST_FPS = 8  # batches of an epoch whose fingerprints are kept in loader_end
+CONTENT_EPOCHS = 2  # epochs of each loader whose first batches' contents are fingerprinted
 _MASK = (1 << 64) - 1
 _BATCH = int(L.RecordKind.BATCH)
 
@@ -54,6 +55,7 @@ _rng_loader: tuple[int, int] | None = None  # (loader, epoch) whose batches get 
 _installed = False
 _armed = [False]  # the next main-process fetch fingerprints the RNGs around itself
 _fetch_prints: list[dict[str, Any]] = []  # [before, after] of the last armed fetch
+_last_index: list[Any] = [None]  # the indices of the last fetch in this process
 
 
 def _recorder() -> R.Recorder | None:
@@ -76,6 +78,8 @@ def _dist_initialized() -> bool:
 
 def _disable(probe: str, where: str, error: BaseException) -> None:
     _on[probe] = False
+    if probe == "rng":
+        _rng_points_left.clear()
     rec = R._recorder
     if rec is not None:
         rec.note_error(f"data probe {where} (probe disabled)", error)
@@ -92,9 +96,8 @@ def indices_fingerprint(indices: Any) -> int | None:
 
 
 def _first_tensor(data: Any, depth: int = 0) -> Any:
-    import torch
-
-    if isinstance(data, torch.Tensor):
+    tensor = _tensor_type()
+    if type(data) is tensor or isinstance(data, tensor):
         return data
     if depth > 2:
         return None
@@ -109,6 +112,13 @@ def _first_tensor(data: Any, depth: int = 0) -> Any:
             if t is not None:
                 return t
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _tensor_type() -> type:
+    import torch
+
+    return torch.Tensor
 
 
 def tensor_fingerprint(data: Any) -> tuple[int | None, int]:
@@ -180,9 +190,9 @@ class LoaderEpoch:
     """What the probes know about one iteration (epoch) of one DataLoader."""
 
     __slots__ = ("loader", "epoch", "batches", "prints", "order", "content", "steps0",
-                 "ended", "indices")
+                 "ended", "indices", "prefix", "contents", "ahead")
 
-    def __init__(self, loader: int, epoch: int, steps0: int):
+    def __init__(self, loader: int, epoch: int, steps0: int, ahead: bool = True):
         self.loader = loader
         self.epoch = epoch
         self.batches = 0
@@ -192,6 +202,10 @@ class LoaderEpoch:
         self.steps0 = steps0
         self.ended = False
         self.indices: collections.deque = collections.deque()
+        self.prefix = f"|||{loader}:"  # the BATCH records' text starts so
+        # batches whose contents are fingerprinted: the first ones of the first epochs
+        self.contents = FIRST_FPS if epoch < CONTENT_EPOCHS else 0
+        self.ahead = ahead  # indices drawn ahead of batches (workers), else at the fetch
 
 
 def _sampler_of(loader: Any) -> Any:
@@ -277,12 +291,16 @@ def loader_signature(loader: Any) -> str:
     that constructed it (its user line, and a framework's line that built it), its
     dataset and sampler types, batch size, shuffle and drop_last.  Lengths are left out
     (ranks may hold shards of different sizes of the same loader)."""
+    cached = loader.__dict__.get("_ddpdoctor_signature")
+    if cached is not None:
+        return cached
     made = loader.__dict__.get("_ddpdoctor_made")
     sampler = _sampler_of(loader)
-    return "|".join(map(str, (
+    loader.__dict__["_ddpdoctor_signature"] = signature = "|".join(map(str, (
         made[1] if made else "?", type(loader).__name__, type(loader.dataset).__name__,
         type(sampler).__name__, loader.batch_size, _shuffles(sampler),
         bool(loader.drop_last))))
+    return signature
 
 
 def loader_id(signature: str, site: str) -> int:
@@ -302,7 +320,7 @@ def _start_epoch(loader: Any, it: Any) -> LoaderEpoch | None:
     lid = loader_id(loader_signature(loader), site)
     epoch = _epochs.get(lid, 0)
     _epochs[lid] = epoch + 1
-    ep = LoaderEpoch(lid, epoch, rec.steps)
+    ep = LoaderEpoch(lid, epoch, rec.steps, getattr(it, "_num_workers", 0) > 0)
     old = it.__dict__.get("_ddpdoctor_epoch")
     if old is not None:  # persistent workers: indices drawn ahead belong to this epoch
         ep.indices = old.indices
@@ -320,41 +338,53 @@ def _start_epoch(loader: Any, it: Any) -> LoaderEpoch | None:
 def _end_epoch(rec: R.Recorder, ep: LoaderEpoch) -> None:
     ep.ended = True
     rec.meta("loader_end", loader=ep.loader, epoch=ep.epoch, batches=ep.batches,
-             order=f"{ep.order:016x}", content=f"{ep.content:016x}", first=ep.prints,
+             order=f"{ep.order:016x}" if ep.order else None,
+             content=f"{ep.content:016x}", first=ep.prints,
              steps=rec.steps - ep.steps0)
 
 
 def _epoch_of(it: Any) -> LoaderEpoch | None:
     ep = it.__dict__.get("_ddpdoctor_epoch")
     if ep is None:  # an iterator made without DataLoader.__iter__ (e.g. _get_iterator)
-        ep = LoaderEpoch(-1, 0, 0)
+        ep = LoaderEpoch(-1, 0, 0, getattr(it, "_num_workers", 0) > 0)
         it.__dict__["_ddpdoctor_epoch"] = ep
     return ep
 
 
 def _on_batch(it: Any, data: Any) -> None:
+    """One batch drawn: its BATCH record (the hot path: kept short)."""
     rec = R._recorder
     if rec is None or not rec.enabled:
         return
-    ep = _epoch_of(it)
+    ep = it.__dict__.get("_ddpdoctor_epoch") or _epoch_of(it)
     i = ep.batches
     ep.batches = i + 1
-    fi, size = ep.indices.popleft() if ep.indices else (None, 0)
-    if i < FIRST_FPS:  # contents of the first batches only: enough to compare ranks
+    if ep.ahead:
+        fi, size = ep.indices.popleft() if ep.indices else (None, 0)
+    else:  # no workers: the fetch just took this batch's indices
+        index = _last_index[0]
+        _last_index[0] = None
+        fi = indices_fingerprint(index)
+        size = 0 if fi is None else (len(index) if type(index) is not int else 1)
+    if i < ep.contents:  # contents of the first batches only: enough to compare ranks
         ft, tsize = tensor_fingerprint(data)
+        if ft is not None:
+            ep.content = hash((ep.content, ft)) & _MASK
+        order = fi if fi is not None else ft
+        fi_hex = "-" if fi is None else f"{fi:016x}"
+        ft_hex = "-" if ft is None else f"{ft:016x}"
+        text = f"{ep.prefix}{fi_hex}:{ft_hex}"
+    elif fi is not None:
+        order, tsize = fi, 0
+        text = f"{ep.prefix}{fi:016x}:-"
     else:
-        ft, tsize = None, (0 if size else batch_size(data))
-    fi_hex = "-" if fi is None else f"{fi:016x}"
-    ft_hex = "-" if ft is None else f"{ft:016x}"
-    order = fi if fi is not None else ft
+        order, tsize = None, batch_size(data)
+        text = ep.prefix + "-:-"
     if order is not None:
         ep.order = hash((ep.order, order)) & _MASK
-    if ft is not None:
-        ep.content = hash((ep.content, ft)) & _MASK
     if i < FIRST_FPS:
-        ep.prints.append(f"{fi_hex}:{ft_hex}")
-    rec.mark("batch", seq=i, aux=ep.epoch, numel=size or tsize,
-             text=f"|||{ep.loader}:{fi_hex}:{ft_hex}", kind=_BATCH)
+        ep.prints.append(text[len(ep.prefix):])
+    rec.mark("batch", i, ep.epoch, size or tsize, text, _BATCH)
     if _rng_points_left and _on["rng"] and i == _rng_points_left[0] and \
             _rng_loader == (ep.loader, ep.epoch):
         _rng_points_left.pop(0)
@@ -450,7 +480,7 @@ def _patch_next(cls: Any) -> None:
 
     @functools.wraps(original)
     def __next__(self: Any) -> Any:
-        if _rng_points_left and _on["rng"]:
+        if _rng_points_left:  # the first batches only (emptied when the probe is off)
             _arm_fetch(self)
         try:
             data = original(self)
@@ -552,6 +582,7 @@ def _patch_fetcher(cls: Any, get_info: Callable[[], Any]) -> None:
 
     @functools.wraps(original)
     def fetch(self: Any, possibly_batched_index: Any) -> Any:
+        _last_index[0] = possibly_batched_index
         if _armed[0]:
             return _fetch_between_prints(original, self, possibly_batched_index)
         if _WorkerProbe.done or not _on["worker"]:
@@ -591,7 +622,7 @@ def install() -> None:
     base = dl._BaseDataLoaderIter
     _patch_init(DataLoader)
     _patch_iter(DataLoader)
-    _patch_next_index(base)
+    _patch_next_index(dl._MultiProcessingDataLoaderIter)  # indices drawn ahead of batches
     _patch_reset(base)
     _patch_next(base)
     _patch_set_epoch(DistributedSampler)

@@ -231,10 +231,15 @@ def detect(job: JobView) -> list[Finding]:
     else:
         summary = f"{rank_list(who)} drew identical random numbers during training"
     text = "; ".join(parts)
-    detail = text[:1].upper() + text[1:] + "." + (
-        "\nEqual seeds for the model's initialisation are fine; the randomness used while "
-        "training should differ per rank, or every rank applies the same dropout masks and "
-        "augmentations.")
+    if by_design:
+        note = (f"\n{c.framework} seeds every rank alike so that the model starts identical; "
+                "the ranks train on different data, so equal dropout masks are harmless. "
+                "Loading the data drew nothing alike (no augmentation repeats across ranks).")
+    else:
+        note = ("\nEqual seeds for the model's initialisation are fine; the randomness used "
+                "while training should differ per rank, or every rank applies the same "
+                "dropout masks and augmentations.")
+    detail = text[:1].upper() + text[1:] + "." + note
     fix = FRAMEWORK_FIX.get(c.framework or "", FIX)
     severity = Severity.INFO if by_design else Severity.WARNING
     return [Finding("seed_collision", severity, tuple(who), None, summary, detail, fix,
