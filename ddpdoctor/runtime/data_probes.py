@@ -4,15 +4,21 @@ shuffles and unsharded data.
 
 Patched at class level (no change to the user's script):
 
+- ``DataLoader.__init__``: where the loader was built (the user's line and the frames
+  that built it), kept on the loader.
 - ``DataLoader.__iter__``: one ``loader_epoch`` meta event per iteration of a loader
   (loader id, epoch, predicted length where ``len()`` is defined, sampler, worker seed).
-- ``_BaseDataLoaderIter._next_index``: a fingerprint of each batch's sample indices
-  (kept in a FIFO on the iterator: with workers, indices are drawn ahead of batches).
+  The id tells loader objects apart (``loader_facts.loader_id``: how the loader was built
+  and the line that iterates it), the same on every rank.
+- Sample indices: taken at the fetch (``_MapDatasetFetcher.fetch``) without workers; with
+  workers, indices are drawn ahead of batches, so ``_MultiProcessingDataLoaderIter.
+  _next_index`` keeps their fingerprints in a FIFO on the iterator.
 - ``_BaseDataLoaderIter.__next__``: one BATCH ring record per batch (seq = batch index,
   aux = epoch, numel = batch size, text ``|||<loader>:<indices hex>:<contents hex>``,
-  ``-`` for a fingerprint not taken: contents only for an epoch's first ``FIRST_FPS``
-  batches); at the end of the epoch a ``loader_end`` meta event (batch count, order and
-  content digests, optimizer steps).
+  ``-`` for a fingerprint not taken: contents only for the first ``FIRST_FPS`` batches of
+  a loader's first ``CONTENT_EPOCHS`` epochs, so the steady state pays for an index hash
+  and one ring record); at the end of the epoch a ``loader_end`` meta event (batch count,
+  order and content digests, the first batches' fingerprints, optimizer steps).
 - ``DistributedSampler.set_epoch``: a ``set_epoch`` meta event.
 - RNG: ``rng`` meta events at the first batches of the process (torch, numpy, python
   ``random`` state fingerprints; the states are copied, never advanced): the states after
@@ -31,21 +37,22 @@ from __future__ import annotations
 
 import collections
 import functools
-import hashlib
 import json
 import os
 import sys
 import time
-import zlib
 from typing import Any, Callable
 
+from ddpdoctor.runtime import loader_facts as F
 from ddpdoctor.runtime import recorder as R
+from ddpdoctor.runtime.data_fingerprints import (_MASK, batch_size, indices_fingerprint,
+                                                 rng_fingerprints, seeding_framework,
+                                                 tensor_fingerprint)
 from ddpdoctor.trace import layout as L
 
 RNG_AT_BATCHES = (0, 1, 3)  # batches of the process's first loader epoch to fingerprint
 FIRST_FPS = 8  # batches of an epoch whose fingerprints are kept in loader_end
 CONTENT_EPOCHS = 2  # epochs of each loader whose first batches' contents are fingerprinted
-_MASK = (1 << 64) - 1
 _BATCH = int(L.RecordKind.BATCH)
 
 _on = {"batch": True, "rng": True, "set_epoch": True, "worker": True}
@@ -85,106 +92,6 @@ def _disable(probe: str, where: str, error: BaseException) -> None:
         rec.note_error(f"data probe {where} (probe disabled)", error)
 
 
-# -- fingerprints ---------------------------------------------------------------------
-def indices_fingerprint(indices: Any) -> int | None:
-    """A process-independent hash of a batch's sample indices (ints only), else None."""
-    if type(indices) is int:
-        return hash((indices,)) & _MASK
-    if type(indices) in (list, tuple) and indices and type(indices[0]) is int:
-        return hash(tuple(indices)) & _MASK
-    return None
-
-
-def _first_tensor(data: Any, depth: int = 0) -> Any:
-    tensor = _tensor_type()
-    if type(data) is tensor or isinstance(data, tensor):
-        return data
-    if depth > 2:
-        return None
-    if isinstance(data, (list, tuple)):
-        for item in data[:4]:
-            t = _first_tensor(item, depth + 1)
-            if t is not None:
-                return t
-    elif isinstance(data, dict):
-        for item in list(data.values())[:4]:
-            t = _first_tensor(item, depth + 1)
-            if t is not None:
-                return t
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def _tensor_type() -> type:
-    import torch
-
-    return torch.Tensor
-
-
-def tensor_fingerprint(data: Any) -> tuple[int | None, int]:
-    """(hash of the shape and 16 strided elements of the batch's first tensor, its
-    leading dimension); (None, 0) when the batch holds no tensor.  Reads the elements
-    through numpy where it can (a torch op costs more than the whole fingerprint)."""
-    t = _first_tensor(data)
-    if t is None:
-        return None, 0
-    size = int(t.shape[0]) if t.dim() else 1
-    n = t.numel()
-    if n == 0:
-        return hash(tuple(t.shape)) & _MASK, 0
-    step = max(1, n // 16)
-    t = t.detach()
-    try:
-        values = tuple(t.numpy().flat[::step][:16].tolist())
-    except (TypeError, RuntimeError):  # not on the CPU, or a dtype numpy lacks
-        values = tuple(t.reshape(-1)[::step][:16].float().cpu().tolist())
-    return hash((tuple(t.shape), t.element_size(), values)) & _MASK, size
-
-
-def batch_size(data: Any) -> int:
-    t = _first_tensor(data)
-    return 0 if t is None else (int(t.shape[0]) if t.dim() else 1)
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=8).hexdigest()
-
-
-def rng_fingerprints() -> dict[str, Any]:
-    """Fingerprints of the global RNG states (copies: no generator is advanced)."""
-    import torch
-
-    out: dict[str, Any] = {"torch": _digest(torch.random.get_rng_state().numpy().tobytes()),
-                           "torch_seed": torch.initial_seed()}
-    random = sys.modules.get("random")
-    if random is not None:
-        state = random.getstate()
-        out["python"] = f"{hash(state[1]) & _MASK:016x}"
-    np = sys.modules.get("numpy")
-    if np is not None:
-        try:
-            st = np.random.get_state()
-            out["numpy"] = _digest(st[1].tobytes() + int(st[2]).to_bytes(8, "little"))
-        except (AttributeError, TypeError, ValueError):
-            pass
-    return out
-
-
-def seeding_framework() -> str | None:
-    """The framework that seeds every rank alike on purpose (same initial model), if one
-    drives this process: transformers' Trainer (``set_seed(args.seed)``), Lightning
-    (``seed_everything``), accelerate (``set_seed``)."""
-    mods = sys.modules
-    if "transformers.trainer" in mods:
-        return "transformers"
-    if os.environ.get("PL_GLOBAL_SEED") is not None and (
-            "lightning.pytorch" in mods or "pytorch_lightning" in mods or "lightning" in mods):
-        return "lightning"
-    if "accelerate.accelerator" in mods:
-        return "accelerate"
-    return None
-
-
 # -- per-iterator state -----------------------------------------------------------------
 class LoaderEpoch:
     """What the probes know about one iteration (epoch) of one DataLoader."""
@@ -208,116 +115,13 @@ class LoaderEpoch:
         self.ahead = ahead  # indices drawn ahead of batches (workers), else at the fetch
 
 
-def _sampler_of(loader: Any) -> Any:
-    bs = getattr(loader, "batch_sampler", None)
-    sampler = getattr(bs, "sampler", None) if bs is not None else None
-    return sampler if sampler is not None else getattr(loader, "sampler", None)
-
-
-def _shuffles(sampler: Any) -> bool | None:
-    """Does the sampler mean to shuffle?  None: cannot be told."""
-    from torch.utils.data import RandomSampler, SequentialSampler
-
-    if isinstance(sampler, RandomSampler):
-        return True
-    if isinstance(sampler, SequentialSampler):
-        return False
-    value = getattr(sampler, "shuffle", None)
-    return value if isinstance(value, bool) else None
-
-
-def _predicted_length(loader: Any) -> int | None:
-    """len(loader) where defined, without the side effect DataLoader.__len__ has on
-    iterable datasets (it arms a warning)."""
-    from torch.utils.data import IterableDataset
-
-    try:
-        if isinstance(loader.dataset, IterableDataset):
-            n = len(loader.dataset)  # type: ignore[arg-type]
-            bs = loader.batch_size
-            if bs is None:
-                return int(n)
-            return int(n // bs if loader.drop_last else -(-n // bs))
-        return int(len(loader._index_sampler))
-    except (TypeError, NotImplementedError, AttributeError, ValueError):
-        return None
-
-
-def _epoch_facts(loader: Any, it: Any, ep: LoaderEpoch) -> dict[str, Any]:
-    from torch.utils.data import DistributedSampler, IterableDataset
-
-    sampler = _sampler_of(loader)
-    dataset = loader.dataset
-    facts: dict[str, Any] = {
-        "loader": ep.loader, "epoch": ep.epoch, "length": _predicted_length(loader),
-        "batch_size": loader.batch_size, "drop_last": bool(loader.drop_last),
-        "iterable": isinstance(dataset, IterableDataset),
-        "dataset": type(dataset).__name__, "sampler": type(sampler).__name__
-        if sampler is not None else None, "shuffle": _shuffles(sampler),
-        "num_workers": loader.num_workers, "steps": ep.steps0,
-    }
-    try:
-        facts["samples"] = len(sampler) if sampler is not None and not facts["iterable"] \
-            else len(dataset)
-    except (TypeError, NotImplementedError):
-        facts["samples"] = None
-    if isinstance(sampler, DistributedSampler):
-        facts["sampler_epoch"] = sampler.epoch
-        facts["sampler_seed"] = sampler.seed
-        facts["num_replicas"] = sampler.num_replicas
-    if loader.num_workers > 0:
-        facts["worker_base_seed"] = getattr(it, "_base_seed", None)
-    return facts
-
-
-CHAIN_FRAMES = 4  # frames outside torch and ddpdoctor that identify a loader's creation
-
-
-def _frame_chain(depth: int) -> str:
-    """``file:line`` of the innermost frames outside torch, ddpdoctor and the standard
-    library, starting ``depth`` frames up (file base names: the same on every rank)."""
-    f = sys._getframe(depth + 1)
-    out: list[str] = []
-    internal = R._is_internal
-    while f is not None and len(out) < CHAIN_FRAMES:
-        if not internal(f.f_code):
-            out.append(f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}")
-        f = f.f_back
-    return ">".join(out)
-
-
-def loader_signature(loader: Any) -> str:
-    """What tells one DataLoader object from another, the same on every rank: the frames
-    that constructed it (its user line, and a framework's line that built it), its
-    dataset and sampler types, batch size, shuffle and drop_last.  Lengths are left out
-    (ranks may hold shards of different sizes of the same loader)."""
-    cached = loader.__dict__.get("_ddpdoctor_signature")
-    if cached is not None:
-        return cached
-    made = loader.__dict__.get("_ddpdoctor_made")
-    sampler = _sampler_of(loader)
-    loader.__dict__["_ddpdoctor_signature"] = signature = "|".join(map(str, (
-        made[1] if made else "?", type(loader).__name__, type(loader.dataset).__name__,
-        type(sampler).__name__, loader.batch_size, _shuffles(sampler),
-        bool(loader.drop_last))))
-    return signature
-
-
-def loader_id(signature: str, site: str) -> int:
-    """A loader's id: a hash of its construction signature and the user's line that
-    iterates it.  The same on every rank (even when only some ranks iterate another
-    loader, e.g. rank 0's evaluation, or all loaders are iterated from one framework
-    line), and across loaders re-created each epoch by the same code."""
-    return zlib.crc32(f"{signature}#{site}".encode()) & 0x7FFFFFFF
-
-
 def _start_epoch(loader: Any, it: Any) -> LoaderEpoch | None:
     global _rng_loader
     rec = _recorder()
     if rec is None:
         return None
     site = R.user_callsite(3)
-    lid = loader_id(loader_signature(loader), site)
+    lid = F.loader_id(F.loader_signature(loader), site)
     epoch = _epochs.get(lid, 0)
     _epochs[lid] = epoch + 1
     ep = LoaderEpoch(lid, epoch, rec.steps, getattr(it, "_num_workers", 0) > 0)
@@ -329,7 +133,7 @@ def _start_epoch(loader: Any, it: Any) -> LoaderEpoch | None:
         _rng_loader = (lid, epoch)
     made = loader.__dict__.get("_ddpdoctor_made")
     rec.meta("loader_epoch", site=site, created=made[0] if made else None,
-             **_epoch_facts(loader, it, ep))
+             **F.epoch_facts(loader, it, lid, epoch, ep.steps0))
     if _rng_loader is not None and _rng_loader[0] == lid:
         rec.set_epoch(epoch)  # the header's epoch follows the first loader iterated
     return ep
@@ -433,7 +237,7 @@ def _patch_init(cls: Any) -> None:
         original(self, *args, **kwargs)
         if _on["batch"]:
             try:  # where the loader was made: (the user's line, the frames that made it)
-                self.__dict__["_ddpdoctor_made"] = (R.user_callsite(2), _frame_chain(1))
+                self.__dict__["_ddpdoctor_made"] = (R.user_callsite(2), F.frame_chain(1))
             except Exception as e:  # noqa: BLE001 - never into the user's code
                 _disable("batch", "DataLoader.__init__", e)
 

@@ -6,7 +6,7 @@ the batch counts (``loader_end`` events, else BATCH records) when a rank left th
 after k batches while another ran batch k+1.
 
 Loaders are told apart by the loader object (its construction and the line that
-iterates it, see ``data_probes.loader_id``), so a loader only some ranks iterate (rank 0's
+iterates it, see ``runtime.loader_facts.loader_id``), so a loader only some ranks iterate (rank 0's
 evaluation) is never compared with another.  A hang is blamed on uneven batches only
 when they are confirmed on the same loader; a prediction alone is a warning.
 
