@@ -51,7 +51,7 @@ from ddpdoctor.runtime.data_fingerprints import (_MASK, batch_size, indices_fing
 from ddpdoctor.trace import layout as L
 
 RNG_AT_BATCHES = (0, 1, 3)  # batches of the process's first loader epoch to fingerprint
-FIRST_FPS = 8  # batches of an epoch whose fingerprints are kept in loader_end
+FIRST_FPS = 8  # first batches of an epoch whose contents are fingerprinted (kept in loader_end)
 CONTENT_EPOCHS = 2  # epochs of each loader whose first batches' contents are fingerprinted
 _BATCH = int(L.RecordKind.BATCH)
 
@@ -141,10 +141,10 @@ def _start_epoch(loader: Any, it: Any) -> LoaderEpoch | None:
 
 def _end_epoch(rec: R.Recorder, ep: LoaderEpoch) -> None:
     ep.ended = True
+    first = ep.prints if ep.contents else []  # kept while contents are fingerprinted
     rec.meta("loader_end", loader=ep.loader, epoch=ep.epoch, batches=ep.batches,
              order=f"{ep.order:016x}" if ep.order else None,
-             content=f"{ep.content:016x}", first=ep.prints,
-             steps=rec.steps - ep.steps0)
+             content=f"{ep.content:016x}", first=first, steps=rec.steps - ep.steps0)
 
 
 def _epoch_of(it: Any) -> LoaderEpoch | None:
@@ -186,7 +186,7 @@ def _on_batch(it: Any, data: Any) -> None:
         text = ep.prefix + "-:-"
     if order is not None:
         ep.order = hash((ep.order, order)) & _MASK
-    if i < FIRST_FPS:
+    if i < ep.contents:
         ep.prints.append(text[len(ep.prefix):])
     rec.mark("batch", i, ep.epoch, size or tsize, text, _BATCH)
     if _rng_points_left and _on["rng"] and i == _rng_points_left[0] and \

@@ -45,30 +45,46 @@ def _predicted_length(loader: Any) -> int | None:
         return None
 
 
-def epoch_facts(loader: Any, it: Any, loader_id: int, epoch: int, steps: int) -> dict[str, Any]:
-    """What the ``loader_epoch`` event says of one iteration of a loader."""
+def _static_facts(loader: Any) -> dict[str, Any]:
+    """The facts of a loader that stay the same from epoch to epoch (computed once and
+    kept on the loader: a DataLoader forbids changing them after construction)."""
+    facts = loader.__dict__.get("_ddpdoctor_facts")
+    if facts is not None:
+        return facts
     from torch.utils.data import DistributedSampler, IterableDataset
 
     sampler = _sampler_of(loader)
     dataset = loader.dataset
-    facts: dict[str, Any] = {
-        "loader": loader_id, "epoch": epoch, "length": _predicted_length(loader),
+    facts = {
         "batch_size": loader.batch_size, "drop_last": bool(loader.drop_last),
         "iterable": isinstance(dataset, IterableDataset),
         "dataset": type(dataset).__name__, "sampler": type(sampler).__name__
         if sampler is not None else None, "shuffle": _shuffles(sampler),
-        "num_workers": loader.num_workers, "steps": steps,
+        "num_workers": loader.num_workers,
     }
+    facts["_distributed"] = isinstance(sampler, DistributedSampler)
+    loader.__dict__["_ddpdoctor_facts"] = facts
+    return facts
+
+
+def epoch_facts(loader: Any, it: Any, loader_id: int, epoch: int, steps: int) -> dict[str, Any]:
+    """What the ``loader_epoch`` event says of one iteration of a loader."""
+    static = _static_facts(loader)
+    sampler = _sampler_of(loader)
+    facts: dict[str, Any] = {"loader": loader_id, "epoch": epoch,
+                             "length": _predicted_length(loader), "steps": steps}
+    facts.update(static)
+    del facts["_distributed"]
     try:
-        facts["samples"] = len(sampler) if sampler is not None and not facts["iterable"] \
-            else len(dataset)
+        facts["samples"] = len(sampler) if sampler is not None and not static["iterable"] \
+            else len(loader.dataset)
     except (TypeError, NotImplementedError):
         facts["samples"] = None
-    if isinstance(sampler, DistributedSampler):
+    if static["_distributed"]:
         facts["sampler_epoch"] = sampler.epoch
         facts["sampler_seed"] = sampler.seed
         facts["num_replicas"] = sampler.num_replicas
-    if loader.num_workers > 0:
+    if static["num_workers"] > 0:
         facts["worker_base_seed"] = getattr(it, "_base_seed", None)
     return facts
 
