@@ -153,3 +153,16 @@ def test_loaders_iterated_from_one_line_keep_their_own_ids(tmp_path: Path) -> No
     assert all(s["created"].startswith("<string>:") for s in starts)
     ends = [e for e in events if e["event"] == "loader_end"]
     assert [e["batches"] for e in ends] == [3, 3, 4] * 2
+
+
+def test_one_loader_built_on_a_line_per_rank_is_compared_across_ranks() -> None:
+    def epoch(loader: int, batches: int) -> list[dict[str, Any]]:
+        return [{**epoch_start(0, batches), "loader": loader, "site": "/a/train.py:50"},
+                {**epoch_end(0, batches, "o"), "loader": loader}]
+
+    j = job({0: {"meta": epoch(11, 4)}, 1: {"meta": epoch(22, 3)}})
+    (f,) = uneven.detect(j)
+    assert f.ranks == (1,) and f.evidence["batches"] == {"0": 4, "1": 3}
+    # two loaders of rank 0 alone at one line are not merged with anything
+    j = job({0: {"meta": epoch(11, 4) + epoch(33, 2)}, 1: {"meta": epoch(11, 4)}})
+    assert uneven.detect(j) == []

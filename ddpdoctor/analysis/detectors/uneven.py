@@ -107,10 +107,38 @@ def epochs_of(run: RankRun) -> dict[EpochKey, EpochFacts]:
 
 def job_epochs(job: JobView) -> dict[EpochKey, dict[int, EpochFacts]]:
     """(loader, epoch) -> rank -> facts, over every rank of the job."""
+    per_rank = {rank: epochs_of(run) for rank, run in sorted(job.ranks.items())}
+    same = _split_loaders(per_rank)
     out: dict[EpochKey, dict[int, EpochFacts]] = {}
-    for rank, run in sorted(job.ranks.items()):
-        for key, facts in epochs_of(run).items():
-            out.setdefault(key, {})[rank] = facts
+    for rank, epochs in per_rank.items():
+        for (loader, epoch), facts in epochs.items():
+            out.setdefault((same.get(loader, loader), epoch), {})[rank] = facts
+    return out
+
+
+def _split_loaders(per_rank: dict[int, dict[EpochKey, EpochFacts]]) -> dict[int, int]:
+    """Loader ids to merge: one loader built on different lines per rank (``if rank == 0:
+    loader = DataLoader(a) else: DataLoader(b)``) and iterated at one line.  Ids seen on
+    only some ranks merge when, at one iterating line, their rank sets are disjoint and
+    together cover every rank."""
+    ranks_of: dict[int, set[int]] = {}
+    site_of: dict[int, str] = {}
+    for rank, epochs in per_rank.items():
+        for (loader, _), facts in epochs.items():
+            ranks_of.setdefault(loader, set()).add(rank)
+            if facts.start and facts.start.get("site"):
+                site_of.setdefault(loader, str(facts.start["site"]))
+    everyone = set(per_rank)
+    by_site: dict[str, list[int]] = {}
+    for loader, ranks in ranks_of.items():
+        if ranks != everyone and loader in site_of:
+            by_site.setdefault(site_of[loader], []).append(loader)
+    out: dict[int, int] = {}
+    for ids in by_site.values():
+        sets = [ranks_of[i] for i in ids]
+        if len(ids) > 1 and sum(map(len, sets)) == len(everyone) and \
+                set().union(*sets) == everyone:
+            out.update({i: min(ids) for i in ids})
     return out
 
 
