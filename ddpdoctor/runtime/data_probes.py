@@ -289,6 +289,7 @@ def _patch_next(cls: Any) -> None:
         try:
             data = original(self)
         except StopIteration:
+            _armed[0] = False  # an armed batch that never came
             if _on["batch"]:
                 try:
                     ep = self.__dict__.get("_ddpdoctor_epoch")
