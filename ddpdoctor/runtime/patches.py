@@ -21,14 +21,32 @@ _RECV = int(L.RecordFlag.RECV)
 _P2P = int(L.RecordKind.P2P)
 _COLL = int(L.RecordKind.COLLECTIVE)
 _pending: "weakref.WeakKeyDictionary[Any, weakref.finalize]" = weakref.WeakKeyDictionary()
+_open_async: dict[int, R.Recorder] = {}  # handle -> recorder, until the call completes
 
 
 def _track_async(rec: R.Recorder, work: Any, handle: int) -> None:
-    """End ``handle`` when ``work.wait()`` returns, or when the Work is dropped unwaited."""
+    """End ``handle`` when the async ``work`` completes, however the job learns of it:
+    ``work.wait()``, its future (``get_future().wait()``, ``.then()``, ``wait_all``), or
+    polling ``is_completed()``; or when the Work is dropped unwaited."""
+    if handle < 0:
+        return
+    _open_async[handle] = rec
     try:
-        _pending[work] = weakref.finalize(work, rec.end, handle)
+        _pending[work] = weakref.finalize(work, _end_once, handle)
     except TypeError:
-        rec.end(handle)
+        _end_once(handle)
+        return
+    try:
+        work.get_future().add_done_callback(lambda _fut, h=handle: _end_once(h))
+    except (RuntimeError, AttributeError, NotImplementedError):
+        pass  # this backend's Work has no future: wait() or the finalizer ends it
+
+
+def _end_once(handle: int, failed: bool = False) -> None:
+    """End an async record the first time its completion is seen (from any thread)."""
+    rec = _open_async.pop(handle, None)
+    if rec is not None:
+        rec.end(handle, failed)
 
 
 @dataclass(frozen=True)
@@ -251,19 +269,15 @@ def _wrap_simple(name: str, fn: Callable, spec: OpSpec) -> Callable:
 def _call_recorded(rec: R.Recorder, fn: Callable, args: tuple, kwargs: dict, handle: int,
                    is_async: bool, tid: int) -> Any:
     """Run the real call with nested calls unrecorded; end the record when it returns
-    (or, for async calls, when its Work is waited on)."""
-    _inside.add(tid)
-    try:
-        result = fn(*args, **kwargs)
-    except BaseException:
-        rec.end(handle, failed=True)
-        raise
-    finally:
-        _inside.discard(tid)
-    if is_async and result is not None:
-        _track_async(rec, result, handle)
-    else:
-        rec.end(handle)
+    (or, for async calls, when its Work completes)."""
+    with R.RecordedCall(rec, handle) as call:
+        _inside.add(tid)
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            _inside.discard(tid)
+        if is_async and result is not None:
+            _track_async(rec, result, call.keep_open())
     return result
 
 
@@ -318,7 +332,7 @@ def _wrap_batch_isend_irecv(fn: Callable) -> Callable:
                 direction = _RECV if "recv" in op_name else _SEND
                 handles.append(rec.begin(
                     "irecv" if direction == _RECV else "isend", p.group, [p.tensor], [], "",
-                    direction | _ASYNC, int(getattr(p, "peer", -1) or 0), kind=_P2P))
+                    direction | _ASYNC, _p2p_op_peer(p), kind=_P2P))
         except Exception as e:  # noqa: BLE001 - recording must never break the call
             rec.fail("wrap batch_isend_irecv", e)
         _inside.add(tid)
@@ -330,12 +344,37 @@ def _wrap_batch_isend_irecv(fn: Callable) -> Callable:
             raise
         finally:
             _inside.discard(tid)
-        for work, h in zip(works or [], handles):
-            _track_async(rec, work, h)
+        works_list = list(works or [])
+        if len(works_list) == len(handles):
+            for work, h in zip(works_list, handles):
+                _track_async(rec, work, h)
+        elif works_list:  # one Work for the whole coalesced batch
+            for h in handles:
+                _track_async(rec, works_list[0], h)
+        else:
+            for h in handles:
+                rec.end(h)
         return works
 
     wrapper.__ddpdoctor_original__ = fn  # type: ignore[attr-defined]
     return wrapper
+
+
+def _p2p_op_peer(p: Any) -> int:
+    """The global rank a ``P2POp`` talks to (torch canonicalises ``peer`` and
+    ``group_peer``; -1 when neither can be told)."""
+    peer = getattr(p, "peer", None)
+    if peer is not None:
+        return int(peer)
+    local = getattr(p, "group_peer", None)
+    if local is None:
+        return -1
+    try:
+        import torch.distributed as dist
+
+        return dist.get_global_rank(p.group, local) if p.group is not None else int(local)
+    except (RuntimeError, ValueError):
+        return int(local)
 
 
 def _patch_work_wait(work_cls: Any) -> None:
@@ -349,8 +388,12 @@ def _patch_work_wait(work_cls: Any) -> None:
             return original(self, *args, **kwargs)
         try:
             result = original(self, *args, **kwargs)
-        finally:
-            done()  # records t_end (a failed wait still ends the call)
+        except BaseException:
+            info = done.detach()  # (work, func, args, kwargs): args[0] is the handle
+            if info:
+                _end_once(info[2][0], failed=True)
+            raise
+        done()  # records t_end (if the completion callback has not already)
         return result
 
     wait.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
@@ -390,12 +433,28 @@ def _wrap_destroy(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
         rec = R._recorder
-        if rec is not None and not (args or kwargs.get("group")):
+        whole = not (args or kwargs.get("group"))
+        if rec is not None and whole:
             rec.meta("destroy")
-        return fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
+        if rec is not None and whole:
+            rec.forget_groups()
+        return result
 
     destroy_process_group.__ddpdoctor_original__ = fn  # type: ignore[attr-defined]
     return destroy_process_group
+
+
+def _install_compiled(wrapped: dict[str, Callable]) -> None:
+    """Let torch.compile'd code record its collectives too (see runtime/compiled.py)."""
+    try:
+        from ddpdoctor.runtime import compiled
+
+        compiled.install(wrapped)
+    except (ImportError, AttributeError, RuntimeError, TypeError, ValueError) as e:
+        rec = R.active()
+        if rec is not None:
+            rec.note_error("recording compiled collectives", e)
 
 
 def install() -> None:
@@ -419,6 +478,7 @@ def install() -> None:
         if getattr(dist, name, None) is not None:
             setattr(dist, name, fn)
     _patch_work_wait(c10d.Work)
+    _install_compiled(wrapped)
     dist.__ddpdoctor_patched__ = True
     if dist.is_initialized():  # torch was imported and initialised before us
         on_init()
