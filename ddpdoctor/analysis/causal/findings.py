@@ -214,7 +214,7 @@ def skipped(breakers: list[int], cycle: tuple[int, ...], waits: dict[int, Wait],
     summary = (f"{ranks_text(breakers)} skipped "
                + (f"{v.describe()} at {v.short_site} on group {v.group}" if v else
                   "a collective")
-               + f" that it made every earlier step, and went on to "
+               + " that it made every earlier step, and went on to "
                + (f"{b.describe()} at {b.short_site}" if b else "another call")
                + f"; {ranks_text(victims)} wait{'s' if len(victims) == 1 else ''} for it")
     fix = ("Call the collective on every rank of its group every step, even with nothing "
