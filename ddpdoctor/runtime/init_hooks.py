@@ -4,7 +4,8 @@ A rank started by torchrun (RANK/WORLD_SIZE in its environment) or by mp.spawn g
 when the process starts, with header state STARTING, so a rank stuck before
 ``init_process_group`` is visible.  ``init_process_group``, ``new_group`` and
 ``new_subgroups`` are recorded as MARK records (op ``init`` / ``new_group``) whose ``t_end``
-stays 0 while the call runs: that rank is in the rendezvous.
+stays 0 while the call runs: that rank is in the rendezvous (its header names its rank and
+world size from then on, from init's arguments or the environment).
 """
 
 from __future__ import annotations
@@ -109,6 +110,29 @@ def _open_mark(op_code: int, seq: int, aux: int) -> tuple[R.Recorder | None, int
         return None, -1
 
 
+def _identity_before_init(rec: R.Recorder | None, kwargs: dict) -> None:
+    """Say who this rank is before the rendezvous blocks: from init_process_group's own
+    ``rank``/``world_size`` arguments, else the environment as it is now (mp.spawn children
+    often set RANK/WORLD_SIZE themselves just before init)."""
+    if rec is None:
+        return
+    rank, world = kwargs.get("rank", -1), kwargs.get("world_size", -1)
+    if not isinstance(rank, int) or rank < 0:
+        rank = _env_int("RANK")
+    if not isinstance(world, int) or world < 0:
+        world = _env_int("WORLD_SIZE")
+    if rank is None or rank < 0:
+        return
+    local = _env_int("LOCAL_RANK")
+    try:
+        rec.rank = rank
+        rec.writer.set_identity(rank, world if world is not None else -1,
+                                local if local is not None else (
+                                    _local_rank if _local_rank is not None else rank))
+    except Exception as e:  # noqa: BLE001 - recording must never break the call
+        rec.fail("identity before init", e)
+
+
 def _close_mark(rec: R.Recorder | None, handle: int, failed: bool = False) -> None:
     if rec is not None:
         rec.end(handle, failed)
@@ -118,6 +142,7 @@ def _wrap_init(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         rec, handle = _open_mark(_OP_INIT, 0, 0)
+        _identity_before_init(rec, kwargs)
         try:
             result = fn(*args, **kwargs)
         except BaseException:

@@ -100,3 +100,22 @@ def test_heartbeat_advances_on_records_at_most_every_half_second(fresh_recorder,
     clock[0] += R.HEARTBEAT_EVERY_NS
     rec.mark("step")
     assert only_trace(fresh_recorder).header.heartbeat_ns == clock[0]
+
+
+def test_init_arguments_name_the_rank_before_the_rendezvous(fresh_recorder, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    seen = {}
+
+    def init_process_group(backend=None, **kwargs):  # stands in for torch's, which blocks
+        header = only_trace(fresh_recorder).header
+        [mark] = only_trace(fresh_recorder).records
+        seen.update(rank=header.rank, world=header.world_size, open=mark.t_end == 0)
+        raise RuntimeError("rendezvous timed out")
+
+    wrapped = init_hooks._wrap_init(init_process_group)
+    with pytest.raises(RuntimeError, match="rendezvous"):
+        wrapped("gloo", rank=2, world_size=3)
+    assert seen == {"rank": 2, "world": 3, "open": True}
+    [mark] = only_trace(fresh_recorder).records
+    assert mark.op == "init" and mark.t_end > 0 and mark.flags & L.RecordFlag.FAILED
