@@ -20,6 +20,7 @@ WINDOW = 4096  # collectives kept per rank and group for live matching
 MAX_NEW_PER_POLL = 8192
 DISCOVER_EVERY = 5  # polls between looks for new trace files
 _WATCHED_KINDS = (int(L.RecordKind.COLLECTIVE), int(L.RecordKind.P2P))
+_STARTING = L.RankState.STARTING  # until init returns the header changes without records
 _COMMIT = struct.Struct("<q")
 _COUNT = struct.Struct("<q")
 _KIND_COLLECTIVE = int(L.RecordKind.COLLECTIVE)
@@ -82,7 +83,8 @@ class LiveRank:
         with nothing new costs one 8-byte read."""
         buf = self.file._map
         count = _COUNT.unpack_from(buf, L.OFF_COUNT)[0]
-        if count == self.read_upto and self.header.rank >= 0:
+        h = self.header
+        if count == self.read_upto and h.rank >= 0 and h.state != _STARTING:
             if self.open:
                 self._close_returned(buf, self.header.capacity)
             return
