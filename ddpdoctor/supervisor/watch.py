@@ -22,6 +22,7 @@ DISCOVER_EVERY = 5  # polls between looks for new trace files
 _WATCHED_KINDS = (int(L.RecordKind.COLLECTIVE), int(L.RecordKind.P2P), int(L.RecordKind.MARK))
 _RENDEZVOUS_OPS = (L.OPS.index("init"), L.OPS.index("new_group"))
 _KIND_MARK = int(L.RecordKind.MARK)
+_STARTING = L.RankState.STARTING  # until init returns the header changes without records
 _COMMIT = struct.Struct("<q")
 _COUNT = struct.Struct("<q")
 _KIND_COLLECTIVE = int(L.RecordKind.COLLECTIVE)
@@ -84,7 +85,8 @@ class LiveRank:
         with nothing new costs one 8-byte read."""
         buf = self.file._map
         count = _COUNT.unpack_from(buf, L.OFF_COUNT)[0]
-        if count == self.read_upto and self.header.rank >= 0:
+        h = self.header
+        if count == self.read_upto and h.rank >= 0 and h.state != _STARTING:
             if self.open:
                 self._close_returned(buf, self.header.capacity)
             return
