@@ -43,6 +43,14 @@ def test_clean_early_exit_with_uneven_step_counts_blames_the_exited_rank() -> No
     assert found[info[0].caused_by].kind == "uneven_batches"  # type: ignore[index]
 
 
+def test_clean_exit_while_the_peer_is_inside_one_more_ddp_step_is_uneven() -> None:
+    bucket = int(L.RecordFlag.BUCKET)
+    r0 = rank(0, steps(2) + [rec(2, t=2, dur=None, flags=bucket)], step=2)
+    r1 = rank(1, steps(2), L.RankState.EXITED, step=2)
+    found = check(job([r0, r1]), (1,), {0}, "uneven_batches")
+    assert "rank 1 ran 2 steps and exited while rank 0 went on to step 3" in found[0].summary
+
+
 def test_pg_timeout_while_peer_computes_names_the_computing_rank(tmp_path) -> None:
     src = tmp_path / "eval.py"
     src.write_text("\n" * 87 + "score = evaluate(model)\n")

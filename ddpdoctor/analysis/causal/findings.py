@@ -9,6 +9,7 @@ from ddpdoctor.analysis.causal.graph import Wait
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
 from ddpdoctor.analysis.source import rank_condition, source_line
+from ddpdoctor.trace import layout as L
 
 ORDER_FIX = ("Make every rank call the same collectives in the same order: a collective "
              "inside a rank-dependent branch must have a matching call on every other rank.")
@@ -124,15 +125,22 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
                    "\n".join(lines), fix, evidence)
 
 
+def _steps_reached(s: RankState) -> int:
+    """Optimizer steps taken, counting the step in progress when the rank waits in a DDP
+    gradient bucket (it is inside a step's backward)."""
+    inside = s.call is not None and bool(s.call.flags & L.RecordFlag.BUCKET)
+    return s.steps + (1 if inside else 0)
+
+
 def exited_early(target: RankState, waits: list[Wait], states: dict[int, RankState],
                  job: JobView) -> Finding:
     """A clean exit while peers wait for more: uneven steps when the step counts differ,
     else a rank that exited early."""
-    waiting_steps = {w.rank: states[w.rank].steps for w in waits}
+    waiting_steps = {w.rank: _steps_reached(states[w.rank]) for w in waits}
     if waiting_steps and max(waiting_steps.values()) > target.steps:
         most = max(waiting_steps.values())
         summary = (f"rank {target.rank} ran {target.steps} steps and exited while "
-                   f"{ranks_text(sorted(waiting_steps))} went on to step {most + 1 if most else '?'}"
+                   f"{ranks_text(sorted(waiting_steps))} went on to step {most}"
                    f" (steps: rank {target.rank}: {target.steps}, " +
                    ", ".join(f"rank {r}: {n}" for r, n in sorted(waiting_steps.items())) + ")")
         detail = "\n".join([wait_text(w, states[w.rank].call) for w in waits] +
@@ -214,7 +222,7 @@ def skipped(breakers: list[int], cycle: tuple[int, ...], waits: dict[int, Wait],
     summary = (f"{ranks_text(breakers)} skipped "
                + (f"{v.describe()} at {v.short_site} on group {v.group}" if v else
                   "a collective")
-               + f" that it made every earlier step, and went on to "
+               + " that it made every earlier step, and went on to "
                + (f"{b.describe()} at {b.short_site}" if b else "another call")
                + f"; {ranks_text(victims)} wait{'s' if len(victims) == 1 else ''} for it")
     fix = ("Call the collective on every rank of its group every step, even with nothing "
