@@ -187,7 +187,7 @@ def _begin(group: Any, buf: torch.Tensor, bucket: dist.GradBucket) -> int:
     if rec is None:
         return -1
     return rec.begin("all_reduce", group, ins=[buf], reduce_op="avg", flags=_BUCKET_FLAG,
-                     aux=bucket.index(), callsite=recorder.user_callsite())
+                     aux=bucket.index(), callsite=recorder.call_sites())
 
 
 def _end(handle: int, failed: bool = False) -> None:

@@ -102,7 +102,7 @@ def _recorded(op: str, pg: Any, ins: list, peer: int, fn: Callable, *args: Any) 
     if rec is None:
         return fn(*args)
     h = rec.begin(op, comm_hook._group_arg(pg), ins=ins, peer=peer,
-                  callsite=recorder.user_callsite())
+                  callsite=recorder.call_sites())
     try:
         result = fn(*args)
     except BaseException:
