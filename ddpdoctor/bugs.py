@@ -346,7 +346,7 @@ FRAMEWORK_BUGS: tuple[Bug, ...] = (
          "run the evaluator on every rank; keep only the print on rank 0",
          hang_timeout=15.0),
     _bug("transformers_evaluate_one_rank", 2, Launch.TORCHRUN,
-         "hangs after training: trainer.evaluate() runs on the main process only",
+         "hangs after the first epoch: a callback runs trainer.evaluate() on rank 0 only",
          "collective_mismatch", (0,),
          "huggingface/transformers#31532",
          "call trainer.evaluate() on every rank; keep only the print on rank 0",

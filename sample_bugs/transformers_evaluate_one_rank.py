@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """transformers: `trainer.evaluate()` on the main process only hangs the job.
 
-Between two training runs the script evaluates "on the main process only".  Trainer's
+A callback evaluates at the end of each epoch "on the main process only".  Trainer's
 evaluation loop gathers the losses of every rank, so rank 0 waits in a gather that rank 1,
 already training again, never calls.
 Source: huggingface/transformers#31532 (evaluation entered by the main process only hangs
@@ -15,7 +15,8 @@ import tempfile
 import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+from transformers import (BertConfig, BertForSequenceClassification, Trainer, TrainerCallback,
+                          TrainingArguments)
 
 
 class Tiny(Dataset):
@@ -31,6 +32,18 @@ class Tiny(Dataset):
         return {"input_ids": self.ids[i], "labels": self.labels[i]}
 
 
+class EvaluateOnMainProcess(TrainerCallback):
+    """Evaluates at the end of each epoch, "on the main process only, to save time"."""
+
+    def __init__(self) -> None:
+        self.trainer: Trainer | None = None
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            # BUG: evaluate() gathers from every rank, but only rank 0 calls it.
+            print(self.trainer.evaluate(), flush=True)
+
+
 def main() -> None:
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
@@ -41,15 +54,14 @@ def main() -> None:
     model = BertForSequenceClassification(config)
     out = os.path.join(tempfile.gettempdir(), "ddpdoctor-sample-bugs", f"hf-{os.getppid()}")
     args = TrainingArguments(output_dir=out, per_device_train_batch_size=4,
-                             per_device_eval_batch_size=4, num_train_epochs=1, use_cpu=True,
+                             per_device_eval_batch_size=4, num_train_epochs=3, use_cpu=True,
                              report_to=[], save_strategy="no", logging_strategy="no",
                              ddp_backend="gloo", disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, train_dataset=Tiny(), eval_dataset=Tiny())
-    for _ in range(2):
-        trainer.train()
-        if trainer.is_world_process_zero():
-            # BUG: evaluate() gathers from every rank, but only rank 0 calls it.
-            print(trainer.evaluate(), flush=True)
+    callback = EvaluateOnMainProcess()
+    trainer = Trainer(model=model, args=args, train_dataset=Tiny(), eval_dataset=Tiny(),
+                      callbacks=[callback])
+    callback.trainer = trainer
+    trainer.train()
 
 
 if __name__ == "__main__":
