@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 
 _OP_NAME = "ddpdoctor::collective"
-_SCHEMA = "(Tensor(a!)[] outs, Tensor[] ins, str name, str reduce, str group) -> ()"
+_SCHEMA = ("(Tensor(a!)[] outs, Tensor[] ins, str name, str reduce, str group, str site)"
+           " -> ()")
 _wrapped: dict[str, Callable] = {}  # torch.distributed name -> the recording wrapper
 
 
@@ -31,9 +32,10 @@ def _reduce_op(name: str) -> Any:
 
 
 def _run_eager(outs: list[torch.Tensor], ins: list[torch.Tensor], name: str,
-               reduce: str, group: str) -> None:
-    """The op's body at run time: the recording wrapper of ``name``, eagerly."""
-    fn = _wrapped[name]
+               reduce: str, group: str, site: str) -> None:
+    """The op's body at run time: the recording wrapper of ``name``, eagerly, with the
+    user's line that Dynamo traced as the call site."""
+    fn = _wrapped[name]  # its call site is read from this frame's ``site`` (callsites.py)
     pg = _group_of(group)
     if name == "all_reduce":
         fn(outs[0], op=_reduce_op(reduce), group=pg)
@@ -53,7 +55,7 @@ def _register_op() -> Any:
 
     @op.register_fake
     def _(outs: list[torch.Tensor], ins: list[torch.Tensor], name: str, reduce: str,
-          group: str) -> None:
+          group: str, site: str) -> None:
         return None
 
     return op
@@ -69,6 +71,21 @@ def _reduce_text(op: Any) -> str:
     return REDUCE_OP_TO_STR[op]
 
 
+@torch._dynamo.assume_constant_result
+def _traced_user_site() -> str:
+    """The user's line Dynamo is tracing (``path:line|``), baked into the graph as a
+    constant; "" when it cannot be told."""
+    from ddpdoctor.runtime.callsites import is_user_file
+
+    ctx = torch._guards.TracingContext.try_get()
+    if ctx is None:
+        return ""
+    for frame in reversed(ctx.extract_stack()):
+        if frame.filename and frame.lineno and is_user_file(frame.filename):
+            return f"{frame.filename}:{frame.lineno}|"
+    return ""
+
+
 def _group_text(group: Any) -> str:
     from torch.distributed._functional_collectives import _resolve_group_name
 
@@ -80,37 +97,37 @@ def _group_text(group: Any) -> str:
 def _ddpdoctor_all_reduce(tensor: Any, op: Any = "sum", group: Any = None,
                           async_op: bool = False) -> None:
     torch.ops.ddpdoctor.collective([tensor], [], "all_reduce", _reduce_text(op),
-                                   _group_text(group))
+                                   _group_text(group), _traced_user_site())
 
 
 def _ddpdoctor_all_gather_into_tensor(output_tensor: Any, input_tensor: Any,
                                       group: Any = None, async_op: bool = False) -> None:
     torch.ops.ddpdoctor.collective([output_tensor], [input_tensor], "all_gather_into_tensor",
-                                   "", _group_text(group))
+                                   "", _group_text(group), _traced_user_site())
 
 
 def _ddpdoctor_all_gather_base(output_tensor: Any, input_tensor: Any, group: Any = None,
                                async_op: bool = False) -> None:
     torch.ops.ddpdoctor.collective([output_tensor], [input_tensor], "_all_gather_base", "",
-                                   _group_text(group))
+                                   _group_text(group), _traced_user_site())
 
 
 def _ddpdoctor_reduce_scatter_tensor(output: Any, input: Any, op: Any = "sum",
                                      group: Any = None, async_op: bool = False) -> None:
     torch.ops.ddpdoctor.collective([output], [input], "reduce_scatter_tensor",
-                                   _reduce_text(op), _group_text(group))
+                                   _reduce_text(op), _group_text(group), _traced_user_site())
 
 
 def _ddpdoctor_reduce_scatter_base(output: Any, input: Any, op: Any = "sum",
                                    group: Any = None, async_op: bool = False) -> None:
     torch.ops.ddpdoctor.collective([output], [input], "_reduce_scatter_base",
-                                   _reduce_text(op), _group_text(group))
+                                   _reduce_text(op), _group_text(group), _traced_user_site())
 
 
 def _ddpdoctor_all_gather(tensor_list: Any, tensor: Any, group: Any = None,
                           async_op: bool = False) -> None:
     torch.ops.ddpdoctor.collective(list(tensor_list), [tensor], "all_gather", "",
-                                   _group_text(group))
+                                   _group_text(group), _traced_user_site())
 
 
 def _ddpdoctor_all_to_all_single(output: Any, input: Any, output_split_sizes: Any = None,
@@ -123,7 +140,7 @@ def _ddpdoctor_all_to_all_single(output: Any, input: Any, output_split_sizes: An
                                     group, async_op)
         return
     torch.ops.ddpdoctor.collective([output], [input], "all_to_all_single", "",
-                                   _group_text(group))
+                                   _group_text(group), _traced_user_site())
 
 
 REMAPS: dict[str, Callable] = {
@@ -146,6 +163,9 @@ def install(wrappers: dict[str, Callable]) -> None:
         return
     if not hasattr(torch.ops.ddpdoctor, "collective"):
         _register_op()
+    from ddpdoctor.runtime.callsites import mark_traced
+
+    mark_traced(_run_eager.__code__)
     for name, remap in REMAPS.items():
         wrapper = wrappers.get(name)
         if wrapper is None:

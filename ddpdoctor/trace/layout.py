@@ -98,7 +98,8 @@ OPS = (
     "ring_send", "ring_recv", "batch", "epoch", "step", "init", "new_group", "destroy",
     # append only: a record stores the index
     "all_gather_single", "reduce_scatter_single", "all_gather_coalesced",
-    "_all_gather_base", "_reduce_scatter_base",
+    "_all_gather_base", "_reduce_scatter_base", "coalesced", "all_gather_into_tensor_coalesced",
+    "reduce_scatter_tensor_coalesced",
 )
 OP_CODES = {name: code for code, name in enumerate(OPS)}
 
