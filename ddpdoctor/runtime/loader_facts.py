@@ -8,7 +8,6 @@ import sys
 import zlib
 from typing import Any
 
-from ddpdoctor.runtime import recorder as R
 
 def _sampler_of(loader: Any) -> Any:
     bs = getattr(loader, "batch_sampler", None)
@@ -92,12 +91,28 @@ def epoch_facts(loader: Any, it: Any, loader_id: int, epoch: int, steps: int) ->
 CHAIN_FRAMES = 4  # frames outside torch and ddpdoctor that identify a loader's creation
 
 
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+_internal_code: dict[Any, bool] = {}
+
+
+def _internal(code: Any) -> bool:
+    """Is this code torch's, ddpdoctor's or the standard library's?"""
+    hit = _internal_code.get(code)
+    if hit is None:
+        fn = code.co_filename
+        hit = _internal_code[code] = (
+            fn.startswith(_PKG_DIR) or f"{os.sep}torch{os.sep}" in fn or fn.startswith("<frozen")
+            or (fn.startswith(_STDLIB) and "site-packages" not in fn))
+    return hit
+
+
 def frame_chain(depth: int) -> str:
     """``file:line`` of the innermost frames outside torch, ddpdoctor and the standard
     library, starting ``depth`` frames up (file base names: the same on every rank)."""
     f = sys._getframe(depth + 1)
     out: list[str] = []
-    internal = R._is_internal
+    internal = _internal
     while f is not None and len(out) < CHAIN_FRAMES:
         if not internal(f.f_code):
             out.append(f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}")
