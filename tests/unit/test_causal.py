@@ -201,6 +201,13 @@ def test_teardown_abort_after_matched_collectives_is_its_own_warning() -> None:
     assert not any(f.kind == "collective_mismatch" for f in found)
 
 
+def test_an_abort_before_the_peers_last_collective_is_no_teardown() -> None:
+    r0 = rank(0, steps(6) + [rec(6, t=6, dur=None)], step=6)
+    r1 = rank(1, steps(6), returncode=-6, fault="Fatal Python error: Aborted")
+    found = check(job([r0, r1]), (1,), {0}, "rank_failed")
+    assert "teardown" not in found[0].summary
+
+
 def test_healthy_job_gets_no_finding_and_no_waits() -> None:
     runs = [rank(r, steps(5), L.RankState.EXITED, step=5) for r in range(2)]
     d = diagnose(job(runs, outcome="completed"))
