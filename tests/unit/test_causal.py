@@ -170,7 +170,8 @@ def test_crash_with_last_words_is_the_root_and_the_peer_a_consequence() -> None:
     r1 = rank(1, steps(5), L.RankState.FAILED, exception=boom)
     found = check(job([r0, r1], outcome="failed"), (1,), {0}, "rank_failed")
     assert "bad batch shape" in found[0].summary
-    assert [f.caused_by for f in found if f.severity == Severity.INFO] == [0]
+    assert [f.kind for f in found] == ["rank_failed"]  # rank 0's echo is told inside it
+    assert found[0].evidence["consequences"] == {"0": CLOSED["type"] + ": " + CLOSED["message"]}
 
 
 def test_missing_collective_names_the_rank_that_exited_with_its_last_call() -> None:

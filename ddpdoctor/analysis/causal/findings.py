@@ -94,6 +94,7 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
     waiting = sorted(w.rank for w in waits)
     summary = f"{wait_text(first, call)}; rank {target.rank} {whereabouts(target)}"
     lines = [wait_text(w, states[w.rank].call) for w in waits[:16]]
+    lines.append(f"Rank {target.rank} {whereabouts(target)}.")
     if target.call is not None and target.kind != StateKind.EXITED:
         lines.append(f"Rank {target.rank}'s last collective: {target.call.describe()} "
                      f"(seq {target.call.seq} on group {target.call.group}) at "
@@ -231,6 +232,14 @@ def skipped(breakers: list[int], cycle: tuple[int, ...], waits: dict[int, Wait],
     return Finding("missing_collective", Severity.ERROR, tuple(sorted(breakers)),
                    waits[breakers[0]].seq, summary, "\n".join(lines), ORDER_FIX + " " + fix,
                    {"cycle": list(cycle), "groups": sorted({waits[r].group for r in cycle})})
+
+
+def with_consequences(root: Finding, ranks: list[int], states: dict[int, RankState]) -> Finding:
+    """A rank_failed root that also says which ranks then failed waiting for it."""
+    then = "; ".join(f"rank {r} {states[r].death.cause}" for r in ranks)  # type: ignore
+    return replace(root, detail=f"{root.detail}\nThen: {then} (consequences of this failure).",
+                   evidence={**root.evidence, "consequences": {
+                       str(r): states[r].death.cause for r in ranks}})  # type: ignore
 
 
 def consequence(ranks: list[int], states: dict[int, RankState], root: Finding,
