@@ -104,7 +104,7 @@ def diagnose(job: JobView) -> Diagnosis:
         if b.root_of(target, []) is not None and s.kind != StateKind.DIED:
             b.explains[b.root_of(target, [])].update(w.rank for w in into)  # type: ignore
             continue
-        if s.kind in (StateKind.DIED, StateKind.PEER_FAILED):
+        if s.kind == StateKind.DIED:
             continue  # its own finding below
         blocked_elsewhere = s.kind == StateKind.BLOCKED
         if blocked_elsewhere and b.roots:
@@ -152,7 +152,10 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
     for s in orphans:  # nothing else explains it: its error is the root
         b.add(F.died(s, into.get(s.rank, []), job), set())
     for i, ranks in linked.items():
-        consequences.append((F.consequence(sorted(ranks), states, b.roots[i], i), i))
+        if b.roots[i].kind == "rank_failed":  # one finding tells the failure and its echo
+            b.roots[i] = F.with_consequences(b.roots[i], sorted(ranks), states)
+        else:
+            consequences.append((F.consequence(sorted(ranks), states, b.roots[i], i), i))
 
 
 def _stalled(job: JobView, states: dict[int, RankState]) -> Finding | None:

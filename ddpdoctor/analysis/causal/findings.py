@@ -9,6 +9,7 @@ from ddpdoctor.analysis.causal.graph import Wait
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
 from ddpdoctor.analysis.source import rank_condition, source_line
+from ddpdoctor.trace import layout as L
 
 ORDER_FIX = ("Make every rank call the same collectives in the same order: a collective "
              "inside a rank-dependent branch must have a matching call on every other rank.")
@@ -65,6 +66,9 @@ def whereabouts(s: RankState) -> str:
     if s.kind == StateKind.NOT_ARRIVED:
         return f"has not joined the process group{at}" if at or s.steps or s.frame else \
             "has not joined the process group (no trace of it, or still starting)"
+    if s.kind == StateKind.PEER_FAILED and s.call is not None:
+        return (f"was elsewhere{at or ' (no stack)'}: it entered {s.call.describe()} "
+                f"(seq {s.call.seq}) at {s.call.short_site} only later")
     if s.kind in (StateKind.DIED, StateKind.PEER_FAILED) and s.death is not None:
         return f"died: {s.death.cause}"
     if s.kind == StateKind.BLOCKED and s.call is not None:
@@ -90,6 +94,7 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
     waiting = sorted(w.rank for w in waits)
     summary = f"{wait_text(first, call)}; rank {target.rank} {whereabouts(target)}"
     lines = [wait_text(w, states[w.rank].call) for w in waits[:16]]
+    lines.append(f"Rank {target.rank} {whereabouts(target)}.")
     if target.call is not None and target.kind != StateKind.EXITED:
         lines.append(f"Rank {target.rank}'s last collective: {target.call.describe()} "
                      f"(seq {target.call.seq} on group {target.call.group}) at "
@@ -121,15 +126,22 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
                    "\n".join(lines), fix, evidence)
 
 
+def _steps_reached(s: RankState) -> int:
+    """Optimizer steps taken, counting the step in progress when the rank waits in a DDP
+    gradient bucket (it is inside a step's backward)."""
+    inside = s.call is not None and bool(s.call.flags & L.RecordFlag.BUCKET)
+    return s.steps + (1 if inside else 0)
+
+
 def exited_early(target: RankState, waits: list[Wait], states: dict[int, RankState],
                  job: JobView) -> Finding:
     """A clean exit while peers wait for more: uneven steps when the step counts differ,
     else a rank that exited early."""
-    waiting_steps = {w.rank: states[w.rank].steps for w in waits}
+    waiting_steps = {w.rank: _steps_reached(states[w.rank]) for w in waits}
     if waiting_steps and max(waiting_steps.values()) > target.steps:
         most = max(waiting_steps.values())
         summary = (f"rank {target.rank} ran {target.steps} steps and exited while "
-                   f"{ranks_text(sorted(waiting_steps))} went on to step {most + 1 if most else '?'}"
+                   f"{ranks_text(sorted(waiting_steps))} went on to step {most}"
                    f" (steps: rank {target.rank}: {target.steps}, " +
                    ", ".join(f"rank {r}: {n}" for r, n in sorted(waiting_steps.items())) + ")")
         detail = "\n".join([wait_text(w, states[w.rank].call) for w in waits] +
@@ -211,7 +223,7 @@ def skipped(breakers: list[int], cycle: tuple[int, ...], waits: dict[int, Wait],
     summary = (f"{ranks_text(breakers)} skipped "
                + (f"{v.describe()} at {v.short_site} on group {v.group}" if v else
                   "a collective")
-               + f" that it made every earlier step, and went on to "
+               + " that it made every earlier step, and went on to "
                + (f"{b.describe()} at {b.short_site}" if b else "another call")
                + f"; {ranks_text(victims)} wait{'s' if len(victims) == 1 else ''} for it")
     fix = ("Call the collective on every rank of its group every step, even with nothing "
@@ -220,6 +232,14 @@ def skipped(breakers: list[int], cycle: tuple[int, ...], waits: dict[int, Wait],
     return Finding("missing_collective", Severity.ERROR, tuple(sorted(breakers)),
                    waits[breakers[0]].seq, summary, "\n".join(lines), ORDER_FIX + " " + fix,
                    {"cycle": list(cycle), "groups": sorted({waits[r].group for r in cycle})})
+
+
+def with_consequences(root: Finding, ranks: list[int], states: dict[int, RankState]) -> Finding:
+    """A rank_failed root that also says which ranks then failed waiting for it."""
+    then = "; ".join(f"rank {r} {states[r].death.cause}" for r in ranks)  # type: ignore
+    return replace(root, detail=f"{root.detail}\nThen: {then} (consequences of this failure).",
+                   evidence={**root.evidence, "consequences": {
+                       str(r): states[r].death.cause for r in ranks}})  # type: ignore
 
 
 def consequence(ranks: list[int], states: dict[int, RankState], root: Finding,

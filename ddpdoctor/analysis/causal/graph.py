@@ -38,8 +38,18 @@ def _p2p_wait(call: Call, states: dict[int, RankState]) -> tuple[int, ...]:
     return () if matched else (call.peer,)
 
 
+def _call_at(calls: list[Call], seq: int) -> Call | None:
+    for c in reversed(calls):
+        if c.seq == seq:
+            return c
+        if c.seq < seq:
+            return None
+    return None
+
+
 def _collective_wait(call: Call, job: JobView, states: dict[int, RankState]) -> tuple[int, ...]:
-    """Members of the call's group whose last seq on it is below the call's (or no trace)."""
+    """Members of the call's group whose last seq on it is below the call's (or no trace);
+    for a call that already ended (it raised), also those that entered it only later."""
     out = []
     for m in job.group_members(call.group):
         if m == call.rank:
@@ -48,6 +58,10 @@ def _collective_wait(call: Call, job: JobView, states: dict[int, RankState]) -> 
         last = run.last_call(call.group) if run is not None else None
         if last is None or last.seq < call.seq:
             out.append(m)
+        elif not call.open and run is not None:
+            theirs = _call_at(run.calls.get(call.group, []), call.seq)
+            if theirs is not None and theirs.t_start > call.t_end:
+                out.append(m)  # it arrived after this rank had given up
     return tuple(out)
 
 
