@@ -202,6 +202,16 @@ def test_teardown_abort_after_matched_collectives_is_its_own_warning() -> None:
     assert not any(f.kind == "collective_mismatch" for f in found)
 
 
+def test_teardown_abort_whose_launcher_then_terminates_the_peer_is_a_warning() -> None:
+    r0 = rank(0, steps(5), step=5, returncode=-6, fault="Fatal Python error: Aborted")
+    r1 = rank(1, steps(5), step=5, returncode=-15)
+    found = analyze(job([r0, r1], outcome="failed"), [])
+    assert not errors(found)
+    assert [(f.kind, f.ranks, f.severity) for f in found] == [
+        ("rank_failed", (0,), Severity.WARNING)]
+    assert "rank 1 killed by SIGTERM" in found[0].detail
+
+
 def test_an_abort_before_the_peers_last_collective_is_no_teardown() -> None:
     r0 = rank(0, steps(6) + [rec(6, t=6, dur=None)], step=6)
     r1 = rank(1, steps(6), returncode=-6, fault="Fatal Python error: Aborted")

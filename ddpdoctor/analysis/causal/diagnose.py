@@ -132,8 +132,7 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
                   key=lambda s: s.death.at_ns)  # type: ignore[union-attr]
     for s in dead:
         if s.death.teardown:  # type: ignore[union-attr]
-            fine = all(o.kind == StateKind.EXITED for o in states.values() if o.rank != s.rank)
-            b.add(F.teardown(s, fine), set())
+            b.add(F.teardown(s, _finished(s, states, waits)), set())
         else:
             b.add(F.died(s, into.get(s.rank, []), job), {w.rank for w in into.get(s.rank, [])})
     failed = [s for s in states.values() if s.kind == StateKind.PEER_FAILED and s.death]
@@ -156,6 +155,21 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
             b.roots[i] = F.with_consequences(b.roots[i], sorted(ranks), states)
         else:
             consequences.append((F.consequence(sorted(ranks), states, b.roots[i], i), i))
+
+
+def _finished(dead: RankState, states: dict[int, RankState], waits: list[Wait]) -> bool:
+    """Did the job otherwise finish: nobody waits, and every other rank exited, aborted in
+    teardown too, or was terminated by its launcher outside any call?"""
+    if any(w.waits_for for w in waits):
+        return False
+    for o in states.values():
+        if o.rank == dead.rank or o.kind == StateKind.EXITED:
+            continue
+        d = o.death
+        if d is None or not (d.teardown or d.signal == "SIGTERM") or \
+                (o.call is not None and o.call.open):
+            return False
+    return True
 
 
 def _stalled(job: JobView, states: dict[int, RankState]) -> Finding | None:
