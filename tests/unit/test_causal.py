@@ -237,3 +237,19 @@ def test_pattern_rule() -> None:
     assert breaks_pattern("ababa") is False
     assert breaks_pattern("ab") is None
     assert breaks_pattern("abc") is None
+
+
+def test_a_rank_stuck_in_new_group_waits_for_the_rank_that_has_not_called_it() -> None:
+    r0 = rank(0, steps(1) + [mark("new_group", t=2, dur=None)])
+    r1 = rank(1, steps(1), stack=[frame("prep.py", 12, "build_index")])
+    found = check(job([r0, r1]), (1,), {0}, "missing_collective")
+    assert "new_group" in found[0].summary and "prep.py:12" in found[0].summary
+
+
+def test_a_rank_in_a_dataloader_is_loading_data() -> None:
+    loader = "/usr/lib/python3.12/site-packages/torch/utils/data/dataloader.py"
+    r0 = rank(0, steps(2) + [rec(2, t=2, dur=None)])
+    r1 = rank(1, steps(2), stack=[frame(loader, 700, "_next_data"),
+                                  frame(loader, 650, "__next__"), frame("train.py", 40)])
+    found = check(job([r0, r1]), (1,), {0}, "missing_collective")
+    assert "rank 1 is loading data at train.py:40" in found[0].summary
