@@ -253,3 +253,21 @@ def test_a_rank_in_a_dataloader_is_loading_data() -> None:
                                   frame(loader, 650, "__next__"), frame("train.py", 40)])
     found = check(job([r0, r1]), (1,), {0}, "missing_collective")
     assert "rank 1 is loading data at train.py:40" in found[0].summary
+
+
+def test_ranks_failing_the_same_way_share_one_finding() -> None:
+    same = {"type": "RuntimeError", "message": "Expected to have finished reduction"}
+    runs = [rank(r, steps(2), L.RankState.FAILED, exception=same) for r in range(2)]
+    found = check(job(runs, outcome="failed"), (0, 1), set(), "rank_failed")
+    assert len(found) == 1
+
+
+def test_a_loader_fed_rank_that_stops_early_is_a_missing_collective() -> None:
+    bucket = int(L.RecordFlag.BUCKET)
+    epoch = [{"event": "loader_epoch", "loader": 0, "epoch": 0, "length": 2, "shuffle": True,
+              "steps": 0, "t": 1},
+             {"event": "loader_end", "loader": 0, "epoch": 0, "batches": 2, "order": "a",
+              "content": "0", "steps": 2}]
+    r0 = rank(0, steps(2) + [rec(2, t=2, dur=None, flags=bucket)], step=2, meta=epoch)
+    r1 = rank(1, steps(2), L.RankState.EXITED, step=2, meta=epoch)
+    check(job([r0, r1]), (1,), {0}, "missing_collective")

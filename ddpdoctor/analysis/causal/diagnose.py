@@ -34,6 +34,9 @@ def _judged(job: JobView, states: dict[int, RankState], w: Wait) -> bool:
     return since is not None and job.now_ns - since >= job.hang_timeout * NS
 
 
+SAME_FAILURE_NS = 5 * NS
+
+
 class _Builder:
     """Collects root findings and which ranks each one explains."""
 
@@ -130,11 +133,20 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
             into.setdefault(t, []).append(w)
     dead = sorted((s for s in states.values() if s.kind == StateKind.DIED and s.death),
                   key=lambda s: s.death.at_ns)  # type: ignore[union-attr]
+    told: set[int] = set()
     for s in dead:
+        if s.rank in told:
+            continue
         if s.death.teardown:  # type: ignore[union-attr]
             b.add(F.teardown(s, _finished(s, states, waits)), set())
-        else:
-            b.add(F.died(s, into.get(s.rank, []), job), {w.rank for w in into.get(s.rank, [])})
+            continue
+        # ranks that failed the same way at about the same time share one finding
+        same = [o for o in dead if o.rank not in told and not o.death.teardown and  # type: ignore
+                o.death.cause == s.death.cause and  # type: ignore[union-attr]
+                abs(o.death.at_ns - s.death.at_ns) < SAME_FAILURE_NS]  # type: ignore
+        told.update(o.rank for o in same)
+        waiting = [w for o in same for w in into.get(o.rank, [])]
+        b.add(F.died(s, waiting, job, tuple(o.rank for o in same)), {w.rank for w in waiting})
     failed = [s for s in states.values() if s.kind == StateKind.PEER_FAILED and s.death]
     if not failed:
         return
