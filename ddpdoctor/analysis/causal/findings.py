@@ -79,7 +79,7 @@ def whereabouts(s: RankState) -> str:
 def wait_text(w: Wait, call: Call | None) -> str:
     what = f"{w.op} #{w.seq}" if w.seq is not None else \
         ("init_process_group" if w.op == "init" else w.op)
-    site = f" at {call.short_site}" if call is not None else ""
+    site = f" at {call.where().partition(' at ')[2]}" if call is not None else ""
     group = f" on group {w.group}" if w.group not in ("0", "rendezvous") else ""
     return f"rank {w.rank} waits for {ranks_text(w.waits_for)} in {what}{group}{site}"
 
