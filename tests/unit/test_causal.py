@@ -271,3 +271,13 @@ def test_a_loader_fed_rank_that_stops_early_is_a_missing_collective() -> None:
     r0 = rank(0, steps(2) + [rec(2, t=2, dur=None, flags=bucket)], step=2, meta=epoch)
     r1 = rank(1, steps(2), L.RankState.EXITED, step=2, meta=epoch)
     check(job([r0, r1]), (1,), {0}, "missing_collective")
+
+
+def test_a_framework_call_names_the_users_line_that_made_it() -> None:
+    lightning = "lightning/pytorch/strategies/ddp.py:247"
+    r0 = rank(0, steps(2) + [rec(2, "all_gather", t=2, dur=None, site="train.py:30",
+                                 framework=lightning)])
+    r1 = rank(1, steps(2), stack=[frame("train.py", 44, "validation_step")])
+    found = check(job([r0, r1]), (1,), {0}, "missing_collective")
+    assert "all_gather #2 at lightning/.../ddp.py:247, called from train.py:30" in \
+        found[0].summary
