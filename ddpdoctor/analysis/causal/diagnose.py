@@ -21,9 +21,6 @@ class Diagnosis:
     waits: list[Wait]
     findings: list[Finding] = field(default_factory=list)
 
-    def roots(self) -> list[Finding]:
-        return [f for f in self.findings if f.caused_by is None]
-
 
 def _judged(job: JobView, states: dict[int, RankState], w: Wait) -> bool:
     """Is this wait long enough to judge?  Offline, or after a verdict: always; live:
