@@ -24,8 +24,8 @@ from ddpdoctor.report.redact import redact_argv
 from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
 from ddpdoctor.supervisor.progress import ProgressTracker
 from ddpdoctor.supervisor.stacks import capture_stacks
-from ddpdoctor.trace import layout as L
 from ddpdoctor.supervisor.watch import LiveJob
+from ddpdoctor.trace import layout as L
 
 POLL_SECONDS = 0.1
 PROCESS_CHECK_EVERY = 3  # polls between /proc checks of the ranks' liveness
@@ -208,6 +208,7 @@ class Supervisor:
         if isinstance(found, Straggling):
             if found.ranks not in self._stragglers_said:
                 self._stragglers_said.add(found.ranks)
+                found = self._with_frames(found)
                 self.say(found.message + " (a straggler, not a hang: the job goes on)",
                          "yellow")
                 self.log("straggler", ranks=list(found.ranks), message=found.message)
@@ -218,6 +219,26 @@ class Supervisor:
             self.log("progress", ranks=self.progress.event())
             return Verdict("hang", found.message)
         return None
+
+    def _with_frames(self, found: Any) -> Any:
+        """The straggler notice again, once the stragglers' stacks say where they compute."""
+        from ddpdoctor.analysis.causal.verdict import Straggling, judge
+        from ddpdoctor.analysis.load import load_job
+        from ddpdoctor.report.build import LIVE_TAIL
+
+        live = self.live.ranks()
+        pids = [live[r].header.pid for r in found.ranks if r in live]
+        capture_stacks(pids, self.run_dir / "stacks")
+        self.log("stacks", why="straggler", pids=pids)
+        try:
+            job = load_job([self.run_dir], live=True, hang_timeout=self.config.hang_timeout,
+                           tail=LIVE_TAIL)
+            self.progress.apply(job)
+            again = judge(job, self.config.hang_timeout)
+        except Exception as e:  # noqa: BLE001 - the first notice is still worth saying
+            self.live.problems.append(f"straggler check failed: {type(e).__name__}: {e}")
+            return found
+        return again if isinstance(again, Straggling) else found
 
     def _capture_absent(self, ranks: tuple[int, ...]) -> None:
         """Stacks of the ranks others wait on, taken before the verdict."""

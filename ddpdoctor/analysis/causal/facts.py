@@ -73,7 +73,7 @@ def failed_call(run: RankRun) -> Call | None:
 def _exception_death(run: RankRun, exc: dict) -> Death:
     frames = exc.get("traceback") or []
     user = [f for f in frames if isinstance(f, dict)
-            and "site-packages" not in str(f.get("filename", ""))]
+            and not any(p in str(f.get("filename", "")) for p in INTERNAL_PARTS)]
     last = (user or frames or [{}])[-1]
     where = (f"{os.path.basename(str(last.get('filename', '?')))}:{last.get('line', '?')}"
              if last else "")
@@ -180,6 +180,21 @@ def rank_states(job: JobView) -> dict[int, RankState]:
     """Every rank of the world: its state; a rank with no trace has not arrived."""
     stop_ns = stop_time(job)
     states = {r: rank_state(run, job, stop_ns) for r, run in job.ranks.items()}
-    for r in range(job.world_size):
+    members = {m for g in job.groups() for m in job.group_members(g)}
+    for r in set(range(job.world_size)) | members:
         states.setdefault(r, RankState(r, StateKind.NOT_ARRIVED))
+    for r, s in states.items():
+        if s.death is not None and s.death.teardown and _behind(job.ranks[r], job):
+            states[r] = replace(s, death=replace(s.death, teardown=False))
     return dict(sorted(states.items()))
+
+
+def _behind(run: RankRun, job: JobView) -> bool:
+    """Did a peer make collectives on a shared group past this rank's last one?"""
+    for group, calls in run.calls.items():
+        mine = calls[-1].seq if calls else -1
+        for other in job.ranks.values():
+            theirs = other.last_call(group)
+            if other is not run and theirs is not None and theirs.seq > mine:
+                return True
+    return False

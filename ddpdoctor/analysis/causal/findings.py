@@ -79,7 +79,7 @@ def whereabouts(s: RankState) -> str:
 def wait_text(w: Wait, call: Call | None) -> str:
     what = f"{w.op} #{w.seq}" if w.seq is not None else \
         ("init_process_group" if w.op == "init" else w.op)
-    site = f" at {call.short_site}" if call is not None else ""
+    site = f" at {call.where().partition(' at ')[2]}" if call is not None else ""
     group = f" on group {w.group}" if w.group not in ("0", "rendezvous") else ""
     return f"rank {w.rank} waits for {ranks_text(w.waits_for)} in {what}{group}{site}"
 
@@ -94,6 +94,7 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
     waiting = sorted(w.rank for w in waits)
     summary = f"{wait_text(first, call)}; rank {target.rank} {whereabouts(target)}"
     lines = [wait_text(w, states[w.rank].call) for w in waits[:16]]
+    lines.append(f"Rank {target.rank} {whereabouts(target)}.")
     if target.call is not None and target.kind != StateKind.EXITED:
         lines.append(f"Rank {target.rank}'s last collective: {target.call.describe()} "
                      f"(seq {target.call.seq} on group {target.call.group}) at "
@@ -132,12 +133,22 @@ def _steps_reached(s: RankState) -> int:
     return s.steps + (1 if inside else 0)
 
 
+def _loader_fed(job: JobView, rank: int) -> bool:
+    """Did the rank draw its batches from a recorded DataLoader?  Then its batch counts are
+    known (uneven.py compares them) and the step counter says nothing more."""
+    from ddpdoctor.analysis.detectors.uneven import epochs_of
+
+    run = job.ranks.get(rank)
+    return run is not None and bool(epochs_of(run))
+
+
 def exited_early(target: RankState, waits: list[Wait], states: dict[int, RankState],
                  job: JobView) -> Finding:
     """A clean exit while peers wait for more: uneven steps when the step counts differ,
     else a rank that exited early."""
     waiting_steps = {w.rank: _steps_reached(states[w.rank]) for w in waits}
-    if waiting_steps and max(waiting_steps.values()) > target.steps:
+    if waiting_steps and max(waiting_steps.values()) > target.steps and \
+            not _loader_fed(job, target.rank):
         most = max(waiting_steps.values())
         summary = (f"rank {target.rank} ran {target.steps} steps and exited while "
                    f"{ranks_text(sorted(waiting_steps))} went on to step {most}"
@@ -155,8 +166,11 @@ def exited_early(target: RankState, waits: list[Wait], states: dict[int, RankSta
                    "call site)." % target.rank)
 
 
-def died(s: RankState, waits: list[Wait], job: JobView) -> Finding:
-    """rank_failed: a rank died of its own (exception or signal), with its last words."""
+def died(s: RankState, waits: list[Wait], job: JobView,
+         ranks: tuple[int, ...] = ()) -> Finding:
+    """rank_failed: a rank died of its own (exception or signal), with its last words;
+    ``ranks``: every rank that failed the same way at about the same time."""
+    ranks = ranks or (s.rank,)
     d = s.death
     assert d is not None
     where = f" at {d.where}" if d.where else ""
@@ -175,8 +189,9 @@ def died(s: RankState, waits: list[Wait], job: JobView) -> Finding:
     evidence = {"cause": d.cause, "signal": d.signal, "at_ns": d.at_ns,
                 "pid": job.ranks[s.rank].pid if s.rank in job.ranks else None,
                 "waiting": [w.rank for w in waits]}
-    return Finding("rank_failed", Severity.ERROR, (s.rank,), s.call.seq if s.call else None,
-                   f"rank {s.rank} failed{where}: {d.cause}", detail, fix, evidence)
+    return Finding("rank_failed", Severity.ERROR, tuple(sorted(ranks)),
+                   s.call.seq if s.call else None,
+                   f"{ranks_text(ranks)} failed{where}: {d.cause}", detail, fix, evidence)
 
 
 def teardown(s: RankState, finished: bool) -> Finding:
@@ -231,6 +246,14 @@ def skipped(breakers: list[int], cycle: tuple[int, ...], waits: dict[int, Wait],
     return Finding("missing_collective", Severity.ERROR, tuple(sorted(breakers)),
                    waits[breakers[0]].seq, summary, "\n".join(lines), ORDER_FIX + " " + fix,
                    {"cycle": list(cycle), "groups": sorted({waits[r].group for r in cycle})})
+
+
+def with_consequences(root: Finding, ranks: list[int], states: dict[int, RankState]) -> Finding:
+    """A rank_failed root that also says which ranks then failed waiting for it."""
+    then = "; ".join(f"rank {r} {states[r].death.cause}" for r in ranks)  # type: ignore
+    return replace(root, detail=f"{root.detail}\nThen: {then} (consequences of this failure).",
+                   evidence={**root.evidence, "consequences": {
+                       str(r): states[r].death.cause for r in ranks}})  # type: ignore
 
 
 def consequence(ranks: list[int], states: dict[int, RankState], root: Finding,
