@@ -7,7 +7,7 @@ import functools
 import re
 from pathlib import Path
 
-RANK_WORDS = re.compile(r"rank|is_main|main_process|is_master|master|local_process_zero|"
+RANK_WORDS = re.compile(r"rank|is_main|main_process|is_master|master|process_zero|global_zero|"
                         r"^exists$|^isfile$|^is_file$", re.IGNORECASE)
 MAX_SOURCE_BYTES = 2 << 20
 

@@ -163,6 +163,22 @@ def test_two_rank_mismatch_blames_the_rank_that_breaks_its_own_pattern() -> None
     check(job([rank(0, history(0)), rank(1, history(1))]), (1,), {0}, "collective_mismatch")
 
 
+def test_two_rank_mismatch_blames_the_rank_whose_call_has_no_precedent() -> None:
+    # rank 1 repeats its pattern; rank 0 entered an evaluation whose first call (seq 6)
+    # still matched, so its own history says nothing about what follows it.
+    def history(r: int) -> list:
+        out = []
+        for i in range(3):
+            out += [rec(2 * i, t=2 * i, site="train.py:10"),
+                    rec(2 * i + 1, "all_gather", t=2 * i + 1, site="train.py:12")]
+        if r == 0:
+            return out + [rec(6, t=6, site="eval.py:40"),
+                          rec(7, "broadcast", t=7, dur=None, site="eval.py:44")]
+        return out + [rec(6, t=6, site="train.py:10"),
+                      rec(7, "all_gather", t=7, dur=None, site="train.py:12")]
+    check(job([rank(0, history(0)), rank(1, history(1))]), (0,), {1}, "collective_mismatch")
+
+
 def test_crash_with_last_words_is_the_root_and_the_peer_a_consequence() -> None:
     boom = {"type": "ValueError", "message": "bad batch shape"}
     r0 = rank(0, steps(5) + [rec(5, t=5, dur=2, flags=FAILED)], L.RankState.FAILED,

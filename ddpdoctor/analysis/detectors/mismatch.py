@@ -27,7 +27,8 @@ FIXES = {
 def _tie_break(div: Divergence, job: JobView | None) -> tuple[int, ...]:
     """With no majority, blame the ranks whose call sits under a rank-dependent branch
     when the others' do not (the evidence in the source); else the ranks whose call breaks
-    their own repeating pattern of earlier calls; else every rank."""
+    their own repeating pattern of earlier calls (or, failing that, whose call has no
+    precedent while the others repeat theirs); else every rank."""
     conditional = {r for r, c in div.calls.items() if rank_condition(c.callsite)}
     if conditional and len(conditional) < len(div.calls):
         return tuple(sorted(conditional))
@@ -37,6 +38,12 @@ def _tie_break(div: Divergence, job: JobView | None) -> tuple[int, ...]:
         breakers = {r for r, v in verdicts.items() if v}
         if breakers and all(v is False for r, v in verdicts.items() if r not in breakers):
             return tuple(sorted(breakers))
+        # No rank clearly breaks its pattern, but some clearly keep theirs: the ranks whose
+        # call has no precedent in their own history are the odd ones.
+        keepers = {r for r, v in verdicts.items() if v is False}
+        novel = {r for r, v in verdicts.items() if v is None}
+        if keepers and novel and len(keepers) + len(novel) == len(div.calls):
+            return tuple(sorted(novel))
     return div.culprits
 
 
