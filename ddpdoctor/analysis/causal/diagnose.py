@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from ddpdoctor.analysis.causal import findings as F
 from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.graph import Wait, cycles, reachable, sinks, wait_for_graph
-from ddpdoctor.analysis.causal.pattern import breaks_pattern, stream_until
+from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.model import NS, Finding, JobView, Severity
 
@@ -61,10 +61,9 @@ def _cycle_finding(cycle: tuple[int, ...], job: JobView, by_rank: dict[int, Wait
         call = states[r].call
         if call is not None and r in job.ranks:
             verdicts[r] = breaks_pattern(stream_until(job.ranks[r], call))
-    breakers = sorted(r for r, v in verdicts.items() if v)
-    if breakers and len(breakers) < len(cycle) and \
-            all(verdicts.get(r) is False for r in cycle if r not in breakers):
-        return F.skipped(breakers, cycle, by_rank, states)
+    blamed = pattern_culprits(verdicts) if len(verdicts) == len(cycle) else ()
+    if blamed:
+        return F.skipped(list(blamed), cycle, by_rank, states)
     return F.deadlock(cycle, by_rank, states)
 
 

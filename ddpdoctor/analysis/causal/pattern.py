@@ -20,6 +20,18 @@ def breaks_pattern(keys: Sequence[Hashable]) -> bool | None:
     return now not in after
 
 
+def pattern_culprits(verdicts: dict[int, bool | None]) -> tuple[int, ...]:
+    """From each rank's ``breaks_pattern`` verdict, the ranks to blame (empty: no telling):
+    those that break their own pattern while every other rank keeps its own; failing that,
+    those whose call has no precedent while every other rank keeps its own."""
+    breakers = {r for r, v in verdicts.items() if v}
+    keepers = {r for r, v in verdicts.items() if v is False}
+    for odd in (breakers, {r for r, v in verdicts.items() if v is None}):
+        if odd and keepers and len(odd) + len(keepers) == len(verdicts):
+            return tuple(sorted(odd))
+    return ()
+
+
 def call_key(call: Call) -> tuple[str, str]:
     return (call.op, call.callsite)
 

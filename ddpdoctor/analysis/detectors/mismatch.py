@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.causal.pattern import breaks_pattern, stream_until
+from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
 from ddpdoctor.analysis.matcher import Divergence, MatchState, find_divergence
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
 from ddpdoctor.analysis.source import rank_condition, source_line
@@ -35,15 +35,9 @@ def _tie_break(div: Divergence, job: JobView | None) -> tuple[int, ...]:
     if job is not None:
         verdicts = {r: breaks_pattern(stream_until(job.ranks[r], c, div.group))
                     for r, c in div.calls.items() if r in job.ranks}
-        breakers = {r for r, v in verdicts.items() if v}
-        if breakers and all(v is False for r, v in verdicts.items() if r not in breakers):
-            return tuple(sorted(breakers))
-        # No rank clearly breaks its pattern, but some clearly keep theirs: the ranks whose
-        # call has no precedent in their own history are the odd ones.
-        keepers = {r for r, v in verdicts.items() if v is False}
-        novel = {r for r, v in verdicts.items() if v is None}
-        if keepers and novel and len(keepers) + len(novel) == len(div.calls):
-            return tuple(sorted(novel))
+        blamed = pattern_culprits(verdicts)
+        if blamed and len(verdicts) == len(div.calls):
+            return blamed
     return div.culprits
 
 
