@@ -40,13 +40,13 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from ddpdoctor.runtime import patches, recorder
+    from ddpdoctor.runtime import init_hooks, patches, recorder
 
     torch.set_num_threads(1)
     raw_all_reduce, raw_barrier = dist.all_reduce, dist.barrier
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     patches.install()
-    patches.on_init()
+    init_hooks.on_init()
     rec = recorder.active()
     assert rec is not None
     t = torch.ones(1024)

@@ -41,11 +41,12 @@ class Finding:
     detail: str
     fix: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    caused_by: int | None = None  # index of the root cause's finding in the same list
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "severity": self.severity.value, "ranks": list(self.ranks),
                 "seq": self.seq, "summary": self.summary, "detail": self.detail,
-                "fix": self.fix, "evidence": self.evidence}
+                "fix": self.fix, "evidence": self.evidence, "caused_by": self.caused_by}
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,9 @@ class RankRun:
     fault: str = ""  # faulthandler's dump after a fatal signal
     stack: list[dict[str, Any]] | None = None
     stack_error: str | None = None
+    marks: list[TraceRecord] = field(default_factory=list)  # init / new_group / destroy
+    progress_ns: int | None = None  # live: wall time of the last observed progress
+    cpu_busy: bool | None = None  # live: CPU time advanced in the last sampling window
 
     @property
     def pid(self) -> int:

@@ -1,7 +1,9 @@
 """report.json (schema ddpdoctor.report/1): build it from a JobView and its findings.
 
 Top level (contract): schema, outcome (completed | failed | hung), command, world_size,
-started_at and ended_at (ISO 8601, UTC), ranks, findings.  Extensions: run_dir, live,
+started_at and ended_at (ISO 8601, UTC), ranks, findings (each with caused_by: the index of
+its root cause's finding, or null), waits (the wait-for graph: rank, waits_for, group, seq,
+op).  Extensions: run_dir, live,
 timeline, profile, problems, exit_code, ddpdoctor_version.
 
 ranks[i]:
@@ -123,7 +125,8 @@ def rank_entry(run: RankRun, job: JobView) -> dict[str, Any]:
 
 
 def build(job: JobView, findings: list[Finding], outcome: str,
-          exit_code: int | None = None, started_ns: int | None = None) -> dict[str, Any]:
+          exit_code: int | None = None, started_ns: int | None = None,
+          waits: list[Any] | None = None) -> dict[str, Any]:
     """The report dict for ``job`` (see the module docstring for every field)."""
     if outcome not in OUTCOMES:
         raise ValueError(f"unknown outcome {outcome!r}")
@@ -141,6 +144,7 @@ def build(job: JobView, findings: list[Finding], outcome: str,
         "ended_at": iso(job.ended_ns or job.now_ns),
         "ranks": [rank_entry(r, job) for r in ranks],
         "findings": [f.to_dict() for f in findings],
+        "waits": [w.to_dict() for w in waits or []],
         "exit_code": exit_code,
         "run_dir": str(job.run_dirs[0]) if len(job.run_dirs) == 1 else
         [str(p) for p in job.run_dirs],

@@ -1,14 +1,14 @@
-"""Wrap torch.distributed's collectives, p2p calls and group set-up so each call is recorded."""
+"""Wrap torch.distributed's collectives and p2p calls so each call is recorded."""
 
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ddpdoctor.runtime import init_hooks
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.trace import layout as L
 
@@ -357,35 +357,6 @@ def _patch_work_wait(work_cls: Any) -> None:
     work_cls.wait = wait
 
 
-def _wrap_init(fn: Callable) -> Callable:
-    @functools.wraps(fn)
-    def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        result = fn(*args, **kwargs)
-        on_init()
-        return result
-
-    init_process_group.__ddpdoctor_original__ = fn  # type: ignore[attr-defined]
-    return init_process_group
-
-
-def on_init() -> None:
-    """After init_process_group: say who this process is."""
-    rec = R.active()
-    if rec is None:
-        return
-    try:
-        import torch.distributed as dist
-
-        rank, world = dist.get_rank(), dist.get_world_size()
-        local = int(os.environ.get("LOCAL_RANK", rank))
-        rec.set_identity(rank, world, local)
-        rec.group_index(None)
-        rec.meta("init", rank=rank, world_size=world, local_rank=local,
-                 backend=str(dist.get_backend()), host=os.uname().nodename)
-    except Exception as e:  # noqa: BLE001 - recording must never break the job
-        rec.fail("init", e)
-
-
 def _wrap_destroy(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
@@ -412,7 +383,7 @@ def install() -> None:
             wrapped[name] = _wrap(name, fn, spec)
     if hasattr(c10d, "batch_isend_irecv"):
         wrapped["batch_isend_irecv"] = _wrap_batch_isend_irecv(c10d.batch_isend_irecv)
-    wrapped["init_process_group"] = _wrap_init(c10d.init_process_group)
+    wrapped.update(init_hooks.patched(c10d))
     wrapped["destroy_process_group"] = _wrap_destroy(c10d.destroy_process_group)
     for name, fn in wrapped.items():
         setattr(c10d, name, fn)
@@ -421,4 +392,4 @@ def install() -> None:
     _patch_work_wait(c10d.Work)
     dist.__ddpdoctor_patched__ = True
     if dist.is_initialized():  # torch was imported and initialised before us
-        on_init()
+        init_hooks.on_init()

@@ -32,6 +32,7 @@ _KIND_RING = int(L.RecordKind.RING_STEP)
 _COMPUTING = L.RankState.COMPUTING
 
 _COMMIT_AND_SEQ = struct.Struct("<q8xq")  # a record's commit and seq fields
+HEARTBEAT_EVERY_NS = 500_000_000  # the header's heartbeat_ns is refreshed at most this often
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _internal_code: dict[Any, bool] = {}
 _REDUCE_CODES = {name: i for i, name in enumerate(L.REDUCE_OPS)}
@@ -159,6 +160,7 @@ class Recorder:
         self._local = threading.local()
         self.rank = -1
         self.steps = 0  # optimizer steps taken (the header's step)
+        self._heartbeat_due = 0  # wall time (ns) after which a record refreshes heartbeat_ns
         self._fault = _test_fault()
         from ddpdoctor.report.redact import redact_argv
 
@@ -230,6 +232,12 @@ class Recorder:
                 self._groups[id(None)] = idx
         return idx
 
+    def heartbeat(self, now: int) -> None:
+        """Write ``now`` as the header's heartbeat_ns (records call this every 0.5 s at most:
+        the heartbeat is the wall time of the rank's latest recorded activity, to 0.5 s)."""
+        self._heartbeat_due = now + HEARTBEAT_EVERY_NS
+        self.writer.set_heartbeat(now)
+
     # -- collectives -------------------------------------------------------------------
     def begin(self, op: str, pg: Any, ins: Sequence[Any], outs: Sequence[Any] = (),
               reduce_op: str = "", flags: int = 0, peer: int = -1, aux: int = 0,
@@ -252,6 +260,8 @@ class Recorder:
                 self._p2p_seq[key] = seq + 1
             text, numel = describe(ins, outs, callsite or user_callsite(3))
             now = _time_ns()
+            if now >= self._heartbeat_due:
+                self.heartbeat(now)
             idx = self.writer.append(kind, _OP.get(op, 0), _REDUCE_CODES.get(reduce_op, 0),
                                      flags, g, seq, now, 0, numel, peer, aux, 0, -1, text)
             return idx
@@ -313,6 +323,8 @@ class Recorder:
             return
         try:
             now = _time_ns()
+            if now >= self._heartbeat_due:
+                self.heartbeat(now)
             self.writer.append(kind, _OP.get(op, 0), 0, 0, 0, seq, now, now, numel, -1, aux,
                                0, -1, text.encode()[: L.TEXT_SIZE])
         except Exception as e:  # noqa: BLE001 - see begin

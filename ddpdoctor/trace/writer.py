@@ -119,6 +119,9 @@ class TraceWriter:
     def set_epoch(self, epoch: int) -> None:
         _I64.pack_into(self._map, L.OFF_EPOCH, epoch)
 
+    def set_heartbeat(self, t_ns: int) -> None:
+        _I64.pack_into(self._map, L.OFF_HEARTBEAT, t_ns)
+
     def set_last_seq(self, seq: int) -> None:
         _I64.pack_into(self._map, L.OFF_LAST_SEQ, seq)
 
