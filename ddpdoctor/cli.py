@@ -173,7 +173,7 @@ def _analyze(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from ddpdoctor.launch.rundir import write_json_atomic
+    from ddpdoctor.rundir.layout import write_json_atomic
     from ddpdoctor.report.build import build_report
     from ddpdoctor.report.console import print_summary
 

@@ -11,8 +11,8 @@ from typing import Any
 from ddpdoctor.analysis import flight_recorder, sources
 from ddpdoctor.analysis.model import NS, Call, JobView, RankRun
 from ddpdoctor.errors import UserError
-from ddpdoctor.launch.rundir import is_run_dir, read_run_file
-from ddpdoctor.launch.process import alive, proc_state
+from ddpdoctor.rundir.layout import is_run_dir, read_run_file
+from ddpdoctor.proc.table import alive, proc_state
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace, TraceError, read_meta, read_trace
 

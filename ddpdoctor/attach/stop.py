@@ -7,7 +7,7 @@ import signal
 import time
 
 from ddpdoctor.attach.discover import RankProcess, descendants, parent_of
-from ddpdoctor.launch.process import alive
+from ddpdoctor.proc.table import alive
 
 LAUNCHER_WORDS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 GRACE_S = 5.0

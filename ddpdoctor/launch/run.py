@@ -16,8 +16,8 @@ import ddpdoctor
 from ddpdoctor.config import RunConfig
 from ddpdoctor.errors import UserError
 from ddpdoctor.launch.command import job_argv, job_env
-from ddpdoctor.launch.process import start_job
-from ddpdoctor.launch.rundir import make_run_dir, new_run_id, write_json_atomic
+from ddpdoctor.proc.control import become_subreaper, start_job
+from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.report.redact import redact_argv
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
@@ -59,6 +59,7 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
                    opener=lambda path, flags: os.open(path, flags, 0o600))  # owner only
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
+        become_subreaper()  # orphans of the job come back here, not to init
         proc = start_job(argv, job_env(run_dir, run_id, config), log)
         supervisor = Supervisor(config, run_dir, proc, report_path, console, started)
         if config.ui:
