@@ -1,0 +1,26 @@
+"""A job torchrun restarts once: in its first attempt rank 1 raises; the second runs clean."""
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    rank = dist.get_rank()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    for _ in range(3):
+        dist.all_reduce(torch.ones(10))
+    if attempt == 0 and rank == 1:
+        raise RuntimeError(f"rank {rank} fails in attempt {attempt}")
+    dist.all_reduce(torch.ones(5))
+    dist.barrier()
+    print(f"rank {rank} done in attempt {attempt}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
