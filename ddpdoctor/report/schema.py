@@ -66,7 +66,7 @@ def rank_state(run: RankRun, job: JobView) -> str:
         return "stopped"
     current = run.open_call()
     if current is not None:
-        if job.outcome == "hung" or (job.now_ns - current.t_start) >= job.hang_timeout * NS:
+        if job.outcome == "hung" or (host_now(job, run.rank) - current.t_start) >= job.hang_timeout * NS:
             return "hung"
         members = job.group_members(current.group)
         behind = any((job.ranks[r].last_call(current.group) or current).seq < current.seq
@@ -151,7 +151,7 @@ def build(job: JobView, findings: list[Finding], outcome: str,
         "live": job.live,
         "timeline": {str(r.rank): [_entry(c) for c in _calls(r)[-timeline_len:]]
                      for r in ranks},
-        "profile": {str(r.rank): profile(r, job.now_ns) for r in ranks},
+        "profile": {str(r.rank): profile(r, host_now(job, r.rank)) for r in ranks},
         "problems": list(dict.fromkeys(job.problems)),
         "ddpdoctor_version": ddpdoctor.__version__,
     }

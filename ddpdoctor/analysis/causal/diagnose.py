@@ -9,6 +9,7 @@ from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.graph import Wait, cycles, reachable, sinks, wait_for_graph
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, stream_until
 from ddpdoctor.analysis.causal.state import RankState, StateKind
+from ddpdoctor.analysis.clocks import ordered
 from ddpdoctor.analysis.model import NS, Finding, JobView, Severity
 
 
@@ -128,8 +129,9 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
     for w in waits:
         for t in w.waits_for:
             into.setdefault(t, []).append(w)
-    dead = sorted((s for s in states.values() if s.kind == StateKind.DIED and s.death),
-                  key=lambda s: s.death.at_ns)  # type: ignore[union-attr]
+    dead = ordered(job, (s for s in states.values() if s.kind == StateKind.DIED and s.death),
+                   lambda s: s.rank, lambda s: s.death.at_ns,  # type: ignore[union-attr]
+                   lambda s: s.call.seq if s.call is not None else None)
     for s in dead:
         if s.death.teardown:  # type: ignore[union-attr]
             fine = all(o.kind == StateKind.EXITED for o in states.values() if o.rank != s.rank)
