@@ -23,6 +23,7 @@ import datetime as dt
 from typing import Any
 
 import ddpdoctor
+from ddpdoctor.analysis.clocks import host_now
 from ddpdoctor.analysis.model import NS, Call, Finding, JobView, RankRun
 from ddpdoctor.report.redact import redact_argv
 from ddpdoctor.trace import layout as L
