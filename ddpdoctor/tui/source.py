@@ -11,6 +11,7 @@ from typing import Any, Callable, Protocol
 
 from ddpdoctor.errors import UserError
 from ddpdoctor.proc.table import alive
+from ddpdoctor.rundir.attempts import attempt_dirs
 from ddpdoctor.rundir.layout import is_run_dir
 
 REPORT_SCHEMA = "ddpdoctor.report/1"
@@ -80,7 +81,7 @@ class ReportSource:
             report.setdefault("run_dir", str(self.path))
             self._finished = True
             return report
-        report = build_run_dir_report(self.path)
+        report = build_run_dir_report(current_attempt(self.path))
         report.setdefault("run_dir", str(self.path))
         if self.is_running is not None:
             report["live"] = running
@@ -95,7 +96,8 @@ class ReportSource:
     def _job_running(self) -> bool:
         if self.is_running is not None:
             return bool(self.is_running())
-        return not (self.path / "report.json").is_file() and traced_process_alive(self.path)
+        return not (self.path / "report.json").is_file() and \
+            traced_process_alive(current_attempt(self.path))
 
     def _grace_over(self) -> bool:
         """After the job ended without a report.json, keep polling a little while for it."""
@@ -104,6 +106,13 @@ class ReportSource:
         if self._ended_at is None:
             self._ended_at = time.monotonic()
         return time.monotonic() - self._ended_at > FINAL_REPORT_GRACE_S
+
+
+def current_attempt(run_dir: Path) -> Path:
+    """The newest attempt's dir of a restarted job (torchrun --max-restarts), else the run
+    dir itself: a live view follows the attempt that runs."""
+    attempts = attempt_dirs(run_dir)
+    return attempts[-1][1] if attempts else run_dir
 
 
 def report_job_alive(report: dict[str, Any]) -> bool:

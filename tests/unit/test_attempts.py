@@ -49,3 +49,27 @@ def test_top_report_is_the_last_attempts_with_every_attempt_listed():
         {"attempt": 1, "outcome": "completed", "report": "attempt-1/report.json"}]
     assert "attempts" not in done  # the attempt's own report is left as it was
     assert describe_attempts(entries) == "attempts: 0 failed; 1 completed"
+
+
+def test_ui_shows_the_attempt_and_follows_the_newest(tmp_path):
+    from ddpdoctor.tui.model import ReportView
+    from ddpdoctor.tui.source import current_attempt
+    from ddpdoctor.tui.widgets.run_summary import summary_text
+
+    assert current_attempt(tmp_path) == tmp_path  # no restarts: the run dir itself
+    for k in (0, 1):
+        make_attempt_dir(tmp_path, k)
+    assert current_attempt(tmp_path) == tmp_path / "attempt-1"
+    top = with_attempts({"outcome": "completed", "ranks": [], "findings": [],
+                         "run_dir": "/runs/r1/attempt-1"},
+                        [attempt_entry(0, {"outcome": "failed"}, "attempt-0/report.json"),
+                         attempt_entry(1, {"outcome": "completed"}, "attempt-1/report.json")])
+    view = ReportView.from_dict(top)
+    assert view.attempt == 1
+    assert view.attempts == ((0, "failed", "attempt-0/report.json"),
+                             (1, "completed", "attempt-1/report.json"))
+    text = summary_text(view, 0.0, 200).plain
+    assert "attempt 1: 0 failed 1 completed" in text
+    assert "ddpdoctor ui /runs/r1/attempt-0" in text
+    assert "attempt" not in summary_text(ReportView.from_dict({"outcome": "completed"}),
+                                         0.0).plain
