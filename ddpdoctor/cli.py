@@ -76,6 +76,37 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    help="the script (with --nproc-per-node) or the full command after --")
 
 
+def _pid(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"not a PID: {text!r}")
+    return int(text)
+
+
+def _add_attach(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "attach", help="diagnose a running job that was not started under ddpdoctor",
+        description="Find the ranks of a running job on this node (the children of a "
+        "torchrun agent,\nor processes with RANK and WORLD_SIZE in their environment), "
+        "sample every rank's stack\nwith py-spy, read any torch flight recorder dumps the "
+        "job wrote, name the root cause\nand write the same report as `ddpdoctor run`. The "
+        "job is left running unless --stop.\nExit status: 0 nothing wrong, 1 a problem "
+        "named, 2 usage error.",
+        epilog="examples:\n  ddpdoctor attach            # the one job on this node\n"
+        "  ddpdoctor attach 4242       # the job of this torchrun (or rank) PID\n"
+        "  ddpdoctor attach --stop     # diagnose, then stop the whole job",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("pids", nargs="*", type=_pid, metavar="PID",
+                   help="the job's launcher or rank PIDs (default: find the job)")
+    p.add_argument("--report", type=Path, metavar="PATH",
+                   help="where the JSON report goes (default: RUN_DIR/report.json)")
+    p.add_argument("--run-dir", type=Path, metavar="DIR",
+                   help="where stacks and the report go "
+                   "(default: ./ddpdoctor-runs/<time>-<id>-attach)")
+    p.add_argument("--ui", action="store_true", help="open the terminal UI on the report")
+    p.add_argument("--stop", action="store_true",
+                   help="after the report, stop the whole job (launcher and ranks)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ddpdoctor", description="Find out why a PyTorch DDP job hangs, "
                      "crashes or silently trains wrong.")
@@ -89,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--report", type=Path, metavar="PATH",
                    help="where to write the report (default: RUN_DIR/report.analyzed.json)")
     a.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_attach(sub)
     u = sub.add_parser("ui", help="open the terminal UI on a run dir or a report.json")
     u.add_argument("path", type=Path, metavar="PATH")
     b = sub.add_parser("bugs", help="the catalogue of reproducible DDP bugs")
@@ -161,6 +193,13 @@ def _analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _attach(args: argparse.Namespace) -> int:
+    from ddpdoctor.attach.command import AttachConfig, run_attach
+
+    return run_attach(AttachConfig(tuple(args.pids), args.report, args.run_dir, args.ui,
+                                   args.stop))
+
+
 def _ui(args: argparse.Namespace) -> int:
     from ddpdoctor.tui.app import run_ui
 
@@ -186,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd is None:
             parser.print_help()
             return EXIT_USAGE
-        handlers = {"run": _run, "analyze": _analyze, "ui": _ui, "bugs": _bugs}
+        handlers = {"run": _run, "analyze": _analyze, "attach": _attach,
+                    "ui": _ui, "bugs": _bugs}
         handler = handlers.get(args.cmd) or getattr(args, "handler", None)
         if handler is None:
             parser.print_help()

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ddpdoctor.analysis import flight_recorder, sources
 from ddpdoctor.analysis.model import NS, Call, JobView, RankRun
 from ddpdoctor.errors import UserError
 from ddpdoctor.rundir.layout import is_run_dir, read_run_file
@@ -110,8 +111,15 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
     for run_dir in run_dirs:
         if not run_dir.exists():
             raise UserError(f"no such run dir: {run_dir}")
+        if run_dir.is_dir() and not is_run_dir(run_dir) and \
+                flight_recorder.is_dump_dir(run_dir):
+            fr_runs, _ = flight_recorder.rank_runs(flight_recorder.load_dump_dir(run_dir))
+            for rank, run in fr_runs.items():
+                ranks.setdefault(rank, run)
+            continue
         if not run_dir.is_dir() or not is_run_dir(run_dir):
-            raise UserError(f"not a ddpdoctor run dir (no run.json or traces/): {run_dir}")
+            raise UserError(f"not a ddpdoctor run dir (no run.json or traces/) nor a "
+                            f"directory of torch flight recorder dumps: {run_dir}")
         info = read_run_file(run_dir)
         start = _iso_ns(info.get("started_at")) if info.get("started_at") else None
         if start:
@@ -137,6 +145,9 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
                 run.stack, run.stack_error = load_stack(
                     run_dir / "stacks" / f"pid-{trace.header.pid}.json")
             ranks[trace.header.rank] = run
+        for rank, run in sources.load_facts(run_dir, problems).items():
+            ranks.setdefault(rank, run)  # ranks ddpdoctor attach saw
+        problems += flight_recorder.join_run_dir_dumps(run_dir, ranks)
     _attach_exits(ranks, launchers, sup_events, live)
     world = max([r.header.world_size for r in ranks.values()] + [len(ranks)]) if ranks else 0
     outcome = next((e.get("outcome") for e in reversed(sup_events)

@@ -37,6 +37,7 @@ def on_torch_imported() -> None:
     _install_optional("ddpdoctor.runtime.ddp_swap", "swapping DistributedDataParallel",
                       os.environ.get(ENV_DDP, "ring"))
     _install_optional("ddpdoctor.runtime.data_probes", "installing data probes")
+    _install_optional("ddpdoctor.runtime.fr_dump", "watching for flight recorder requests")
 
 
 def _install_optional(module: str, what: str, *args: Any) -> None:

@@ -22,6 +22,7 @@ from ddpdoctor.rundir.layout import write_json_atomic
 from ddpdoctor.report.build import build_report
 from ddpdoctor.report.console import print_summary
 from ddpdoctor.report.redact import redact_argv
+from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
 from ddpdoctor.supervisor.stacks import capture_stacks
 from ddpdoctor.supervisor.watch import LiveJob
 
@@ -207,10 +208,17 @@ class Supervisor:
 
     # -- endings ---------------------------------------------------------------------
     def _capture(self, why: str) -> None:
-        live_pids = [p.header.pid for p in self.live.ranks().values() if not p.gone]
+        ranks = {r: p for r, p in self.live.ranks().items() if not p.gone}
+        live_pids = [p.header.pid for p in ranks.values()]
+        # only a rank that has run a collective has a process group, so a dump to wait for
+        live = [r for r, p in ranks.items() if p.hi or p.groups]
         t0 = time.monotonic()
+        asked = request_dumps(self.run_dir)  # ranks dump while py-spy samples them
         capture_stacks(live_pids, self.run_dir / "stacks")
         self.log("stacks", why=why, pids=live_pids, seconds=round(time.monotonic() - t0, 3))
+        missing = wait_for_dumps(self.run_dir, live, asked)
+        self.log("flight_recorder", ranks=sorted(set(live) - set(missing)), missing=missing,
+                 seconds=round(time.monotonic() - t0, 3))
 
     def _write(self, outcome: str | None, exit_code: int | None, live: bool) -> dict[str, Any]:
         if outcome is not None:

@@ -1,0 +1,301 @@
+"""Load torch flight recorder dumps (JSON) into a rank's Calls, one list per process group.
+
+torch keeps the flight recorder with ``TORCH_FR_BUFFER_SIZE=N``; a rank writes its entries
+with ``torch._C._distributed_c10d._dump_fr_trace_json(True, False)``.  Each entry has the
+process group, ``collective_seq_id`` (from 1), the op (``profiling_name``, e.g.
+``gloo:all_reduce``), sizes, dtypes, state and timestamps.  On gloo the state stays
+``scheduled``: completion shows as ``retired`` or a seq at or below the group's
+``last_completed_collective``; on NCCL ``state`` says completed and times are measured.
+Pickle dumps are refused: a dump file is never unpickled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.analysis.model import Call, RankRun
+from ddpdoctor.analysis.sources import DEFAULT_GROUP, external_run
+from ddpdoctor.errors import UserError
+from ddpdoctor.trace import fr_files
+from ddpdoctor.trace import layout as L
+
+MAX_DUMP_BYTES = 256 << 20
+PICKLE_MAGIC = b"\x80"
+HOW_TO_GET_JSON = ("write JSON instead: in the job, save "
+                   "torch._C._distributed_c10d._dump_fr_trace_json(True, False) to a file "
+                   "named <prefix><rank> (ddpdoctor never unpickles a file)")
+DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+          "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
+          "Bool": "bool", "ComplexFloat": "complex64", "ComplexDouble": "complex128"}
+OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "_allgather_base":
+       "_all_gather_base", "allgather_into_tensor_coalesced": "all_gather_into_tensor",
+       "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor", "alltoall": "all_to_all",
+       "alltoall_base": "all_to_all_single", "allreduce_coalesced": "all_reduce_coalesced"}
+P2P_OPS = ("send", "recv")
+NO_CALLSITE = "unknown (flight recorder)"  # a dump has no Python frames on gloo
+MAX_RANK = 1 << 20
+TRAILING_RANK = re.compile(r"(\d+)(\.json)?$")
+
+
+@dataclass(frozen=True)
+class FlightRecorderDump:
+    """One rank's dump: its calls by group name, and the group members it names."""
+
+    path: Path
+    rank: int
+    calls: dict[str, list[Call]]
+    group_ranks: dict[str, list[int]]
+    version: str
+
+
+def is_pickle(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(1) == PICKLE_MAGIC
+    except OSError:
+        return False
+
+
+def dump_files(directory: Path) -> list[Path]:
+    """The files of a directory that are flight recorder dumps (JSON or pickle); others
+    (a report written beside them, the dump request) are left alone."""
+    try:
+        files = sorted(p for p in directory.iterdir() if p.is_file()
+                       and not p.name.startswith("."))
+    except OSError:
+        return []
+    return [p for p in files if is_pickle(p) or _looks_like_json_dump(p)]
+
+
+def is_dump_dir(directory: Path) -> bool:
+    """Does ``directory`` hold torch flight recorder dumps?"""
+    return bool(dump_files(directory))
+
+
+def _looks_like_json_dump(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b"{") and (b'"entries"' in head or b'"pg_status"' in head
+                                               or b'"version"' in head)
+
+
+def _op(profiling_name: str) -> tuple[str, int]:
+    """``"gloo:all_reduce"`` -> ("all_reduce", -1); ``"nccl:send 0->1"`` -> ("send", 1)."""
+    name = profiling_name.split(":", 1)[-1].strip()
+    base, _, tail = name.partition(" ")
+    peer = -1
+    m = re.search(r"(\d+)\s*(->|<-)\s*(\d+)", tail)
+    if m:
+        peer = int(m.group(3))
+    return OPS.get(base, base) or "unknown", peer
+
+
+def _shapes(value: Any) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(tuple(int(d) for d in s if isinstance(d, int)) for s in value
+                 if isinstance(s, list))
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _members(config: Any) -> list[int] | None:
+    ranks = config.get("ranks") if isinstance(config, dict) else None
+    if isinstance(ranks, str):
+        try:
+            ranks = json.loads(ranks)
+        except ValueError:
+            return None
+    if isinstance(ranks, list) and ranks and all(isinstance(r, int) for r in ranks):
+        return ranks
+    return None
+
+
+def _rank_of(path: Path, data: dict[str, Any]) -> int:
+    rank = data.get("rank")
+    if type(rank) is not int:
+        m = TRAILING_RANK.search(path.name)
+        if m is None:
+            raise UserError(f"cannot tell the rank of flight recorder dump {path}: name it "
+                            "<prefix><rank> as torch does (e.g. fr-trace-0)", 1)
+        rank = int(m.group(1))
+    if not 0 <= rank < MAX_RANK:
+        raise UserError(f"flight recorder dump {path} names rank {rank}, beyond any job", 1)
+    return rank
+
+
+def entry_call(rank: int, entry: dict[str, Any], last_completed: int) -> tuple[str, Call]:
+    """(group name, Call) of one dump entry; seq counts from 0 as ddpdoctor's traces do."""
+    pg = entry.get("process_group")
+    group = str(pg[0]) if isinstance(pg, list) and pg else str(entry.get("pg_id", 0))
+    op, peer = _op(str(entry.get("profiling_name", "")))
+    p2p = bool(entry.get("is_p2p")) or op in P2P_OPS
+    seq_id = _int(entry.get("p2p_seq_id" if p2p else "collective_seq_id"))
+    done = bool(entry.get("retired")) or entry.get("state") == "completed" or \
+        (not p2p and 0 < seq_id <= last_completed)
+    t_start = _int(entry.get("time_discovered_started_ns")) or \
+        _int(entry.get("time_created_ns"))
+    t_end = _int(entry.get("time_discovered_completed_ns")) or (t_start + 1 if done else 0)
+    dtypes = tuple(DTYPES.get(str(d), str(d).lower())
+                   for d in entry.get("input_dtypes") or [] if isinstance(d, str))
+    kind = L.RecordKind.P2P if p2p else L.RecordKind.COLLECTIVE
+    call = Call(rank, group, max(seq_id - 1, 0), op, "", _shapes(entry.get("input_sizes")),
+                _shapes(entry.get("output_sizes")), dtypes, peer, 0, NO_CALLSITE, t_start,
+                t_end if done else 0, _int(entry.get("record_id"), -1), kind)
+    return group, call
+
+
+def load_dump(path: Path) -> FlightRecorderDump:
+    """Read one JSON dump.  Raises UserError (exit 1) for pickle, corrupt or foreign files."""
+    if is_pickle(path):
+        raise UserError(f"{path} is a pickle flight recorder dump: {HOW_TO_GET_JSON}", 1)
+    try:
+        if path.stat().st_size > MAX_DUMP_BYTES:
+            raise UserError(f"flight recorder dump {path} is larger than "
+                            f"{MAX_DUMP_BYTES >> 20} MiB", 1)
+        data = json.loads(path.read_bytes())
+    except OSError as e:
+        raise UserError(f"cannot read flight recorder dump {path}: {e.strerror or e}", 1) \
+            from None
+    except (ValueError, RecursionError):
+        raise UserError(f"flight recorder dump {path} is not valid JSON (truncated or "
+                        "corrupt)", 1) from None
+    if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
+        raise UserError(f"{path} is not a torch flight recorder dump (no entries list)", 1)
+    rank = _rank_of(path, data)
+    status = data.get("pg_status") if isinstance(data.get("pg_status"), dict) else {}
+    completed = {str(k): _int(v.get("last_completed_collective"), -1)
+                 for k, v in status.items() if isinstance(v, dict)}
+    calls: dict[str, list[Call]] = {}
+    for entry in data.get("entries", []):
+        if not isinstance(entry, dict):
+            continue
+        pg = str(entry.get("pg_id", 0))
+        group, call = entry_call(rank, entry, completed.get(pg, -1))
+        calls.setdefault(group, []).append(call)
+    group_ranks: dict[str, list[int]] = {}
+    configs = data.get("pg_config") if isinstance(data.get("pg_config"), dict) else {}
+    for name, config in configs.items():
+        members = _members(config)
+        if members is not None:
+            group_ranks[str(name) or DEFAULT_GROUP] = members
+    return FlightRecorderDump(path, rank, calls, group_ranks, str(data.get("version", "")))
+
+
+def load_dump_dir(directory: Path) -> list[FlightRecorderDump]:
+    """Every dump of a directory, one per rank (the newest file of a rank wins)."""
+    dumps: dict[int, FlightRecorderDump] = {}
+    for path in dump_files(directory):
+        dump = load_dump(path)
+        old = dumps.get(dump.rank)
+        if old is None or old.path.stat().st_mtime <= path.stat().st_mtime:
+            dumps[dump.rank] = dump
+    if not dumps:
+        raise UserError(f"no flight recorder dump in {directory}", 1)
+    return [dumps[r] for r in sorted(dumps)]
+
+
+def rank_runs(dumps: list[FlightRecorderDump]) -> tuple[dict[int, RankRun], int]:
+    """RankRuns of the dumps' ranks and the world size they imply."""
+    world = max(d.rank for d in dumps) + 1
+    for d in dumps:
+        members = d.group_ranks.get(DEFAULT_GROUP)
+        if members:
+            world = max(world, len(members), max(members) + 1)
+    host = socket.gethostname()
+    runs = {}
+    for d in dumps:
+        group_ranks = {g: list(range(world)) for g in d.calls} | {DEFAULT_GROUP:
+                                                                   list(range(world))}
+        group_ranks.update({g: m for g, m in d.group_ranks.items() if g != DEFAULT_GROUP})
+        runs[d.rank] = external_run(d.rank, world, -1, host, d.path, d.calls, group_ranks)
+    return runs, world
+
+
+CLOCK_SLACK_NS = 100_000  # the trace's and the recorder's wall-clock stamps of one call
+SAME_OP = {"_all_gather_base": "all_gather_into_tensor",
+           "_reduce_scatter_base": "reduce_scatter_tensor"}
+
+
+def _same_op(a: str, b: str) -> bool:
+    return SAME_OP.get(a, a) == SAME_OP.get(b, b)
+
+
+def _is_entry_of(entry: Call, call: Call) -> bool:
+    """Can the recorder's ``entry`` be the traced ``call``?  Same op, and created while the
+    call ran: the trace stamps a call before it enters torch, the recorder inside it (both
+    on the wall clock), so a direct process-group call just before it is not taken for it."""
+    if not _same_op(entry.op, call.op):
+        return False
+    if not entry.t_start or not call.t_start:
+        return True
+    return entry.t_start >= call.t_start - CLOCK_SLACK_NS and \
+        (call.open or entry.t_start <= call.t_end + CLOCK_SLACK_NS)
+
+
+def align(traced: list[Call], recorded: list[Call]) -> list[Call] | None:
+    """One group's sequence of a rank from its trace and its flight recorder entries: the
+    trace's calls (with their call sites) renumbered to the recorder's seqs, and the
+    recorder's calls that the trace lacks (collectives the patches did not see) added.
+    None when they cannot be aligned: the recorder's ring wrapped, or a traced call (an
+    object collective, a ring all-reduce of ddpdoctor's DDP) has no recorder entry."""
+    if not recorded or recorded[0].seq != 0:
+        return None
+    merged: list[Call] = []
+    i = 0
+    for n, call in enumerate(traced):
+        while i < len(recorded) and not _is_entry_of(recorded[i], call):
+            merged.append(recorded[i])
+            i += 1
+        if i < len(recorded):
+            merged.append(dataclasses.replace(call, seq=recorded[i].seq))
+            i += 1
+        elif n == len(traced) - 1 and call.open:  # entered after the recorder's dump
+            merged.append(dataclasses.replace(call, seq=merged[-1].seq + 1 if merged else 0))
+        else:
+            return None
+    return merged + recorded[i:]
+
+
+def join_run_dir_dumps(run_dir: Path, ranks: dict[int, RankRun]) -> list[str]:
+    """Join RUN_DIR/flight_recorder/ dumps into the traced ranks' default-group sequence
+    (see ``align``).  Returns notes for the report's problems."""
+    directory = fr_files.dump_dir(run_dir)
+    if not directory.is_dir():
+        return []
+    notes = []
+    for path in dump_files(directory):
+        try:
+            dump = load_dump(path)
+        except UserError as e:
+            notes.append(str(e))
+            continue
+        run = ranks.get(dump.rank)
+        if run is None:
+            continue
+        group = run.default_group()
+        merged = align(run.calls.get(group, []), dump.calls.get(DEFAULT_GROUP, []))
+        if merged is None:
+            notes.append(f"rank {dump.rank}: the flight recorder's sequence does not align "
+                         "with the trace's; the trace alone is used")
+            continue
+        added = len(merged) - len(run.calls.get(group, []))
+        run.calls[group] = merged
+        if added:
+            notes.append(f"rank {dump.rank}: {added} collective(s) on group {group} seen "
+                         "only by torch's flight recorder")
+    return notes

@@ -1,0 +1,146 @@
+"""RankRuns built from facts other than ddpdoctor's own traces (flight recorder, stacks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.analysis.model import Call, RankRun
+from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.reader import RankTrace, TraceHeader, TraceRecord
+
+DEFAULT_GROUP = "0"
+
+
+def mark_record(op: str, t_start: int, t_end: int, callsite: str = "") -> TraceRecord:
+    """A MARK record such as ``init`` (init_process_group) or ``new_group``; ``t_end`` 0
+    while the call is still running."""
+    return TraceRecord(0, L.RecordKind.MARK, op, "", 0, 0, 0, t_start, t_end, 0, -1, 0, 0,
+                       -1, (), (), (), callsite)
+
+
+def external_run(rank: int, world_size: int, pid: int, host: str, path: Path,
+                 calls: dict[str, list[Call]], group_ranks: dict[str, list[int]],
+                 started_ns: int = 0, local_rank: int = -1,
+                 meta: list[dict[str, Any]] | None = None,
+                 marks: list[TraceRecord] | None = None,
+                 state: L.RankState = L.RankState.COMPUTING) -> RankRun:
+    """A rank known only from outside (no ddpdoctor trace): a header with ``state``, its
+    calls by group (seq order), MARK records (init, new_group) and the groups' members;
+    the default group is "0"."""
+    header = TraceHeader(pid=pid, rank=rank, world_size=world_size,
+                         local_rank=local_rank if local_rank >= 0 else rank,
+                         state=state, exit_code=None, step=-1, epoch=-1,
+                         count=0, heartbeat_ns=0, last_seq=-1, started_ns=started_ns,
+                         host=host, run_id="", capacity=0)
+    groups = [{"event": "group", "index": i, "name": name, "ranks": members,
+               "default": name == DEFAULT_GROUP}
+              for i, (name, members) in enumerate(sorted(group_ranks.items()))]
+    trace = RankTrace(path, header, list(marks or []), groups + list(meta or []))
+    ordered = {g: sorted(cs, key=lambda c: c.seq) for g, cs in calls.items()}
+    collectives = {g: [c for c in cs if c.kind == L.RecordKind.COLLECTIVE]
+                   for g, cs in ordered.items()}
+    p2p = [c for cs in ordered.values() for c in cs if c.kind == L.RecordKind.P2P]
+    return RankRun(rank, trace, {g: cs for g, cs in collectives.items() if cs}, p2p, [], [],
+                   dict(group_ranks))
+
+
+FACTS_FILE = "facts.json"  # RUN_DIR/facts.json: ranks known from outside (ddpdoctor attach)
+FACTS_SCHEMA = "ddpdoctor.facts/1"
+MAX_FACTS_BYTES = 64 << 20
+
+
+def _call_dict(c: Call) -> dict[str, Any]:
+    return {"group": c.group, "seq": c.seq, "op": c.op, "reduce_op": c.reduce_op,
+            "in_shapes": [list(s) for s in c.in_shapes],
+            "out_shapes": [list(s) for s in c.out_shapes], "dtypes": list(c.dtypes),
+            "peer": c.peer, "flags": c.flags, "callsite": c.callsite, "t_start": c.t_start,
+            "t_end": c.t_end, "aux": c.aux, "kind": int(c.kind)}
+
+
+def facts_of(runs: dict[int, RankRun], relative: set[int] | None = None) -> dict[str, Any]:
+    """The ranks of a JobView built from outside facts, as RUN_DIR/facts.json holds them;
+    ``relative``: the ranks whose seqs come from stacks alone (0 = the call now)."""
+    ranks = []
+    for run in (runs[r] for r in sorted(runs)):
+        h = run.header
+        calls = [c for cs in run.calls.values() for c in cs] + list(run.p2p)
+        ranks.append({
+            "rank": run.rank, "pid": h.pid, "host": h.host, "world_size": h.world_size,
+            "local_rank": h.local_rank, "state": h.state.name, "started_ns": h.started_ns,
+            "alive": run.alive, "proc_state": run.proc_state, "stack": run.stack,
+            "stack_error": run.stack_error, "group_ranks": run.group_ranks,
+            "relative_seq": run.rank in (relative or set()),
+            "calls": [_call_dict(c) for c in calls],
+            "marks": [{"op": m.op, "t_start": m.t_start, "t_end": m.t_end,
+                       "callsite": m.callsite} for m in run.trace.records
+                      if m.kind == L.RecordKind.MARK]})
+    return {"schema": FACTS_SCHEMA, "ranks": ranks}
+
+
+def _shapes(value: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(x) for x in s) for s in value)
+
+
+def _call_from(rank: int, d: dict[str, Any]) -> Call:
+    return Call(rank, str(d["group"]), int(d["seq"]), str(d["op"]), str(d["reduce_op"]),
+                _shapes(d["in_shapes"]), _shapes(d["out_shapes"]),
+                tuple(str(x) for x in d["dtypes"]), int(d["peer"]), int(d["flags"]),
+                str(d["callsite"]), int(d["t_start"]), int(d["t_end"]), int(d["aux"]),
+                L.RecordKind(int(d["kind"])))
+
+
+def _run_from(path: Path, d: dict[str, Any]) -> RankRun:
+    rank = int(d["rank"])
+    calls: dict[str, list[Call]] = {}
+    for c in d.get("calls") or []:
+        call = _call_from(rank, c)
+        calls.setdefault(call.group, []).append(call)
+    marks = [mark_record(str(m["op"]), int(m["t_start"]), int(m["t_end"]),
+                         str(m.get("callsite", ""))) for m in d.get("marks") or []]
+    group_ranks = {str(g): [int(r) for r in m] for g, m in (d.get("group_ranks") or {}).items()}
+    run = external_run(rank, int(d["world_size"]), int(d["pid"]), str(d["host"]), path,
+                       calls, group_ranks, int(d.get("started_ns") or 0),
+                       int(d.get("local_rank", -1)), marks=marks,
+                       state=L.RankState[str(d.get("state", "COMPUTING"))])
+    stack = d.get("stack")
+    run.stack = [f for f in stack if isinstance(f, dict)] if isinstance(stack, list) else None
+    run.stack_error = d.get("stack_error") if isinstance(d.get("stack_error"), str) else None
+    run.alive = d.get("alive") if isinstance(d.get("alive"), bool) else None
+    run.proc_state = str(d.get("proc_state") or "")
+    return run
+
+
+def load_facts(run_dir: Path, problems: list[str]) -> dict[int, RankRun]:
+    """The ranks of RUN_DIR/facts.json ({} when there is none; a damaged file or rank is
+    noted in ``problems`` and skipped)."""
+    path = run_dir / FACTS_FILE
+    try:
+        raw = path.read_bytes()[:MAX_FACTS_BYTES]
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        problems.append(f"cannot read {path}: {e.strerror or e}")
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        problems.append(f"{path} is not valid JSON: its ranks are skipped")
+        return {}
+    runs: dict[int, RankRun] = {}
+    for d in data.get("ranks", []) if isinstance(data, dict) else []:
+        try:
+            run = _run_from(path, d)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            problems.append(f"{path}: a damaged rank entry was skipped")
+            continue
+        runs[run.rank] = run
+    relative = sorted(int(d["rank"]) for d in data.get("ranks", [])
+                      if isinstance(d, dict) and d.get("relative_seq") is True
+                      and type(d.get("rank")) is int)
+    if relative:
+        problems.append(f"{path}: rank(s) {', '.join(map(str, relative))} known from stacks "
+                        "alone: their seq 0 is the call they were in, not a position in "
+                        "the job's sequence")
+    return runs

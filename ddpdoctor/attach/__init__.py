@@ -1,0 +1,1 @@
+"""`ddpdoctor attach`: diagnose a running job that ddpdoctor did not start."""

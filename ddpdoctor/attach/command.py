@@ -1,0 +1,198 @@
+"""`ddpdoctor attach`: sample every rank's stack, read flight recorder dumps, diagnose."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.analysis.engine import analyze
+from ddpdoctor.analysis.flight_recorder import FlightRecorderDump, is_pickle, load_dump
+from ddpdoctor.analysis.model import NS, Finding, JobView, RankRun, Severity
+from ddpdoctor.analysis.sources import FACTS_FILE, facts_of
+from ddpdoctor.attach.discover import RankProcess, find_ranks
+from ddpdoctor.attach.job import (StackSample, build_job, main_thread_activity,
+                                  process_state, rank_facts)
+from ddpdoctor.attach.stop import job_roots, stop_job_tree
+from ddpdoctor.errors import UserError
+from ddpdoctor.rundir.layout import RUN_FILE, make_run_dir, new_run_id, write_json_atomic
+from ddpdoctor.report import schema
+from ddpdoctor.report.build import infer_outcome
+from ddpdoctor.supervisor.stacks import capture_stacks, py_spy_path
+
+SAMPLES = 3
+INTERVAL_S = 1.0
+EXIT_PROBLEM = 1
+RELATIVE_NOTE = ("\n(From stacks alone: #0 / seq 0 is each rank's current call, not its "
+                 "position in the job's sequence of collectives.)")
+
+
+@dataclass(frozen=True)
+class AttachConfig:
+    """What `ddpdoctor attach` was asked to do.
+
+    pids: launcher or rank PIDs (empty: find the job).  report / run_dir: where the report
+    and the stacks go (None: defaults).  ui: open the TUI on the report.  stop: stop the
+    whole job tree after the report.  samples / interval_s: stack samples and their gap.
+    """
+
+    pids: tuple[int, ...] = ()
+    report: Path | None = None
+    run_dir: Path | None = None
+    ui: bool = False
+    stop: bool = False
+    samples: int = SAMPLES
+    interval_s: float = INTERVAL_S
+
+    def __post_init__(self) -> None:
+        if self.samples < 2:
+            raise ValueError("attach needs at least two stack samples")
+
+
+def _command(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def sample_stacks(ranks: list[RankProcess], run_dir: Path, count: int,
+                  interval_s: float) -> list[StackSample]:
+    """``count`` rounds of py-spy dumps of every rank (in parallel), ``interval_s`` apart."""
+    pids = [r.pid for r in ranks]
+    samples = []
+    for i in range(count):
+        if i:
+            time.sleep(interval_s)
+        activity = {pid: main_thread_activity(pid) for pid in pids}
+        t_ns = time.time_ns()
+        samples.append(StackSample(t_ns, capture_stacks(pids, run_dir / "stacks"), activity))
+    return samples
+
+
+def read_dumps(ranks: list[RankProcess], problems: list[str]) -> dict[int, FlightRecorderDump]:
+    """The flight recorder dumps the job wrote (TORCH_FR_DUMP_TEMP_FILE<rank>), if any.
+    A job that ddpdoctor did not start cannot be made to dump: only what exists is read."""
+    dumps = {}
+    for r in ranks:
+        prefix = r.getenv("TORCH_FR_DUMP_TEMP_FILE")
+        if not prefix:
+            continue
+        path = Path(f"{prefix}{r.rank}")
+        if not path.is_file():
+            continue
+        if is_pickle(path):
+            problems.append(f"flight recorder dump {path} is pickle and was not read "
+                            "(ddpdoctor never unpickles): dump JSON to use it")
+            continue
+        try:
+            dump = load_dump(path)
+        except UserError as e:
+            problems.append(str(e))
+            continue
+        dumps[r.rank] = dataclasses.replace(dump, rank=r.rank)
+    return dumps
+
+
+def relative_seqs(findings: list[Finding], report: dict[str, Any],
+                  ranks_without_dump: set[int]) -> list[Finding]:
+    """Stacks alone give no sequence numbers: a seq that rests on them is null."""
+    if not ranks_without_dump:
+        return findings
+    for entry in report["ranks"]:
+        if entry["rank"] in ranks_without_dump:
+            entry["last_seq"] = None
+            if entry.get("current"):
+                entry["current"]["seq"] = None
+    return [dataclasses.replace(
+        f, seq=None, summary=f.summary.replace(f"seq {f.seq}", "current call"),
+        detail=f.detail + RELATIVE_NOTE) if f.seq is not None else f for f in findings]
+
+
+def stuck_calls_only(job: JobView) -> dict[int, RankRun]:
+    """The ranks without the calls they had only just entered at the last sample: offline
+    (`ddpdoctor analyze` of the run dir) every open call counts as waiting."""
+    threshold = job.now_ns - int(job.hang_timeout * NS)
+    out = {}
+    for rank, run in job.ranks.items():
+        calls = {g: [c for c in cs if not c.open or c.t_start <= threshold]
+                 for g, cs in run.calls.items()}
+        out[rank] = dataclasses.replace(run, calls={g: cs for g, cs in calls.items() if cs},
+                                        p2p=[c for c in run.p2p if not c.open or
+                                             c.t_start <= threshold])
+    return out
+
+
+def _sources(dumps: dict[int, FlightRecorderDump], samples: list[StackSample],
+             ranks: list[RankProcess]) -> dict[str, Any]:
+    window = (samples[-1].t_ns - samples[0].t_ns) / 1e9
+    fr = {str(r): str(d.path) for r, d in sorted(dumps.items())}
+    return {"stacks": f"py-spy, {len(samples)} samples of every rank over {window:.1f} s",
+            "flight_recorder": fr or None,
+            "note": None if len(fr) == len(ranks) else
+            "no flight recorder dump for some ranks (a running job cannot be made to dump): "
+            "their current collective comes from the stack, with no sequence number"}
+
+
+def run_attach(config: AttachConfig) -> int:
+    """Diagnose the running job; exit 0 (nothing wrong), 1 (a problem named) or 2."""
+    if py_spy_path() is None:
+        raise UserError("py-spy is not installed: pip install py-spy")
+    ranks = find_ranks(list(config.pids))
+    run_dir = make_run_dir(config.run_dir, new_run_id() + "-attach")
+    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+    command = _command(ranks[0].pid)
+    write_json_atomic(run_dir / RUN_FILE, {"command": command, "started_at": started,
+                                           "attached": [r.pid for r in ranks]})
+    samples = sample_stacks(ranks, run_dir, config.samples, config.interval_s)
+    problems: list[str] = []
+    dumps = read_dumps(ranks, problems)
+    facts = [rank_facts(r, samples, process_state(r.pid)) for r in ranks]
+    job = build_job(facts, dumps, samples, run_dir, command)
+    job.problems.extend(problems)
+    if len(ranks) < job.world_size:
+        job.problems.append(
+            f"{len(ranks)} of {job.world_size} ranks run on this node: attach on the other "
+            "nodes too and merge the run dirs with `ddpdoctor analyze DIR...`")
+    findings = analyze(job)
+    report = schema.build(job, findings, infer_outcome(job))
+    findings = relative_seqs(findings, report, {r.rank for r in ranks} - set(dumps))
+    report["findings"] = [f.to_dict() for f in findings]
+    report["sources"] = _sources(dumps, samples, ranks)
+    report["main_thread_moved"] = {str(f.process.rank): f.moved for f in facts}
+    path = config.report or run_dir / "report.json"
+    try:
+        write_json_atomic(run_dir / FACTS_FILE, facts_of(stuck_calls_only(job),
+                                                         {r.rank for r in ranks} - set(dumps)))
+        write_json_atomic(path, report)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}", 1) from None
+    _show(report, path, config.ui)
+    if config.stop:
+        left = stop_job_tree(job_roots(ranks, list(config.pids)))
+        if left:
+            raise UserError(f"could not stop processes {', '.join(map(str, left))}", 1)
+    named = any(f.severity in (Severity.ERROR, Severity.WARNING) for f in findings)
+    return EXIT_PROBLEM if named else 0
+
+
+def _show(report: dict[str, Any], path: Path, ui: bool) -> None:
+    if ui:
+        from ddpdoctor.tui.app import run_ui
+
+        run_ui(path)
+        return
+    from rich.console import Console
+
+    from ddpdoctor.report.console import print_summary
+
+    console = Console()
+    print_summary(report, path, console)
+    sources = report.get("sources") or {}
+    dumps = sources.get("flight_recorder")
+    console.print(f"[dim]Sources: {sources.get('stacks')}; flight recorder: "
+                  f"{'ranks ' + ', '.join(dumps) if dumps else 'no dump'}[/]")

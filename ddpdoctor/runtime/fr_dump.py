@@ -1,0 +1,74 @@
+"""Inside a rank: dump torch's flight recorder to the run dir when the supervisor asks.
+
+A rank blocked in a collective never returns to Python's main loop, so a signal handler
+would not run: a daemon thread polls the request file instead (one stat every
+POLL_S) and writes ``torch._C._distributed_c10d._dump_fr_trace_json`` when it changes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from ddpdoctor.runtime import recorder
+from ddpdoctor.trace import fr_files
+
+POLL_S = 0.5
+_started = False
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def dump_now(run_dir: Path) -> Path | None:
+    """Write this rank's flight recorder entries as JSON; None when there is no process
+    group yet (or this torch has no flight recorder)."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json", None)
+    if dump is None:
+        return None
+    data = dump(True, False)
+    path = fr_files.dump_path(run_dir, dist.get_rank())
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data if isinstance(data, bytes) else str(data).encode())
+    os.replace(tmp, path)
+    return path
+
+
+def _watch(run_dir: Path) -> None:
+    request = fr_files.request_path(run_dir)
+    seen = _mtime(request)
+    while True:
+        time.sleep(POLL_S)
+        now = _mtime(request)
+        if now is None or now == seen:
+            continue
+        seen = now
+        try:
+            dump_now(run_dir)
+        except Exception as e:  # noqa: BLE001 - a failed dump must never reach the job
+            rec = recorder.active()
+            if rec is not None:
+                rec.note_error("dumping the flight recorder", e)
+            return  # one failure is noted; the job runs on without dumps
+
+
+def install() -> None:
+    """Start the watcher thread once in this process (ranks of `ddpdoctor run`)."""
+    global _started
+    run_dir = os.environ.get(recorder.ENV_RUN_DIR)
+    if _started or not run_dir:
+        return
+    _started = True
+    threading.Thread(target=_watch, args=(Path(run_dir),), name="ddpdoctor-fr-dump",
+                     daemon=True).start()

@@ -1,0 +1,125 @@
+"""`ddpdoctor attach` on a job started with plain torchrun, and flight recorder dumps of a
+hung job read by `analyze` (real gloo ranks, real py-spy)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.attach.discover import descendants
+from ddpdoctor.proc.table import alive
+from tests.conftest import JOBS, run_doctor
+
+pytestmark = pytest.mark.slow
+JOB = JOBS / "rank0_barrier.py"
+BARRIER_LINE = next(i for i, line in enumerate(JOB.read_text().splitlines(), 1)
+                    if "dist.barrier()" in line)
+ATTACH_BUDGET_S = 10.0  # the promise: a diagnosis within 10 s of the call
+
+
+def living(pids: set[int]) -> set[int]:
+    return {p for p in pids if alive(p)}
+
+
+def attach(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "ddpdoctor.cli", "attach", *args],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    return proc, time.monotonic() - t0
+
+
+def test_attach_names_rank_0_and_its_line_and_leaves_the_job_running(tmp_path):
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    job = subprocess.Popen(["torchrun", "--standalone", "--nproc-per-node", "2", str(JOB)],
+                           env={**os.environ, "READY_DIR": str(ready)}, cwd=tmp_path,
+                           start_new_session=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    tree = {job.pid}
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(ready.iterdir())) < 2 and time.monotonic() < deadline:
+            assert job.poll() is None, "the job ended before it hung"
+            time.sleep(0.2)
+        assert len(list(ready.iterdir())) == 2, "the ranks never reached the divergence"
+        tree |= set(descendants(job.pid))  # torchrun puts each rank in its own session
+        assert len(tree) >= 3
+
+        run_dir = tmp_path / "attach-1"
+        proc, took = attach([str(job.pid), "--run-dir", str(run_dir)], tmp_path)
+        assert proc.returncode == 1, proc.stderr
+        assert took < ATTACH_BUDGET_S, f"attach took {took:.1f} s"
+        report = json.loads((run_dir / "report.json").read_text())
+        root = report["findings"][0]
+        assert root["severity"] == "error"
+        assert root["kind"] in ("collective_mismatch", "missing_collective")
+        assert root["ranks"] == [0]
+        assert f"{JOB.name}:{BARRIER_LINE}" in root["summary"] + root["detail"]
+        assert report["sources"]["stacks"].startswith("py-spy")
+        assert {r["rank"] for r in report["ranks"]} == {0, 1}
+        assert f"{JOB.name}:{BARRIER_LINE}" in proc.stdout  # the console summary
+        assert living(tree) == tree, "attach changed the job"
+        assert job.poll() is None, "attach stopped the job"
+
+        proc, _ = attach([str(job.pid), "--stop", "--run-dir", str(tmp_path / "attach-2")],
+                         tmp_path)
+        assert proc.returncode == 1, proc.stderr
+        job.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while living(tree) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert living(tree) == set(), "--stop left processes of the job"
+    finally:
+        for pid in living(tree | set(descendants(job.pid))):
+            os.kill(pid, signal.SIGKILL)
+        job.wait(timeout=30)
+    assert living(tree) == set()
+
+
+def test_flight_recorder_dumps_of_a_hung_job_give_the_root_cause_of_run(tmp_path):
+    run = run_doctor(["run", "--hang-timeout", "3", "--", "torchrun", "--standalone",
+                      "--nproc-per-node", "2", str(JOB)], tmp_path)
+    assert run.returncode == 124, run.stderr
+    dumps = run.run_dir / "flight_recorder"
+    assert sorted(p.name for p in dumps.glob("fr-rank-*.json")) == ["fr-rank-0.json",
+                                                                    "fr-rank-1.json"]
+    by_run = run.report["findings"][0]
+    # the direct process-group call joined the traced sequence at its seq
+    assert any("seen only by torch's flight recorder" in p for p in run.report["problems"])
+    assert [e["seq"] for e in run.report["timeline"]["0"]] == [0, 1, 2]
+    proc = subprocess.run([sys.executable, "-m", "ddpdoctor.cli", "analyze", str(dumps),
+                           "--report", str(tmp_path / "fr.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    by_dumps = json.loads((tmp_path / "fr.json").read_text())["findings"][0]
+    assert (by_dumps["kind"], by_dumps["seq"], by_dumps["evidence"]["group"]) == \
+        (by_run["kind"], by_run["seq"], by_run["evidence"]["group"]) == \
+        ("collective_mismatch", 2, "0")
+    assert by_run["ranks"] == [0]  # the barrier under `if rank == 0`
+    assert 0 in by_dumps["ranks"]  # a dump has no call sites: a two-rank tie names both
+    ops = {c["op"] for c in by_dumps["evidence"]["calls"].values()}
+    assert ops == {c["op"] for c in by_run["evidence"]["calls"].values()} == \
+        {"barrier", "all_reduce"}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["attach", "abc"], "not a PID"),
+    (["attach", str(2 ** 22 + 4321)], "no process with PID"),
+    (["analyze", "{dumps}"], "pickle flight recorder dump"),
+])
+def test_bad_input_is_one_line_and_non_zero(tmp_path, args, needle):
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    (dumps / "fr-0").write_bytes(b"\x80\x04K\x01.")  # pickle of 1
+    argv = [a.format(dumps=dumps) for a in args]
+    proc = subprocess.run([sys.executable, "-m", "ddpdoctor.cli", *argv], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and needle in proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("ddpdoctor: ")

@@ -1,0 +1,116 @@
+"""Flight recorder dumps as facts: entries in, Calls and findings out (no job launched)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.analysis import flight_recorder as fr
+from ddpdoctor.analysis.engine import analyze
+from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.model import Call
+from ddpdoctor.errors import UserError
+from tests.unit.flight_recorder_factory import entry, write_dump
+
+
+def test_entries_become_calls_with_seq_from_zero_and_gloo_completion(tmp_path):
+    path = write_dump(tmp_path, 0, [entry(1), entry(2, "barrier", sizes=[], retired=False)], 1)
+    dump = fr.load_dump(path)
+    assert dump.rank == 0 and dump.group_ranks == {"0": [0, 1]}
+    first, second = dump.calls["0"]
+    assert (first.seq, first.op, first.in_shapes, first.dtypes) == (0, "all_reduce",
+                                                                    ((10,),), ("float32",))
+    assert not first.open and second.open and second.op == "barrier" and second.seq == 1
+
+
+def test_nccl_state_and_p2p_peer(tmp_path):
+    done = entry(1, backend="nccl", state="completed", time_discovered_completed_ns=5_000,
+                 retired=False)
+    send = entry(1, "send 0->1", backend="nccl", is_p2p=True, p2p_seq_id=1, retired=False)
+    dump = fr.load_dump(write_dump(tmp_path, 0, [done, send], 0))
+    assert not dump.calls["0"][0].open and dump.calls["0"][0].t_end == 5_000
+    p2p = dump.calls["0"][1]
+    assert p2p.op == "send" and p2p.peer == 1 and p2p.open
+
+
+def test_hung_dumps_give_the_mismatch_at_its_seq(tmp_path):
+    write_dump(tmp_path, 0, [entry(1), entry(2, "barrier", sizes=[], retired=False)], 1)
+    write_dump(tmp_path, 1, [entry(1), entry(2, retired=False)], 1)
+    job = load_job([tmp_path])
+    assert sorted(job.ranks) == [0, 1] and job.world_size == 2
+    root = analyze(job)[0]
+    assert root.kind == "collective_mismatch" and root.seq == 1
+    assert {c["op"] for c in root.evidence["calls"].values()} == {"barrier", "all_reduce"}
+
+
+def test_pickle_dump_is_refused_without_unpickling(tmp_path):
+    marker = tmp_path / "unpickled"
+
+    class Boom:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    (tmp_path / "fr-0").write_bytes(pickle.dumps(Boom()))
+    with pytest.raises(UserError) as err:
+        load_job([tmp_path])
+    assert "pickle" in str(err.value) and "_dump_fr_trace_json" in str(err.value)
+    assert err.value.exit_code != 0 and not marker.exists()
+
+
+def test_corrupt_dump_is_one_line_error(tmp_path):
+    (tmp_path / "fr-0").write_text('{"entries": [{"collective_seq_id": 1,')
+    with pytest.raises(UserError) as err:
+        fr.load_dump_dir(tmp_path)
+    assert "not valid JSON" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_dump_without_rank_in_its_name_is_refused(tmp_path):
+    path = write_dump(tmp_path, 0, [entry(1)], 1, name="dump.json")
+    with pytest.raises(UserError, match="rank"):
+        fr.load_dump(path)
+
+
+def call(seq: int, op: str, site: str = "train.py:1", open_: bool = False) -> Call:
+    return Call(0, "0", seq, op, "sum", ((10,),), ((10,),), ("float32",), -1, 0, site,
+                10 + seq, 0 if open_ else 11 + seq, -1)
+
+
+def test_align_adds_collectives_the_patches_missed_and_keeps_call_sites():
+    traced = [call(0, "all_reduce", "a.py:1"), call(1, "barrier", "a.py:9", open_=True)]
+    recorded = [call(0, "all_reduce", fr.NO_CALLSITE), call(1, "all_reduce", fr.NO_CALLSITE),
+                call(2, "all_reduce", fr.NO_CALLSITE), call(3, "barrier", fr.NO_CALLSITE)]
+    merged = fr.align(traced, recorded)
+    assert [(c.seq, c.op, c.callsite) for c in merged] == [
+        (0, "all_reduce", "a.py:1"), (1, "all_reduce", fr.NO_CALLSITE),
+        (2, "all_reduce", fr.NO_CALLSITE), (3, "barrier", "a.py:9")]
+    assert merged[-1].open
+
+
+def test_align_refuses_sequences_that_do_not_match():
+    assert fr.align([call(0, "broadcast_object_list")], [call(0, "broadcast")]) is None
+    assert fr.align([call(0, "all_reduce")], [call(5, "all_reduce")]) is None  # wrapped
+
+
+def test_an_absurd_rank_in_a_dump_name_is_refused(tmp_path):
+    path = write_dump(tmp_path, 0, [entry(1)], 1, name="fr-99999999999")
+    with pytest.raises(UserError, match="beyond any job"):
+        fr.load_dump(path)
+
+
+def test_align_does_not_take_a_direct_call_for_the_traced_one_after_it():
+    """rank 1 of a job that calls the process group directly between two all_reduces:
+    the open traced all_reduce is the recorder's third entry, not its second."""
+    ms = 1_000_000
+    traced = [dataclasses.replace(call(0, "all_reduce", "a.py:7"), t_start=10 * ms,
+                                  t_end=20 * ms),
+              dataclasses.replace(call(1, "all_reduce", "a.py:11", open_=True),
+                                  t_start=500 * ms)]
+    recorded = [dataclasses.replace(call(i, "all_reduce", fr.NO_CALLSITE), t_start=t * ms,
+                                    t_end=0 if i == 2 else t * ms + 1)
+                for i, t in ((0, 10), (1, 300), (2, 500))]
+    merged = fr.align(traced, recorded)
+    assert [(c.seq, c.callsite) for c in merged] == [
+        (0, "a.py:7"), (1, fr.NO_CALLSITE), (2, "a.py:11")]
