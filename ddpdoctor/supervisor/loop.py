@@ -55,7 +55,7 @@ class Supervisor:
         self.console = console
         self.started_ns = started_ns
         self.live = LiveJob(run_dir)
-        self.tree = JobTree(proc.pid)
+        self.tree = JobTree((proc.pid,))
         self.stopped: dict[str, Any] | None = None
         self.stop_requested = threading.Event()
         self._log_fd: int | None = None
@@ -333,7 +333,7 @@ class Supervisor:
             self._summary(report)
         return exit_code
 
-    def _stop(self, reason: str, interrupted: bool) -> tuple[int, int]:
+    def _stop(self, reason: str, interrupted: bool) -> tuple[int | None, int]:
         """Stop the whole job; returns (the job's status, ddpdoctor's exit status)."""
         self.log("stop", reason=reason)
         # Ctrl-C reaches the job as Ctrl-C; a hung job gets SIGTERM. Whatever still runs
