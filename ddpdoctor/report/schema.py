@@ -2,7 +2,11 @@
 
 Top level (contract): schema, outcome (completed | failed | hung), command, world_size,
 started_at and ended_at (ISO 8601, UTC), ranks, findings.  Extensions: run_dir, live,
-timeline, profile, problems, exit_code, ddpdoctor_version.
+timeline, profile, problems, exit_code, ddpdoctor_version; job_exit_code (the job's own
+status after ddpdoctor stopped it); stopped, when ddpdoctor stopped processes of the job:
+{reason: hang | mismatch | abandoned | interrupt | leftovers, signal: the first signal
+(SIGTERM, SIGINT), pids: every process it reached, sigkill: those still alive after the
+grace}.
 
 ranks[i]:
   rank, host, pid; state: starting | computing | in_collective | waiting | exited | failed |
