@@ -282,7 +282,7 @@ class Supervisor:
             return True
         if self._failure_seen_at is None:
             return False
-        deadline = time.monotonic() + SELF_END_S
+        deadline = self._failure_seen_at + SELF_END_S  # the launcher had its chance then
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return True
