@@ -16,15 +16,15 @@ STOP_GRACE_S = 2.5  # between the polite signal and SIGKILL
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def become_subreaper() -> bool:
-    """Make this process the child subreaper of everything it starts: a process of the job
-    whose parent dies is re-parented here, not to init, so it stays findable.  False when
-    the kernel (or libc) cannot do it."""
+def become_subreaper(on: bool = True) -> bool:
+    """Make this process the child subreaper of everything it starts (``on``), or no longer:
+    a process of the job whose parent dies is re-parented here, not to init, so it stays
+    findable.  False when the kernel (or libc) cannot do it."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
     except (OSError, AttributeError):  # not Linux, or no prctl
         return False
 
