@@ -69,6 +69,7 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
         return supervisor.run()
     finally:
         signal.signal(signal.SIGTERM, previous)
+        become_subreaper(False)
         if log is not None:
             log.close()
 

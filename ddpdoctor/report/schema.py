@@ -4,7 +4,11 @@ Top level (contract): schema, outcome (completed | failed | hung), command, worl
 started_at and ended_at (ISO 8601, UTC), ranks, findings (each with caused_by: the index of
 its root cause's finding, or null), waits (the wait-for graph: rank, waits_for, group, seq,
 op).  Extensions: run_dir, live,
-timeline, profile, problems, exit_code, ddpdoctor_version.
+timeline, profile, problems, exit_code, ddpdoctor_version; job_exit_code (the job's own
+status after ddpdoctor stopped it); stopped, when ddpdoctor stopped processes of the job:
+{reason: hang | mismatch | abandoned | interrupt | leftovers, signal: the first signal
+(SIGTERM, SIGINT), pids: every process it reached, sigkill: those still alive after the
+grace}; attempt and attempts, for a job torchrun restarted (see report.attempts).
 
 ranks[i]:
   rank, host, pid; state: starting | computing | in_collective | waiting | exited | failed |

@@ -9,9 +9,10 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from rich.console import Console
 
@@ -59,7 +60,7 @@ class Supervisor:
         self.console = console
         self.started_ns = started_ns
         self.live = LiveJob(run_dir)
-        self.tree = JobTree(proc.pid)
+        self.tree = JobTree((proc.pid,))
         self.stopped: dict[str, Any] | None = None
         self.stop_requested = threading.Event()
         self._log_fd: int | None = None
@@ -100,9 +101,31 @@ class Supervisor:
             verdict = self._watch()
         except KeyboardInterrupt:
             verdict = Verdict("interrupt", "interrupted (Ctrl-C)")
-        if verdict is None:
-            return self._finish_ended()
-        return self._finish_verdict(verdict)
+        with self._finishing():
+            if verdict is None:
+                return self._finish_ended()
+            return self._finish_verdict(verdict)
+
+    @contextmanager
+    def _finishing(self) -> Iterator[None]:
+        """While the report is written and the job stopped, a further Ctrl-C (or SIGTERM)
+        does not cut that short: it only asks to stop a job ddpdoctor waits for."""
+        if threading.current_thread() is not threading.main_thread():
+            yield  # the UI's thread owns the signals; it sets stop_requested
+            return
+
+        def again(signum: int, frame: Any) -> None:
+            if not self.stop_requested.is_set():
+                print("ddpdoctor: stopping the job and writing the report, one moment",
+                      file=sys.stderr)
+            self.stop_requested.set()
+
+        previous = {sig: signal.signal(sig, again) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _watch(self) -> Verdict | None:
         while True:
@@ -353,7 +376,7 @@ class Supervisor:
             return True
         if self._failure_seen_at is None:
             return False
-        deadline = time.monotonic() + SELF_END_S
+        deadline = self._failure_seen_at + SELF_END_S  # the launcher had its chance then
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return True
@@ -404,7 +427,7 @@ class Supervisor:
             self._summary(report)
         return exit_code
 
-    def _stop(self, reason: str, interrupted: bool) -> tuple[int, int]:
+    def _stop(self, reason: str, interrupted: bool) -> tuple[int | None, int]:
         """Stop the whole job; returns (the job's status, ddpdoctor's exit status)."""
         self.log("stop", reason=reason)
         # Ctrl-C reaches the job as Ctrl-C; a hung job gets SIGTERM. Whatever still runs

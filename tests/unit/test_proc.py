@@ -54,7 +54,7 @@ def test_stop_job_reaches_a_child_outside_the_session_and_sigkills_the_stubborn(
     assert _wait(lambda: out.seek(0) == 0 and b"ready" in out.read())
     out.seek(0)
     sleeper, stubborn = (int(x) for x in out.read().split() if x.isdigit())
-    tree = JobTree(proc.pid)
+    tree = JobTree((proc.pid,))
     assert _wait(lambda: {proc.pid, sleeper, stubborn} <= set(tree.snapshot()))
     assert proc_info(stubborn).session != proc.pid  # left the job's session
     result = stop_job(proc, tree, grace=1.0)
