@@ -33,6 +33,11 @@ def attempt_dirs(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def is_attempt_dir(path: Path) -> bool:
+    """Is ``path`` one attempt's dir (RUN_DIR/attempt-K) of a restarted job?"""
+    return _ATTEMPT_DIR.fullmatch(path.name) is not None and (path.parent / "traces").is_dir()
+
+
 def make_attempt_dir(run_dir: Path, attempt: int) -> Path:
     """Create RUN_DIR/attempt-K/ with its traces/ and stacks/ (owner only); idempotent."""
     path = attempt_dir(run_dir, attempt)

@@ -30,6 +30,8 @@ def test_failed_attempt_then_healthy_restart(doctor):
     assert [(f["kind"], f["ranks"]) for f in roots] == [("rank_failed", [1])], roots
     assert "rank 1 fails in attempt 0" in roots[0]["summary"]
     assert "restart_once.py" in roots[0]["summary"]
+    exits = {r["rank"]: r["exit_code"] for r in first["ranks"]}
+    assert exits[1] == 1, first["ranks"]  # from torchrun's agent, which spans the attempts
     second = json.loads((run.run_dir / "attempt-1" / "report.json").read_text())
     assert second["outcome"] == "completed"
     assert [f for f in second["findings"] if f["severity"] == "error"] == []
