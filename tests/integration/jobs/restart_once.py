@@ -1,4 +1,5 @@
-"""A job torchrun restarts once: in its first attempt rank 1 raises; the second runs clean."""
+"""A job torchrun restarts once: in its first attempt rank 1 raises; the second runs clean
+(FAIL_EVERY_ATTEMPT=1: rank 1 raises in every attempt)."""
 
 import datetime
 import os
@@ -14,7 +15,7 @@ def main() -> None:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     for _ in range(3):
         dist.all_reduce(torch.ones(10))
-    if attempt == 0 and rank == 1:
+    if rank == 1 and (attempt == 0 or os.environ.get("FAIL_EVERY_ATTEMPT")):
         raise RuntimeError(f"rank {rank} fails in attempt {attempt}")
     dist.all_reduce(torch.ones(5))
     dist.barrier()
