@@ -68,6 +68,7 @@ class Call:
     t_end: int
     aux: int
     kind: L.RecordKind = L.RecordKind.COLLECTIVE
+    framework_site: str = ""  # the framework/torch frame that made the call (pkg/path:line)
 
     @property
     def open(self) -> bool:
@@ -84,6 +85,16 @@ class Call:
     def short_site(self) -> str:
         path, _, line = self.callsite.rpartition(":")
         return f"{os.path.basename(path)}:{line}" if path else self.callsite
+
+    def where(self) -> str:
+        """``all_gather at lightning/.../distributed.py:247, called from train.py:30``, or
+        ``all_reduce at train.py:30`` when the user called torch directly."""
+        if not self.framework_site:
+            return f"{self.op} at {self.short_site}"
+        path, _, line = self.framework_site.rpartition(":")
+        parts = path.split("/")
+        short = f"{parts[0]}/.../{parts[-1]}" if len(parts) > 2 else path
+        return f"{self.op} at {short}:{line}, called from {self.short_site}"
 
     def describe(self) -> str:
         """``all_reduce(float32[10], sum)`` at a glance."""
@@ -103,7 +114,7 @@ class Call:
     def from_record(rank: int, group: str, rec: TraceRecord) -> "Call":
         return Call(rank, group, rec.seq, rec.op, rec.reduce_op, rec.in_shapes,
                     rec.out_shapes, rec.dtypes, rec.peer, rec.flags, rec.callsite,
-                    rec.t_start, rec.t_end, rec.aux, rec.kind)
+                    rec.t_start, rec.t_end, rec.aux, rec.kind, rec.framework_site)
 
 
 @dataclass

@@ -35,11 +35,11 @@ _fingerprints: dict[tuple, tuple] = {}
 def live_call(rank: int, group: str, v: tuple) -> Call:
     """A Call from a record's raw fields, its fingerprint looked up by (op, reduce op,
     peer, text): the supervisor sees the same few calls thousands of times."""
-    ins, outs, dtypes, callsite = decode_text(v[14])
+    ins, outs, dtypes, callsite, framework_site = decode_text(v[14])
     op = L.OPS[v[2]] if v[2] < len(L.OPS) else f"code{v[2]}"
     reduce_op = L.REDUCE_OPS[v[3]] if v[3] < len(L.REDUCE_OPS) else f"code{v[3]}"
     call = Call(rank, group, v[6], op, reduce_op, ins, outs, dtypes, v[10], v[4], callsite,
-                v[7], v[8], v[11], L.RecordKind(v[1]))
+                v[7], v[8], v[11], L.RecordKind(v[1]), framework_site)
     key = (v[2], v[3], v[10], v[14])
     fp = _fingerprints.get(key)
     if fp is None:
