@@ -25,8 +25,8 @@ from ddpdoctor.report.redact import redact_argv
 from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
 from ddpdoctor.supervisor.progress import ProgressTracker
 from ddpdoctor.supervisor.stacks import capture_stacks
-from ddpdoctor.trace import layout as L
 from ddpdoctor.supervisor.watch import LiveJob
+from ddpdoctor.trace import layout as L
 
 POLL_SECONDS = 0.1
 PROCESS_CHECK_EVERY = 3  # polls between /proc checks of the ranks' liveness

@@ -17,14 +17,15 @@ NOW = T0 + 1000 * NS
 def rec(seq: int, op: str = "all_reduce", group: int = 0, t: float = 0.0,
         dur: float | None = 0.001, site: str = "train.py:10", shape: tuple[int, ...] = (4,),
         peer: int = -1, flags: int = 0, kind: L.RecordKind = L.RecordKind.COLLECTIVE,
-        dtype: str = "float32", aux: int = 0) -> TraceRecord:
+        dtype: str = "float32", aux: int = 0, framework: str = "") -> TraceRecord:
     """One record at ``t`` seconds after T0; ``dur=None``: still open."""
     start = T0 + int(t * NS)
     end = 0 if dur is None else start + max(1, int(dur * NS))
     return TraceRecord(index=0, kind=kind, op=op, reduce_op="sum" if op == "all_reduce" else "",
                        flags=flags, group=group, seq=seq, t_start=start, t_end=end,
                        numel=1, peer=peer, aux=aux, nbytes=0, parent=-1, in_shapes=(shape,),
-                       out_shapes=(), dtypes=(dtype,), callsite=site)
+                       out_shapes=(), dtypes=(dtype,), callsite=site,
+                       framework_site=framework)
 
 
 def steps(n: int, t0: float = 0.0, group: int = 0, site: str = "train.py:10",

@@ -202,6 +202,16 @@ def test_teardown_abort_after_matched_collectives_is_its_own_warning() -> None:
     assert not any(f.kind == "collective_mismatch" for f in found)
 
 
+def test_teardown_abort_whose_launcher_then_terminates_the_peer_is_a_warning() -> None:
+    r0 = rank(0, steps(5), step=5, returncode=-6, fault="Fatal Python error: Aborted")
+    r1 = rank(1, steps(5), step=5, returncode=-15)
+    found = analyze(job([r0, r1], outcome="failed"), [])
+    assert not errors(found)
+    assert [(f.kind, f.ranks, f.severity) for f in found] == [
+        ("rank_failed", (0,), Severity.WARNING)]
+    assert "rank 1 killed by SIGTERM" in found[0].detail
+
+
 def test_an_abort_before_the_peers_last_collective_is_no_teardown() -> None:
     r0 = rank(0, steps(6) + [rec(6, t=6, dur=None)], step=6)
     r1 = rank(1, steps(6), returncode=-6, fault="Fatal Python error: Aborted")
@@ -227,3 +237,47 @@ def test_pattern_rule() -> None:
     assert breaks_pattern("ababa") is False
     assert breaks_pattern("ab") is None
     assert breaks_pattern("abc") is None
+
+
+def test_a_rank_stuck_in_new_group_waits_for_the_rank_that_has_not_called_it() -> None:
+    r0 = rank(0, steps(1) + [mark("new_group", t=2, dur=None)])
+    r1 = rank(1, steps(1), stack=[frame("prep.py", 12, "build_index")])
+    found = check(job([r0, r1]), (1,), {0}, "missing_collective")
+    assert "new_group" in found[0].summary and "prep.py:12" in found[0].summary
+
+
+def test_a_rank_in_a_dataloader_is_loading_data() -> None:
+    loader = "/usr/lib/python3.12/site-packages/torch/utils/data/dataloader.py"
+    r0 = rank(0, steps(2) + [rec(2, t=2, dur=None)])
+    r1 = rank(1, steps(2), stack=[frame(loader, 700, "_next_data"),
+                                  frame(loader, 650, "__next__"), frame("train.py", 40)])
+    found = check(job([r0, r1]), (1,), {0}, "missing_collective")
+    assert "rank 1 is loading data at train.py:40" in found[0].summary
+
+
+def test_ranks_failing_the_same_way_share_one_finding() -> None:
+    same = {"type": "RuntimeError", "message": "Expected to have finished reduction"}
+    runs = [rank(r, steps(2), L.RankState.FAILED, exception=same) for r in range(2)]
+    found = check(job(runs, outcome="failed"), (0, 1), set(), "rank_failed")
+    assert len(found) == 1
+
+
+def test_a_loader_fed_rank_that_stops_early_is_a_missing_collective() -> None:
+    bucket = int(L.RecordFlag.BUCKET)
+    epoch = [{"event": "loader_epoch", "loader": 0, "epoch": 0, "length": 2, "shuffle": True,
+              "steps": 0, "t": 1},
+             {"event": "loader_end", "loader": 0, "epoch": 0, "batches": 2, "order": "a",
+              "content": "0", "steps": 2}]
+    r0 = rank(0, steps(2) + [rec(2, t=2, dur=None, flags=bucket)], step=2, meta=epoch)
+    r1 = rank(1, steps(2), L.RankState.EXITED, step=2, meta=epoch)
+    check(job([r0, r1]), (1,), {0}, "missing_collective")
+
+
+def test_a_framework_call_names_the_users_line_that_made_it() -> None:
+    lightning = "lightning/pytorch/strategies/ddp.py:247"
+    r0 = rank(0, steps(2) + [rec(2, "all_gather", t=2, dur=None, site="train.py:30",
+                                 framework=lightning)])
+    r1 = rank(1, steps(2), stack=[frame("train.py", 44, "validation_step")])
+    found = check(job([r0, r1]), (1,), {0}, "missing_collective")
+    assert "all_gather #2 at lightning/.../ddp.py:247, called from train.py:30" in \
+        found[0].summary

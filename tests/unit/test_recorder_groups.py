@@ -17,12 +17,12 @@ SCRIPT = r'''
 import os, sys, threading
 import torch
 import torch.distributed as dist
-from ddpdoctor.runtime import patches, recorder
+from ddpdoctor.runtime import init_hooks, patches, recorder
 
 patches.install()
 store = dist.HashStore()
 dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-patches.on_init()
+init_hooks.on_init()
 t = torch.ones(4)
 
 def loop():

@@ -9,7 +9,7 @@ from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.graph import Wait, cycles, reachable, sinks, wait_for_graph
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, stream_until
 from ddpdoctor.analysis.causal.state import RankState, StateKind
-from ddpdoctor.analysis.clocks import ordered
+from ddpdoctor.analysis.clocks import ordered, same_host
 from ddpdoctor.analysis.model import NS, Finding, JobView, Severity
 
 
@@ -22,9 +22,6 @@ class Diagnosis:
     waits: list[Wait]
     findings: list[Finding] = field(default_factory=list)
 
-    def roots(self) -> list[Finding]:
-        return [f for f in self.findings if f.caused_by is None]
-
 
 def _judged(job: JobView, states: dict[int, RankState], w: Wait) -> bool:
     """Is this wait long enough to judge?  Offline, or after a verdict: always; live:
@@ -33,6 +30,9 @@ def _judged(job: JobView, states: dict[int, RankState], w: Wait) -> bool:
         return True
     since = states[w.rank].since_ns
     return since is not None and job.now_ns - since >= job.hang_timeout * NS
+
+
+SAME_FAILURE_NS = 5 * NS
 
 
 class _Builder:
@@ -121,6 +121,15 @@ def diagnose(job: JobView) -> Diagnosis:
     return Diagnosis(states, waits, _assemble(b.roots, consequences, late))
 
 
+def _about_the_same_time(job: JobView, a: RankState, b: RankState) -> bool:
+    """Did two ranks die at about the same time?  By their stamps on one host; across
+    hosts (clocks differ) when they died in the same collective."""
+    if same_host(job, a.rank, b.rank):
+        return abs(a.death.at_ns - b.death.at_ns) < SAME_FAILURE_NS  # type: ignore[union-attr]
+    return a.call is not None and b.call is not None and \
+        (a.call.group, a.call.seq) == (b.call.group, b.call.seq)
+
+
 def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _Builder,
             consequences: list[tuple[Finding, int]]) -> None:
     """Ranks that died on their own are roots; ranks that failed of a peer's absence are
@@ -132,12 +141,20 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
     dead = ordered(job, (s for s in states.values() if s.kind == StateKind.DIED and s.death),
                    lambda s: s.rank, lambda s: s.death.at_ns,  # type: ignore[union-attr]
                    lambda s: s.call.seq if s.call is not None else None)
+    told: set[int] = set()
     for s in dead:
+        if s.rank in told:
+            continue
         if s.death.teardown:  # type: ignore[union-attr]
-            fine = all(o.kind == StateKind.EXITED for o in states.values() if o.rank != s.rank)
-            b.add(F.teardown(s, fine), set())
-        else:
-            b.add(F.died(s, into.get(s.rank, []), job), {w.rank for w in into.get(s.rank, [])})
+            b.add(F.teardown(s, _finished(s, states, waits)), set())
+            continue
+        # ranks that failed the same way at about the same time share one finding
+        same = [o for o in dead if o.rank not in told and not o.death.teardown and  # type: ignore
+                o.death.cause == s.death.cause and  # type: ignore[union-attr]
+                _about_the_same_time(job, o, s)]
+        told.update(o.rank for o in same)
+        waiting = [w for o in same for w in into.get(o.rank, [])]
+        b.add(F.died(s, waiting, job, tuple(o.rank for o in same)), {w.rank for w in waiting})
     failed = [s for s in states.values() if s.kind == StateKind.PEER_FAILED and s.death]
     if not failed:
         return
@@ -158,6 +175,21 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
             b.roots[i] = F.with_consequences(b.roots[i], sorted(ranks), states)
         else:
             consequences.append((F.consequence(sorted(ranks), states, b.roots[i], i), i))
+
+
+def _finished(dead: RankState, states: dict[int, RankState], waits: list[Wait]) -> bool:
+    """Did the job otherwise finish: nobody waits, and every other rank exited, aborted in
+    teardown too, or was terminated by its launcher outside any call?"""
+    if any(w.waits_for for w in waits):
+        return False
+    for o in states.values():
+        if o.rank == dead.rank or o.kind == StateKind.EXITED:
+            continue
+        d = o.death
+        if d is None or not (d.teardown or d.signal == "SIGTERM") or \
+                (o.call is not None and o.call.open):
+            return False
+    return True
 
 
 def _stalled(job: JobView, states: dict[int, RankState]) -> Finding | None:

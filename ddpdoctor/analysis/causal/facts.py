@@ -73,7 +73,7 @@ def failed_call(run: RankRun) -> Call | None:
 def _exception_death(run: RankRun, exc: dict) -> Death:
     frames = exc.get("traceback") or []
     user = [f for f in frames if isinstance(f, dict)
-            and "site-packages" not in str(f.get("filename", ""))]
+            and not any(p in str(f.get("filename", "")) for p in INTERNAL_PARTS)]
     last = (user or frames or [{}])[-1]
     where = (f"{os.path.basename(str(last.get('filename', '?')))}:{last.get('line', '?')}"
              if last else "")

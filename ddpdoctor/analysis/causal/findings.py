@@ -80,7 +80,7 @@ def whereabouts(s: RankState) -> str:
 def wait_text(w: Wait, call: Call | None) -> str:
     what = f"{w.op} #{w.seq}" if w.seq is not None else \
         ("init_process_group" if w.op == "init" else w.op)
-    site = f" at {call.short_site}" if call is not None else ""
+    site = f" at {call.where().partition(' at ')[2]}" if call is not None else ""
     group = f" on group {w.group}" if w.group not in ("0", "rendezvous") else ""
     return f"rank {w.rank} waits for {ranks_text(w.waits_for)} in {what}{group}{site}"
 
@@ -135,12 +135,22 @@ def _steps_reached(s: RankState) -> int:
     return s.steps + (1 if inside else 0)
 
 
+def _loader_fed(job: JobView, rank: int) -> bool:
+    """Did the rank draw its batches from a recorded DataLoader?  Then its batch counts are
+    known (uneven.py compares them) and the step counter says nothing more."""
+    from ddpdoctor.analysis.detectors.uneven import epochs_of
+
+    run = job.ranks.get(rank)
+    return run is not None and bool(epochs_of(run))
+
+
 def exited_early(target: RankState, waits: list[Wait], states: dict[int, RankState],
                  job: JobView) -> Finding:
     """A clean exit while peers wait for more: uneven steps when the step counts differ,
     else a rank that exited early."""
     waiting_steps = {w.rank: _steps_reached(states[w.rank]) for w in waits}
-    if waiting_steps and max(waiting_steps.values()) > target.steps:
+    if waiting_steps and max(waiting_steps.values()) > target.steps and \
+            not _loader_fed(job, target.rank):
         most = max(waiting_steps.values())
         summary = (f"rank {target.rank} ran {target.steps} steps and exited while "
                    f"{ranks_text(sorted(waiting_steps))} went on to step {most}"
@@ -158,8 +168,11 @@ def exited_early(target: RankState, waits: list[Wait], states: dict[int, RankSta
                    "call site)." % target.rank)
 
 
-def died(s: RankState, waits: list[Wait], job: JobView) -> Finding:
-    """rank_failed: a rank died of its own (exception or signal), with its last words."""
+def died(s: RankState, waits: list[Wait], job: JobView,
+         ranks: tuple[int, ...] = ()) -> Finding:
+    """rank_failed: a rank died of its own (exception or signal), with its last words;
+    ``ranks``: every rank that failed the same way at about the same time."""
+    ranks = ranks or (s.rank,)
     d = s.death
     assert d is not None
     where = f" at {d.where}" if d.where else ""
@@ -178,8 +191,9 @@ def died(s: RankState, waits: list[Wait], job: JobView) -> Finding:
     evidence = {"cause": d.cause, "signal": d.signal, "at_ns": d.at_ns,
                 "pid": job.ranks[s.rank].pid if s.rank in job.ranks else None,
                 "waiting": [w.rank for w in waits]}
-    return Finding("rank_failed", Severity.ERROR, (s.rank,), s.call.seq if s.call else None,
-                   f"rank {s.rank} failed{where}: {d.cause}", detail, fix, evidence)
+    return Finding("rank_failed", Severity.ERROR, tuple(sorted(ranks)),
+                   s.call.seq if s.call else None,
+                   f"{ranks_text(ranks)} failed{where}: {d.cause}", detail, fix, evidence)
 
 
 def teardown(s: RankState, finished: bool) -> Finding:

@@ -22,9 +22,6 @@ class StateKind(str, enum.Enum):
     STOPPED = "stopped"  # SIGSTOPped
 
 
-WAITING_KINDS = (StateKind.BLOCKED, StateKind.RENDEZVOUS, StateKind.PEER_FAILED)
-
-
 @dataclass(frozen=True)
 class Death:
     """How a rank ended badly: ``cause`` quotes its last words in one line.
@@ -60,13 +57,3 @@ class RankState:
     progress_ns: int | None = None
     death: Death | None = None
     steps: int = 0  # optimizer steps (DDP step counter)
-
-    @property
-    def waiting(self) -> bool:
-        return self.kind in WAITING_KINDS
-
-    def where(self) -> str:
-        """``at eval.py:88 in evaluate`` or ""."""
-        if not self.frame:
-            return ""
-        return f"at {self.frame}" + (f" in {self.frame_name}" if self.frame_name else "")
