@@ -1,8 +1,9 @@
 """torchrun --max-restarts under ddpdoctor: one run dir and one report per attempt.
 
-torch 2.13's gloo sometimes fails a restarted attempt's init_process_group on loopback
-("Gloo connectFullMesh failed ... Connection refused", plain torchrun too): the jobs may
-restart twice, and what is asserted of a later attempt holds whichever attempt it is."""
+The job keeps each attempt's store keys under a prefix of their own: with torch's
+default, a restarted rank can read an address its dead peer of the earlier attempt left
+in the launcher's store and hang in init_process_group (plain torchrun too).  The success
+test allows one more restart all the same, and asserts the last attempt whichever it is."""
 
 from __future__ import annotations
 
@@ -76,8 +77,10 @@ def test_every_attempt_fails(doctor):
     assert first["findings"][0]["ranks"] == [1]
     assert "fails in attempt 0" in first["findings"][0]["summary"]
     second = json.loads((run.run_dir / "attempt-1" / "report.json").read_text())
-    assert second["findings"][0]["kind"] == "rank_failed"  # its raise, or gloo's init race
-    assert second["findings"][0]["severity"] == "error"
+    assert second["findings"][0]["kind"] == "rank_failed"
+    assert second["findings"][0]["ranks"] == [1]
+    assert "fails in attempt 1" in second["findings"][0]["summary"]
+    assert "attempts: 0 failed; 1 failed" in run.stderr
 
 
 def test_job_without_restarts_keeps_the_plain_layout(doctor):
