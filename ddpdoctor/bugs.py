@@ -323,3 +323,33 @@ def list_bugs(console: Console) -> int:
     console.print("Run one: [bold]ddpdoctor bugs run NAME[/] (add [bold]--fixed[/] for its "
                   "fix). The scripts and their sources: sample_bugs/README.md")
     return 0
+
+
+# -- framework bugs: the classic hangs of Lightning, accelerate, ignite and transformers ----
+FRAMEWORK_BUGS: tuple[Bug, ...] = (
+    _bug("lightning_all_gather_global_zero", 2, Launch.TORCHRUN,
+         "hangs after the first epoch: self.all_gather runs under trainer.is_global_zero",
+         "collective_mismatch", (0,),
+         "Lightning-AI/pytorch-lightning#16541 and #20683",
+         "call self.all_gather on every rank; keep only the print under is_global_zero",
+         hang_timeout=15.0),
+    _bug("accelerate_gather_main_process", 2, Launch.TORCHRUN,
+         "hangs after the first epoch: accelerator.gather runs under is_main_process",
+         "collective_mismatch", (0,),
+         "huggingface/accelerate#2785 and #2733; huggingface/transformers#31532",
+         "call accelerator.gather on every rank; keep only the print under is_main_process",
+         hang_timeout=15.0),
+    _bug("ignite_evaluator_rank0", 2, Launch.TORCHRUN,
+         "hangs after the first epoch: the evaluator (its metric all-reduces) runs on rank 0",
+         "collective_mismatch", (0,),
+         "pytorch-ignite docs (metrics sync across ranks); huggingface/transformers#31532",
+         "run the evaluator on every rank; keep only the print on rank 0",
+         hang_timeout=15.0),
+    _bug("transformers_evaluate_one_rank", 2, Launch.TORCHRUN,
+         "hangs after the first epoch: a callback runs trainer.evaluate() on rank 0 only",
+         "collective_mismatch", (0,),
+         "huggingface/transformers#31532",
+         "call trainer.evaluate() on every rank; keep only the print on rank 0",
+         hang_timeout=15.0),
+)
+CATALOGUE = CATALOGUE + FRAMEWORK_BUGS

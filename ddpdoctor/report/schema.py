@@ -4,11 +4,14 @@ Top level (contract): schema, outcome (completed | failed | hung), command, worl
 started_at and ended_at (ISO 8601, UTC), ranks, findings (each with caused_by: the index of
 its root cause's finding, or null), waits (the wait-for graph: rank, waits_for, group, seq,
 op).  Extensions: run_dir, live,
-timeline, profile, problems, exit_code, ddpdoctor_version; job_exit_code (the job's own
-status after ddpdoctor stopped it); stopped, when ddpdoctor stopped processes of the job:
+timeline, profile, problems, notices, exit_code, ddpdoctor_version; job_exit_code (the job's
+own status after ddpdoctor stopped it); stopped, when ddpdoctor stopped processes of the job:
 {reason: hang | mismatch | abandoned | interrupt | leftovers, signal: the first signal
 (SIGTERM, SIGINT), pids: every process it reached, sigkill: those still alive after the
 grace}; attempt and attempts, for a job torchrun restarted (see report.attempts).
+
+notices: [{"text", "ranks"}]: what ddpdoctor could not honour in this job (e.g. a DDP
+  set-up its ring cannot reduce), each said once, with the ranks that said it.
 
 ranks[i]:
   rank, host, pid; state: starting | computing | in_collective | waiting | exited | failed |
@@ -38,6 +41,17 @@ TIMELINE_LEN = 200
 RECENT_LEN = 20
 MANY_RANKS = 64  # past this, each rank's timeline is cut to TIMELINE_LEN_MANY entries
 TIMELINE_LEN_MANY = 16
+
+
+def notices(job: JobView) -> list[dict[str, Any]]:
+    """The ranks' ``notice`` meta events, one entry per text."""
+    by_text: dict[str, list[int]] = {}
+    for rank in sorted(job.ranks):
+        for ev in job.ranks[rank].trace.meta_events("notice"):
+            ranks = by_text.setdefault(str(ev.get("text", "")), [])
+            if rank not in ranks:
+                ranks.append(rank)
+    return [{"text": t, "ranks": r} for t, r in by_text.items()]
 
 
 def iso(ns: int | None) -> str | None:
@@ -158,5 +172,6 @@ def build(job: JobView, findings: list[Finding], outcome: str,
                      for r in ranks},
         "profile": {str(r.rank): profile(r, host_now(job, r.rank)) for r in ranks},
         "problems": list(dict.fromkeys(job.problems)),
+        "notices": notices(job),
         "ddpdoctor_version": ddpdoctor.__version__,
     }

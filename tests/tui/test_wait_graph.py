@@ -102,3 +102,20 @@ async def test_waits_tab_appears_only_with_a_wait_for_graph(tmp_path: Path) -> N
 def test_waits_tab_snapshot(snap_compare, tmp_path: Path) -> None:
     app = make_app(tmp_path, source=FakeFeed([make_waits_report()], finish_at_end=True), clock=fixed_clock)
     assert snap_compare(app, press=["w"], terminal_size=SIZE)
+
+
+def test_a_cycle_explained_by_a_root_cause_is_not_called_a_deadlock() -> None:
+    report = make_deadlock_report()
+    report["findings"] = [{"kind": "missing_collective", "severity": "error", "ranks": [1],
+                           "summary": "rank 1 skipped all_reduce #0 of group 1"}]
+    text = render(ReportView.from_dict(report))
+    assert "Deadlock" not in text
+    assert "Waiting in a cycle: rank 0 → rank 1 → rank 0  ← root cause: rank 1 (missing_collective)" in text
+
+
+def test_rendezvous_wait_is_named_as_init() -> None:
+    view = ReportView.from_dict({"ranks": [{"rank": 1, "state": "starting"}],
+                                 "waits": [{"rank": 0, "waits_for": [1], "group": "rendezvous", "op": "init"}]})
+    text = render(view)
+    assert "rank 1 starting" in text and "← root cause" in text
+    assert "rank 0 waits for rank 1 in init_process_group (the rendezvous)" in text

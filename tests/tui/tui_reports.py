@@ -227,4 +227,9 @@ def make_deadlock_report() -> dict[str, Any]:
         {"rank": 0, "waits_for": [1], "group": "1", "seq": 0, "op": "all_reduce"},
         {"rank": 1, "waits_for": [0], "group": "2", "seq": 0, "op": "all_reduce"},
     ]
+    report["findings"] = [
+        {"kind": "deadlock", "severity": "error", "ranks": [0, 1], "seq": 0,
+         "summary": "ranks 0 and 1 wait on each other: rank 0 in group 1, rank 1 in group 2",
+         "detail": "", "fix": "Take the groups in one order on every rank.", "evidence": {}},
+    ]
     return report

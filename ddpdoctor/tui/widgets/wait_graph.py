@@ -69,7 +69,7 @@ def roots(waits: tuple[WaitEdge, ...]) -> list[int]:
 
 
 def _edge_text(edge: WaitEdge, targets: tuple[int, ...] | None = None) -> Text:
-    where = edge.op or "a call"
+    where = "init_process_group" if edge.op == "init" else (edge.op or "a call")
     if edge.seq is not None:
         where += f" #{edge.seq}"
     others = targets if targets is not None else edge.waits_for
@@ -77,7 +77,24 @@ def _edge_text(edge: WaitEdge, targets: tuple[int, ...] | None = None) -> Text:
     if others:
         text.append(f" for rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}")
     text.append(f" in {where}", style="cyan")
-    text.append(f" (group {edge.group})", style="dim")
+    group = "the rendezvous" if edge.group == "rendezvous" else f"group {edge.group}"
+    text.append(f" ({group})", style="dim")
+    return text
+
+
+def _cycle_title(cycle: list[int], findings: tuple[FindingView, ...]) -> Text:
+    """"Deadlock" when a deadlock finding covers the cycle; else a cycle the findings explain
+    by a root cause (a rank that skipped a call, say): named with it."""
+    ring = " → ".join(f"rank {r}" for r in cycle + cycle[:1])
+    errors = [f for f in findings if f.severity == "error"]
+    if any(f.kind == "deadlock" and set(cycle) <= set(f.ranks) for f in errors) or not errors:
+        return Text.assemble(("Deadlock: ", "bold red"), (ring, "bold"))
+    text = Text.assemble(("Waiting in a cycle: ", "bold yellow"), (ring, "bold"))
+    cause = next((f for f in errors if set(f.ranks) & set(cycle)), None)
+    if cause is not None:
+        ranks = ", ".join(map(str, cause.ranks))
+        text.append(f"  ← root cause: rank{'s' if len(cause.ranks) > 1 else ''} {ranks} ({cause.kind})",
+                    style="bold red")
     return text
 
 
@@ -156,8 +173,7 @@ def wait_graph(view: ReportView) -> RenderableType:
         parts += [tree, Text("")]
     by_rank = {e.rank: e for e in waits}
     for cycle in find_cycles(waits):
-        ring = " → ".join(f"rank {r}" for r in cycle + cycle[:1])
-        tree = Tree(Text.assemble(("Deadlock: ", "bold red"), (ring, "bold")), guide_style="red")
+        tree = Tree(_cycle_title(cycle, view.findings), guide_style="red")
         placed = set(cycle)
         for i, rank in enumerate(cycle):
             target = cycle[(i + 1) % len(cycle)]
