@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import sys
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from ddpdoctor.ddp.wrapper import DistributedDataParallel as RingDDP  # noqa: E402
+from spawn_job import run_ranks  # noqa: E402
 
 MODELS = {"mlp3x1024": (3, 1024), "mlp6x2048": (6, 2048)}
 WARMUP = 3
@@ -38,12 +39,6 @@ def mlp(layers: int, width: int) -> nn.Module:
     return nn.Sequential(*mods)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> float:
     dist.barrier()
     t0 = time.perf_counter()
@@ -53,7 +48,7 @@ def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> floa
     return time.perf_counter() - t0
 
 
-def _rank(rank: int, world: int, port: int, steps: int, batch: int, out: "mp.Queue") -> None:
+def _rank(rank: int, world: int, port: int, steps: int, batch: int, out: Any) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
@@ -85,22 +80,18 @@ def _rank(rank: int, world: int, port: int, steps: int, batch: int, out: "mp.Que
     dist.destroy_process_group()
 
 
+def measure(world: int = 2, steps: int = 15, batch: int = 64) -> list[tuple]:
+    """Rows ``(model, nparams, {"torch", "ring", "local", "ratio"})`` from one job."""
+    return run_ranks(_rank, world, steps, batch)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args(argv)
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_rank, args=(r, args.world, port, args.steps, args.batch, out))
-             for r in range(args.world)]
-    for p in procs:
-        p.start()
-    rows = out.get(timeout=1800)
-    for p in procs:
-        p.join()
+    rows = measure(args.world, args.steps, args.batch)
     print(f"DDP step time, world {args.world}, gloo, batch {args.batch}, 1 thread a rank, "
           f"median of {args.steps} alternating steps ({os.cpu_count()} cores)")
     print("ring/torch is the median of the ratios of neighbouring steps")

@@ -1,25 +1,30 @@
 """Benchmark: the data probes' cost per batch, and the step time with and without them.
 
-    python bench/bench_probes.py [--epochs 30] [--batches 200]
+    python bench/bench_probes.py [--pairs 15] [--batches 100]
 
 One process records into a scratch run dir exactly as a rank does under `ddpdoctor run`
-(a Recorder, the DataLoader patches).  Probes on and off alternate epoch by epoch in the
-same run, so noise from other jobs on the machine hits both alike; the tables show
-the fastest epoch of each (the least disturbed by other load).  "probe call" times the
-probes' own work for one batch in isolation (best of many repeats); "ratio by probe
-call" is (step + probe call) / step, the ratio a quiet machine shows.
-Per-batch cost: a loop that only draws batches (the probes' whole cost is in
-the draw).  Step ratio: the same loop plus a training step (forward, backward, SGD).
+(a Recorder, the DataLoader patches).  "off" runs torch's own DataLoader methods (the
+patches taken out), "on" the patched ones with every probe on.  On and off alternate
+epoch by epoch in one run (>= 7 pairs), so load from other jobs on the machine hits both
+alike; times are the thread's CPU time (what the probes add to a step; wall time on a
+shared machine mostly measures the other jobs); a pair's ratio is on / off of two adjacent
+epochs, and the tables give the median over the pairs (and the ratio of the fastest
+epochs).  ``--wall`` times wall-clock instead.  Each epoch is a fresh iteration of
+the loader, so the per-epoch work (epoch records, the first batches' fingerprints) counts.
+Goal (issue 15): step ratio <= 1.02 on 0.5-1 ms steps.  The load average is printed: the
+figures mean something only on a quiet machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -34,6 +39,9 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset  # noqa:
 from ddpdoctor.runtime import data_probes  # noqa: E402
 from ddpdoctor.runtime import recorder as R  # noqa: E402
 
+GOAL = 1.02
+_clock = time.thread_time
+
 
 class Stream(IterableDataset):
     """An iterable dataset (no sampler indices: the probes fingerprint the tensors)."""
@@ -45,8 +53,27 @@ class Stream(IterableDataset):
         return iter(self.x)
 
 
-def set_probes(on: bool) -> None:
-    data_probes._on["batch"] = on
+class Patches:
+    """The probes' class-level patches, to take out (off) and put back (on)."""
+
+    def __init__(self) -> None:
+        from torch.utils.data import DistributedSampler
+        from torch.utils.data import dataloader as dl
+        from torch.utils.data._utils import fetch
+
+        self.items: list[tuple[Any, str, Any, Any]] = []
+        for cls in (DataLoader, dl._BaseDataLoaderIter, dl._MultiProcessingDataLoaderIter,
+                    DistributedSampler, fetch._MapDatasetFetcher,
+                    fetch._IterableDatasetFetcher):
+            for name, value in list(vars(cls).items()):
+                original = getattr(value, "__ddpdoctor_original__", None)
+                if original is not None:
+                    self.items.append((cls, name, value, original))
+        assert self.items, "the probes are not installed"
+
+    def set(self, on: bool) -> None:
+        for cls, name, patched, original in self.items:
+            setattr(cls, name, patched if on else original)
 
 
 def loaders(batches: int, batch_size: int, features: int) -> dict[str, DataLoader]:
@@ -59,57 +86,45 @@ def loaders(batches: int, batch_size: int, features: int) -> dict[str, DataLoade
     }
 
 
-def time_epoch(loader: DataLoader, step) -> tuple[float, int]:
+def time_epoch(loader: DataLoader, step: Callable[[Any], None]) -> tuple[float, int]:
+    """CPU time of one epoch (this thread's: other jobs' load does not count) and its
+    number of batches."""
     n = 0
-    t0 = time.perf_counter()
+    t0 = _clock()
     for b in loader:
         step(b)
         n += 1
-    return time.perf_counter() - t0, n
+    return _clock() - t0, n
 
 
-def alternate(loader: DataLoader, step, epochs: int) -> tuple[list[float], list[float], int]:
+def alternate(patches: Patches, loader: DataLoader, step: Callable[[Any], None],
+              pairs: int) -> tuple[list[float], list[float], int]:
+    """Epoch times with the probes on and off, alternating (ABBA), ``pairs`` each."""
     on, off = [], []
     n = 0
-    time_epoch(loader, step)  # warm-up
-    for e in range(epochs):
-        for probes in ((True, False) if e % 2 == 0 else (False, True)):
-            set_probes(probes)
+    for warm in (True, False):
+        patches.set(warm)
+        time_epoch(loader, step)
+    for p in range(pairs):
+        for probes in ((True, False) if p % 2 == 0 else (False, True)):
+            patches.set(probes)
             dt, n = time_epoch(loader, step)
             (on if probes else off).append(dt)
-    set_probes(True)
+    patches.set(True)
     return on, off, n
 
 
-def probe_call(loader: DataLoader, batches: int = 64, repeats: int = 200) -> float:
-    """Microseconds of probe work per batch (index fingerprint + batch record), the
-    loader's own work left out; the first FIRST_FPS batches of an epoch also fingerprint
-    their contents, so this averages over a ``batches``-long epoch."""
-    import timeit
-
-    it = iter(loader)
-    sample = [next(it) for _ in range(2)]
-    index = list(range(loader.batch_size or 1))
-    is_map = not isinstance(loader.dataset, IterableDataset)
-
-    def epoch() -> None:
-        it.__dict__.pop("_ddpdoctor_epoch", None)
-        ep = data_probes._epoch_of(it)
-        for i in range(batches):
-            if is_map:
-                ep.indices.append((data_probes.indices_fingerprint(index), len(index)))
-            data_probes._on_batch(it, sample[i & 1])
-
-    best = min(timeit.repeat(epoch, number=1, repeat=repeats))
-    return best / batches * 1e6
+def ratios(on: list[float], off: list[float]) -> tuple[float, float]:
+    """(median of the pairs' on/off ratios, fastest on / fastest off)."""
+    return statistics.median(a / b for a, b in zip(on, off)), min(on) / min(off)
 
 
-def make_step(width: int, features: int):
+def make_step(width: int, features: int) -> Callable[[Any], None]:
     model = nn.Sequential(nn.Linear(features, width), nn.ReLU(), nn.Dropout(0.1),
-                          nn.Linear(width, 1))
+                          nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
-    def step(batch) -> None:
+    def step(batch: Any) -> None:
         x = batch[0] if isinstance(batch, (list, tuple)) else batch
         loss = model(x).pow(2).mean()
         opt.zero_grad()
@@ -121,38 +136,53 @@ def make_step(width: int, features: int):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--epochs", type=int, default=30, help="epochs each way (default 30)")
-    p.add_argument("--batches", type=int, default=200, help="batches an epoch (default 200)")
+    p.add_argument("--pairs", type=int, default=15, help="on/off epoch pairs (default 15)")
+    p.add_argument("--batches", type=int, default=100, help="batches an epoch (default 100)")
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--wall", action="store_true", help="time wall-clock, not CPU time")
     args = p.parse_args(argv)
+    global _clock
+    if args.wall:
+        _clock = time.perf_counter
+    if args.pairs < 7:
+        p.error("--pairs must be at least 7")
     torch.set_num_threads(1)
     torch.manual_seed(0)
     data_probes.install()
+    patches = Patches()
     rec = R.active()
     assert rec is not None, "no recorder: the bench needs DDPDOCTOR_RUN_DIR"
     features = 64
+    load0 = os.getloadavg()
 
-    print(f"per-batch probe cost ({args.batches} batches x {args.epochs} epochs each way, "
-          f"batch {args.batch_size}x{features})")
-    print(f"{'loader':<22} {'off us/batch':>13} {'on us/batch':>12} {'probe us':>9} "
-          f"{'probe call':>11}")
+    print(f"per-batch probe cost ({args.batches} batches x {args.pairs} epochs each way, "
+          f"batch {args.batch_size}x{features}, no training step)")
+    print(f"{'loader':<22} {'off us/batch':>13} {'on us/batch':>12} {'probe us':>9}")
     for name, loader in loaders(args.batches, args.batch_size, features).items():
-        on, off, n = alternate(loader, lambda b: None, args.epochs)
-        m_on, m_off = min(on) / n * 1e6, min(off) / n * 1e6
-        print(f"{name:<22} {m_off:>13.1f} {m_on:>12.1f} {m_on - m_off:>9.1f} "
-              f"{probe_call(loader):>11.1f}")
+        on, off, n = alternate(patches, loader, lambda b: None, args.pairs)
+        m_on = statistics.median(on) / n * 1e6
+        m_off = statistics.median(off) / n * 1e6
+        print(f"{name:<22} {m_off:>13.1f} {m_on:>12.1f} {m_on - m_off:>9.1f}")
 
-    print("\nstep time with / without the probes (same run, alternating epochs)")
-    print(f"{'loader':<22} {'model':<12} {'off ms/step':>11} {'on ms/step':>11} {'ratio':>7} "
-          f"{'ratio by probe call':>20}")
-    for width in (64, 512):
+    clock = "wall" if args.wall else "CPU"
+    print(f"\nstep {clock} time with / without the probes ({args.pairs} alternating epoch "
+          f"pairs; goal: ratio <= {GOAL} on 0.5-1 ms steps)")
+    print(f"{'loader':<22} {'model':<12} {'off ms/step':>11} {'on ms/step':>11} "
+          f"{'ratio':>7} {'fastest':>8} {'goal':>5}")
+    worst = 0.0
+    for width in (128, 384):
         step = make_step(width, features)
         for name, loader in loaders(args.batches, args.batch_size, features).items():
-            cost = probe_call(loader)
-            on, off, n = alternate(loader, step, max(4, args.epochs // 3))
-            m_on, m_off = min(on) / n * 1e3, min(off) / n * 1e3
+            on, off, n = alternate(patches, loader, step, args.pairs)
+            ratio, fastest = ratios(on, off)
+            worst = max(worst, ratio)
+            m_on = statistics.median(on) / n * 1e3
+            m_off = statistics.median(off) / n * 1e3
             print(f"{name:<22} {f'MLP {width}':<12} {m_off:>11.3f} {m_on:>11.3f} "
-                  f"{m_on / m_off:>7.3f} {1 + cost / (m_off * 1e3):>20.4f}")
+                  f"{ratio:>7.3f} {fastest:>8.3f} {'ok' if ratio <= GOAL else 'MISS':>5}")
+    load1 = os.getloadavg()
+    print(f"\nworst step ratio {worst:.3f} (goal <= {GOAL}); load average "
+          f"{load0[0]:.2f} at the start, {load1[0]:.2f} at the end, on {os.cpu_count()} CPUs")
     meta = Path(RUN_DIR, "traces", f"pid-{os.getpid()}.meta.jsonl").read_text()
     if "runtime_error" in meta:
         print("\nthe probes reported an error:", [ln for ln in meta.splitlines()

@@ -1,96 +1,129 @@
 """Benchmark: ddpdoctor's ring all-reduce against gloo's dist.all_reduce, in one job.
 
-    python bench/bench_ring.py [--sizes-mb 1 25 100] [--worlds 2 4] [--reps 7]
+    python bench/bench_ring.py [--sizes-mb 0.25 1 4 25 100] [--worlds 2 4] [--pairs 15]
 
-Both run in the same processes, alternating call by call (gloo, ring, gloo, ring, ...)
-so that noise from other jobs on the machine hits both alike; the table shows medians.
+Both run in the same processes, alternating (a batch of gloo calls, then a batch of ring
+calls, the order swapped every pair) so that noise from other jobs on the machine hits
+both alike.  Every call is timed on its own; a batch counts by its median call (a few
+calls of any batch wait milliseconds for a core to be scheduled, the median does not),
+and the ratio is the median over the pairs of ring batch / gloo batch.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from ddpdoctor.ddp import ring  # noqa: E402
+from spawn_job import run_ranks  # noqa: E402
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@dataclass(frozen=True)
+class RingRow:
+    """One size of one world: medians, the ratio, its spread, and whether results agree."""
+
+    world: int
+    mb: float
+    gloo_ms: float
+    ring_ms: float
+    ratio: float
+    ratio_iqr: float  # interquartile range of the pair ratios
+    pairs: int
+    equal: bool
 
 
-def _timed(fn, t: torch.Tensor) -> float:
+def calls_per_batch(mb: float) -> int:
+    """Enough calls for a steady median on small tensors, few on large ones."""
+    return max(2, min(15, int(16 / mb)))
+
+
+def _batch_ms(fn: Callable[[], object], calls: int) -> float:
     dist.barrier()
-    t0 = time.perf_counter()
-    fn(t)
-    return time.perf_counter() - t0
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
 
 
-def _rank(rank: int, world: int, port: int, sizes_mb: list[float], reps: int,
-          out: "mp.Queue") -> None:
+def _agrees(numel: int, world: int) -> bool:
+    """The ring's result equals gloo's (float tolerance) and is the same bits on every rank."""
+    g = torch.Generator().manual_seed(dist.get_rank())
+    base = torch.randn(numel, generator=g)
+    ours, ref = base.clone(), base.clone()
+    ring.all_reduce(ours)
+    dist.all_reduce(ref)
+    ok = torch.allclose(ours, ref, rtol=1e-5, atol=1e-5)
+    got = [torch.empty_like(ours) for _ in range(world)]
+    dist.all_gather(got, ours)
+    ok = ok and all(torch.equal(t, got[0]) for t in got)
+    flag = torch.tensor([1 if ok else 0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def _rank(rank: int, world: int, port: int, sizes_mb: list[float], pairs: int,
+          out: Any) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     rows = []
     for mb in sizes_mb:
         numel = int(mb * (1 << 20)) // 4
-        base = torch.randn(numel)
-        t = base.clone()
-        ring.all_reduce(t)  # warm up both, and check they agree
-        ref = base.clone()
-        dist.all_reduce(ref)
-        ok = torch.allclose(t, ref, rtol=1e-5, atol=1e-5)
-        gloo_t, ring_t = [], []
-        for _ in range(reps):
-            gloo_t.append(_timed(dist.all_reduce, t))
-            ring_t.append(_timed(ring.all_reduce, t))
-        ratios = [r / g for g, r in zip(gloo_t, ring_t)]  # neighbours share the noise
-        rows.append((mb, statistics.median(gloo_t), statistics.median(ring_t),
-                     statistics.median(ratios), ok))
+        equal = _agrees(numel, world)
+        t = torch.randn(numel)
+        fns = {"gloo": lambda: dist.all_reduce(t), "ring": lambda: ring.all_reduce(t)}
+        calls = calls_per_batch(mb)
+        for fn in fns.values():  # warm up: buffers, connections
+            _batch_ms(fn, 2)
+        gloo_ms, ring_ms = [], []
+        for i in range(pairs):
+            order = ("gloo", "ring") if i % 2 == 0 else ("ring", "gloo")
+            got = {name: _batch_ms(fns[name], calls) for name in order}
+            gloo_ms.append(got["gloo"])
+            ring_ms.append(got["ring"])
+        ratios = sorted(r / g for g, r in zip(gloo_ms, ring_ms))
+        q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (0, 0, 0)
+        rows.append(RingRow(world, mb, statistics.median(gloo_ms), statistics.median(ring_ms),
+                            statistics.median(ratios), q3 - q1, pairs, equal))
     if rank == 0:
         out.put(rows)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def run_world(world: int, sizes_mb: list[float], reps: int) -> list[tuple]:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_rank, args=(r, world, port, sizes_mb, reps, out))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    rows = out.get(timeout=1800)
-    for p in procs:
-        p.join()
-    return rows
+def run_world(world: int, sizes_mb: list[float], pairs: int) -> list[RingRow]:
+    """Measure every size on a ``world``-rank gloo job on this machine."""
+    return run_ranks(_rank, world, sizes_mb, pairs)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 25, 100])
+    ap.add_argument("--sizes-mb", type=float, nargs="+", default=[0.25, 1, 4, 25, 100])
     ap.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--pairs", type=int, default=15)
     args = ap.parse_args(argv)
-    print(f"ring vs gloo all_reduce, float32, 1 thread a rank, median of {args.reps} "
-          f"alternating runs ({os.cpu_count()} cores)")
-    print("ring/gloo is the median of the ratios of neighbouring calls")
-    print(f"{'world':>5} {'MB':>6} {'gloo ms':>9} {'ring ms':>9} {'ring/gloo':>9}  equal")
+    print(f"ring vs gloo all_reduce, float32, 1 thread a rank, {args.pairs} alternating "
+          f"pairs of batches ({os.cpu_count()} cores, load {os.getloadavg()[0]:.2f})")
+    print("ms = median call; ring/gloo = median over pairs of the batch ratio (IQR)")
+    print(f"{'world':>5} {'MB':>6} {'gloo ms':>9} {'ring ms':>9} {'ring/gloo':>9} {'IQR':>6}"
+          f"  equal")
     for world in args.worlds:
-        for mb, g, r, ratio, ok in run_world(world, args.sizes_mb, args.reps):
-            print(f"{world:>5} {mb:>6g} {g * 1e3:>9.1f} {r * 1e3:>9.1f} {ratio:>9.2f}  {ok}")
+        for r in run_world(world, args.sizes_mb, args.pairs):
+            print(f"{world:>5} {r.mb:>6g} {r.gloo_ms:>9.2f} {r.ring_ms:>9.2f} {r.ratio:>9.2f} "
+                  f"{r.ratio_iqr:>6.2f}  {r.equal}")
     return 0
 
 

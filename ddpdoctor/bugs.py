@@ -28,7 +28,7 @@ from ddpdoctor.errors import UserError
 
 ENV_SAMPLE_BUGS = "DDPDOCTOR_SAMPLE_BUGS"
 FINDING_KINDS = ("collective_mismatch", "missing_collective", "uneven_batches", "rank_failed",
-                 "seed_collision", "stale_shuffle", "duplicate_data", "straggler")
+                 "seed_collision", "stale_shuffle", "duplicate_data", "straggler", "deadlock")
 
 
 class Launch(str, enum.Enum):
@@ -60,6 +60,8 @@ class Bug:
         source: where the bug comes from: issues, articles.
         fix: what the fixed twin changes, one line.
         hang_timeout: ``--hang-timeout`` for the run, in seconds.
+        finishes: the job is slow but healthy: it must run to its end (exit 0) with no error
+            finding; ``finding_kind`` is then the most ddpdoctor may say (a warning at most).
     """
 
     name: str
@@ -73,6 +75,7 @@ class Bug:
     source: str
     fix: str
     hang_timeout: float = 10.0
+    finishes: bool = False
 
     def __post_init__(self) -> None:
         if self.finding_kind not in FINDING_KINDS:
@@ -85,9 +88,10 @@ class Bug:
 
 
 def _bug(name: str, nproc: int, launch: Launch, symptom: str, kind: str,
-         culprits: tuple[int, ...], source: str, fix: str, hang_timeout: float = 10.0) -> Bug:
+         culprits: tuple[int, ...], source: str, fix: str, hang_timeout: float = 10.0,
+         finishes: bool = False) -> Bug:
     return Bug(name, f"{name}.py", f"{name}_fixed.py", nproc, launch, symptom, kind, culprits,
-               source, fix, hang_timeout)
+               source, fix, hang_timeout, finishes)
 
 
 CATALOGUE: tuple[Bug, ...] = (
@@ -169,6 +173,52 @@ CATALOGUE: tuple[Bug, ...] = (
          "collective_mismatch", (1,),
          "KempnerInstitute/KempnerForge#49",
          "let rank 0 decide and call broadcast_object_list on every rank"),
+    # Root cause versus victim: the shapes of the job-wide causal model (who waits for whom).
+    _bug("clean_exit_uneven_no_loader", 2, Launch.SCRIPT,
+         "rank 0 fails with \"Connection closed by peer\": rank 1 ran out of hand-split "
+         "batches and returned cleanly",
+         "uneven_batches", (1,),
+         "the seed article's last-batch hang, hand-split tensors; pytorch/pytorch#38174",
+         "all-reduce (MIN) the number of full batches and train exactly that many",
+         hang_timeout=5.0),
+    _bug("pg_timeout_while_peer_computes", 2, Launch.TORCHRUN,
+         "rank 0 dies of a 4 s process-group timeout while rank 1 still evaluates (12 s)",
+         "missing_collective", (1,),
+         "gloo/NCCL collective timeouts while one rank evaluates alone (common reports)",
+         "a process-group timeout longer than the slowest rank's evaluation",
+         hang_timeout=5.0),
+    _bug("subgroup_skip_4ranks", 4, Launch.TORCHRUN,
+         "hangs: rank 1 skips its pair group's all-reduce once; rank 0 waits in it",
+         "missing_collective", (1,),
+         "conditional collectives in process subgroups (the \"a rank skips a collective\" "
+         "hangs of pytorch/pytorch#38174's family)",
+         "all-reduce an empty statistic as zeros instead of skipping the call",
+         hang_timeout=5.0),
+    _bug("two_group_lock_order", 2, Launch.SCRIPT,
+         "hangs: rank 0 reduces on group A then B, rank 1 on B then A",
+         "deadlock", (0, 1),
+         "collectives on several process groups entered in different orders",
+         "one order of the groups' collectives on every rank",
+         hang_timeout=5.0),
+    _bug("p2p_recv_recv", 2, Launch.SCRIPT,
+         "hangs: both pipeline stages post a blocking recv before their send",
+         "deadlock", (0, 1),
+         "blocking send/recv ordering (why torch has batch_isend_irecv)",
+         "rank 0 sends first, rank 1 receives first (or batch_isend_irecv)",
+         hang_timeout=5.0),
+    _bug("stuck_before_init", 2, Launch.TORCHRUN,
+         "hangs at start-up: rank 1 blocks in a download before init_process_group",
+         "missing_collective", (1,),
+         "start-up hangs from one rank blocking in a download or a file lock before init",
+         "a timeout on the download, with a cached fallback",
+         hang_timeout=5.0),
+    _bug("busy_straggler_finishes", 2, Launch.SCRIPT,
+         "rank 1 evaluates for 12 s while rank 0 waits: slow, not hung; the job must finish",
+         "straggler", (1,),
+         "uneven evaluation shards; ddpdoctor's own rule: a rank whose CPU time advances is "
+         "a straggler, not a hang",
+         "shard the evaluation evenly",
+         hang_timeout=5.0, finishes=True),
 )
 
 
@@ -273,3 +323,33 @@ def list_bugs(console: Console) -> int:
     console.print("Run one: [bold]ddpdoctor bugs run NAME[/] (add [bold]--fixed[/] for its "
                   "fix). The scripts and their sources: sample_bugs/README.md")
     return 0
+
+
+# -- framework bugs: the classic hangs of Lightning, accelerate, ignite and transformers ----
+FRAMEWORK_BUGS: tuple[Bug, ...] = (
+    _bug("lightning_all_gather_global_zero", 2, Launch.TORCHRUN,
+         "hangs after the first epoch: self.all_gather runs under trainer.is_global_zero",
+         "collective_mismatch", (0,),
+         "Lightning-AI/pytorch-lightning#16541 and #20683",
+         "call self.all_gather on every rank; keep only the print under is_global_zero",
+         hang_timeout=15.0),
+    _bug("accelerate_gather_main_process", 2, Launch.TORCHRUN,
+         "hangs after the first epoch: accelerator.gather runs under is_main_process",
+         "collective_mismatch", (0,),
+         "huggingface/accelerate#2785 and #2733; huggingface/transformers#31532",
+         "call accelerator.gather on every rank; keep only the print under is_main_process",
+         hang_timeout=15.0),
+    _bug("ignite_evaluator_rank0", 2, Launch.TORCHRUN,
+         "hangs after the first epoch: the evaluator (its metric all-reduces) runs on rank 0",
+         "collective_mismatch", (0,),
+         "pytorch-ignite docs (metrics sync across ranks); huggingface/transformers#31532",
+         "run the evaluator on every rank; keep only the print on rank 0",
+         hang_timeout=15.0),
+    _bug("transformers_evaluate_one_rank", 2, Launch.TORCHRUN,
+         "hangs after the first epoch: a callback runs trainer.evaluate() on rank 0 only",
+         "collective_mismatch", (0,),
+         "huggingface/transformers#31532",
+         "call trainer.evaluate() on every rank; keep only the print on rank 0",
+         hang_timeout=15.0),
+)
+CATALOGUE = CATALOGUE + FRAMEWORK_BUGS

@@ -15,13 +15,13 @@ from ddpdoctor.hookspecs import hookimpl
 
 def export_report(job: Any, path: Path) -> None:
     """Write the job's report (schema ddpdoctor.report/1) to ``path``."""
-    from ddpdoctor.analysis.engine import analyze
+    from ddpdoctor.analysis.engine import analyze_with_waits
     from ddpdoctor.rundir.layout import write_json_atomic
     from ddpdoctor.report import schema
     from ddpdoctor.report.build import infer_outcome
 
-    findings = analyze(job)
-    write_json_atomic(path, schema.build(job, findings, infer_outcome(job)))
+    findings, waits = analyze_with_waits(job)
+    write_json_atomic(path, schema.build(job, findings, infer_outcome(job), waits=waits))
 
 
 @hookimpl

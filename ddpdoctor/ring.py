@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from ddpdoctor.ddp.ring import SEGMENT_BYTES, all_reduce
+from ddpdoctor.ddp.ring import GATHER_BYTES, SEGMENT_BYTES, all_reduce, ring_all_reduce_flat
 
-__all__ = ["SEGMENT_BYTES", "all_reduce"]
+__all__ = ["GATHER_BYTES", "SEGMENT_BYTES", "all_reduce", "ring_all_reduce_flat"]

@@ -38,7 +38,7 @@ def rank_run(trace: RankTrace) -> RankRun:
     rank = trace.header.rank
     calls: dict[str, list[Call]] = {}
     p2p: list[Call] = []
-    ring, batches = [], []
+    ring, batches, marks = [], [], []
     for rec in trace.records:
         if rec.kind == L.RecordKind.COLLECTIVE:
             group = names.get(rec.group, str(rec.group))
@@ -49,9 +49,13 @@ def rank_run(trace: RankTrace) -> RankRun:
             ring.append(rec)
         elif rec.kind == L.RecordKind.BATCH:
             batches.append(rec)
+        elif rec.kind == L.RecordKind.MARK:
+            marks.append(rec)
     for seq_calls in calls.values():
         seq_calls.sort(key=lambda c: c.seq)
-    return RankRun(rank, trace, calls, p2p, ring, batches, group_ranks)
+    run = RankRun(rank, trace, calls, p2p, ring, batches, group_ranks)
+    run.marks = marks
+    return run
 
 
 def load_stack(path: Path) -> tuple[list[dict[str, Any]] | None, str | None]:
@@ -169,6 +173,22 @@ def _ended(ranks: dict[int, RankRun], sup_events: list[dict[str, Any]]) -> int |
     return max(last) if last else None
 
 
+def _attach_progress(ranks: dict[int, RankRun], sup_events: list[dict[str, Any]]) -> None:
+    """The supervisor's last word on each rank's progress (interfaces: ``progress`` event)."""
+    last = next((e for e in reversed(sup_events) if e.get("event") == "progress"), None)
+    facts = last.get("ranks") if last is not None else None
+    if not isinstance(facts, dict):
+        return
+    for key, fact in facts.items():
+        run = ranks.get(int(key)) if str(key).isdigit() else None
+        if run is None or not isinstance(fact, dict):
+            continue
+        if type(fact.get("progress_ns")) is int:
+            run.progress_ns = fact["progress_ns"]
+        if type(fact.get("cpu_busy")) is bool:
+            run.cpu_busy = fact["cpu_busy"]
+
+
 def _attach_exits(ranks: dict[int, RankRun], launchers: list[RankTrace],
                   sup_events: list[dict[str, Any]], live: bool) -> None:
     by_pid = {run.pid: run for run in ranks.values()}
@@ -191,6 +211,7 @@ def _attach_exits(ranks: dict[int, RankRun], launchers: list[RankTrace],
             run.gone_at_ns = ev["t"]
         if ev.get("event") == "rank_stopped":
             run.proc_state = "T"
+    _attach_progress(ranks, sup_events)
     if live:
         for run in ranks.values():
             run.alive = alive(run.pid)

@@ -41,11 +41,12 @@ class Finding:
     detail: str
     fix: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    caused_by: int | None = None  # index of the root cause's finding in the same list
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "severity": self.severity.value, "ranks": list(self.ranks),
                 "seq": self.seq, "summary": self.summary, "detail": self.detail,
-                "fix": self.fix, "evidence": self.evidence}
+                "fix": self.fix, "evidence": self.evidence, "caused_by": self.caused_by}
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Call:
     t_end: int
     aux: int
     kind: L.RecordKind = L.RecordKind.COLLECTIVE
+    framework_site: str = ""  # the framework/torch frame that made the call (pkg/path:line)
 
     @property
     def open(self) -> bool:
@@ -83,6 +85,16 @@ class Call:
     def short_site(self) -> str:
         path, _, line = self.callsite.rpartition(":")
         return f"{os.path.basename(path)}:{line}" if path else self.callsite
+
+    def where(self) -> str:
+        """``all_gather at lightning/.../distributed.py:247, called from train.py:30``, or
+        ``all_reduce at train.py:30`` when the user called torch directly."""
+        if not self.framework_site:
+            return f"{self.op} at {self.short_site}"
+        path, _, line = self.framework_site.rpartition(":")
+        parts = path.split("/")
+        short = f"{parts[0]}/.../{parts[-1]}" if len(parts) > 2 else path
+        return f"{self.op} at {short}:{line}, called from {self.short_site}"
 
     def describe(self) -> str:
         """``all_reduce(float32[10], sum)`` at a glance."""
@@ -102,7 +114,7 @@ class Call:
     def from_record(rank: int, group: str, rec: TraceRecord) -> "Call":
         return Call(rank, group, rec.seq, rec.op, rec.reduce_op, rec.in_shapes,
                     rec.out_shapes, rec.dtypes, rec.peer, rec.flags, rec.callsite,
-                    rec.t_start, rec.t_end, rec.aux, rec.kind)
+                    rec.t_start, rec.t_end, rec.aux, rec.kind, rec.framework_site)
 
 
 @dataclass
@@ -123,6 +135,9 @@ class RankRun:
     fault: str = ""  # faulthandler's dump after a fatal signal
     stack: list[dict[str, Any]] | None = None
     stack_error: str | None = None
+    marks: list[TraceRecord] = field(default_factory=list)  # init / new_group / destroy
+    progress_ns: int | None = None  # live: wall time of the last observed progress
+    cpu_busy: bool | None = None  # live: CPU time advanced in the last sampling window
 
     @property
     def pid(self) -> int:

@@ -1,14 +1,23 @@
-"""Ring all-reduce over a ProcessGroup's own send/recv, pipelined in segments, in view.
+"""Ring all-reduce over a ProcessGroup's own send/recv, in the caller's thread, in view.
 
-A ring all-reduce of a flat tensor on ``n`` ranks is a reduce-scatter (``n - 1`` steps:
-each rank sends one chunk to its right neighbour, receives another from its left one and
-reduces it into its own copy) followed by an all-gather (``n - 1`` steps passing the
-reduced chunks on).  Every chunk is cut into segments of ``SEGMENT_BYTES`` so that a
-segment moves on to the next step as soon as it is reduced: the link never idles while
-a whole chunk is summed.  Sends and receives use ``pg.send``/``pg.recv`` (gloo runs
-them on its own I/O threads), never ``torch.distributed.send``, so the runtime that
-records the user's point-to-point calls does not see them; each one is recorded as a
-ring step of the collective that owns it instead.
+Two rings, both moving every byte through ``pg.send``/``pg.recv`` (gloo runs them on its
+own I/O thread; never ``torch.distributed.send``, so the runtime that records the
+user's point-to-point calls does not see them; each one is recorded as a ring step of
+the collective that owns it instead):
+
+- the gather ring, for small tensors (``uses_gather``): in ``n - 1`` steps every rank
+  passes the whole tensor it last received (its own first) to its right neighbour, then
+  reduces the ``n`` tensors in rank order, the same operations on every rank, so the
+  same bits everywhere.  Half the steps of the other ring: on small tensors each step's
+  latency (gloo's send/recv handshake, a thread wake-up), not the bytes, is the cost.
+- the segmented ring, for the rest: a reduce-scatter (``n - 1`` steps: each rank sends
+  one chunk to its right neighbour, receives another from its left one and reduces it
+  into its own copy) followed by an all-gather (``n - 1`` steps passing the reduced
+  chunks on).  Every chunk is cut into segments of at most ``SEGMENT_BYTES`` so that a
+  segment moves on to the next step as soon as it is reduced.
+
+``all_reduce`` is the drop-in for ``dist.all_reduce``; ``ring_all_reduce_flat`` the
+lower-level entry for a flat contiguous buffer and a resolved ProcessGroup.
 """
 
 from __future__ import annotations
@@ -25,6 +34,11 @@ import torch.distributed as dist
 from ddpdoctor.runtime import recorder
 
 SEGMENT_BYTES = int(os.environ.get("DDPDOCTOR_RING_SEGMENT_BYTES", 4 << 20))
+# Tensors up to this size take the gather ring (n - 1 steps of whole tensors) instead of
+# reduce-scatter + all-gather (2 (n - 1) steps of chunks): on small tensors each step's
+# latency, not the bytes, is the cost.
+GATHER_BYTES = int(os.environ.get("DDPDOCTOR_RING_GATHER_BYTES", 1 << 20))
+MIN_SPLIT_BYTES = 256 << 10  # chunks below twice this travel as one segment
 TAG_BASE = 1 << 30  # far above the tags users pick, below gloo's 2**31 limit
 _TAG_CALLS = 256  # calls whose tags differ before they repeat
 _TAG_SPAN = 1 << 16  # tags one call may use: 2 * (n - 1) * segments
@@ -83,7 +97,10 @@ class RingPlan:
         self.n, self.rank = n, rank
         self.bounds = chunk_bounds(numel, n)
         self.max_chunk = -(-numel // n)
-        seg = max(1, segment_bytes // elem_size)
+        # At least two segments a chunk (as gloo's ring does) once halves are worth a
+        # message of their own: one segment is reduced while the next one travels.
+        half = max(MIN_SPLIT_BYTES, -(-self.max_chunk // 2) * elem_size)
+        seg = max(1, min(segment_bytes, half) // elem_size)
         steps = 2 * (n - 1)
         while steps * -(-self.max_chunk // seg) >= _TAG_SPAN:
             seg *= 2
@@ -139,19 +156,102 @@ def _next_tag_base(pg: Any) -> int:
     return TAG_BASE + (next(counter) % _TAG_CALLS) * _TAG_SPAN
 
 
+def uses_gather(nbytes: int, n: int, gather_bytes: int = GATHER_BYTES) -> bool:
+    """Whether a tensor of ``nbytes`` on ``n`` ranks takes the gather ring: on two ranks
+    both rings move the same bytes and the gather ring needs half the steps; on more
+    ranks it moves ``n / 2`` times the bytes, so its limit shrinks with ``n``."""
+    return nbytes * n <= 2 * gather_bytes
+
+
 def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
                          trace: RingTrace | None = None,
-                         segment_bytes: int = SEGMENT_BYTES) -> None:
+                         segment_bytes: int = SEGMENT_BYTES,
+                         gather_bytes: int = GATHER_BYTES) -> None:
     """All-reduce the contiguous 1-d tensor ``flat`` in place over ``pg`` (a ProcessGroup
-    object; ranks are group-local).  ``op`` is a name from ``op_name``."""
+    object; ranks are group-local).  ``op`` is a name from ``op_name``.
+
+    This is the lower-level entry for callers that already hold a flat buffer and a
+    resolved group (the DDP's buckets): it runs the whole ring in the calling thread,
+    posting gloo's own send/recv, and returns when ``flat`` holds the result on this
+    rank.  Every rank of ``pg`` must call it with the same size, dtype and op, in the
+    same order relative to other ring calls on ``pg`` (the tags follow that order).
+    Small tensors (``uses_gather``) go once around the ring whole and are reduced in
+    rank order, so that every rank computes the same bits; larger ones take a segmented
+    reduce-scatter + all-gather."""
     n = pg.size()
     if n > 1 and flat.numel() > 0:
-        _Ring(flat, pg, _REDUCERS[op], trace, segment_bytes).run()
+        if uses_gather(flat.numel() * flat.element_size(), n, gather_bytes):
+            _gather_ring(flat, pg, _REDUCERS[op], trace)
+        else:
+            _Ring(flat, pg, _REDUCERS[op], trace, segment_bytes).run()
     if op == "avg" and n > 1:
         if flat.is_floating_point() or flat.is_complex():
             flat.div_(n)
         else:
             flat.floor_divide_(n)
+
+
+def _gather_ring(flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
+                 trace: RingTrace | None) -> None:
+    """The gather ring: in ``n - 1`` steps each rank passes the whole tensor it last
+    received (its own first) to its right neighbour, so every rank ends up with all
+    ``n`` tensors, then reduces them in rank order ``((x0 . x1) . x2) ...``: the same
+    operations on every rank, so the same result bits everywhere.
+
+    Every receive is posted first, so the neighbours hear early that this rank is ready
+    for each message.  Step 0 goes in two halves, the second sent once the first half
+    from the left has arrived: by then the right neighbour's readiness for it is known
+    here too, and gloo writes it at once from this thread instead of handing it to its
+    I/O thread, which meanwhile reads what comes in."""
+    n, r = pg.size(), pg.rank()
+    right, left = (r + 1) % n, (r - 1) % n
+    numel, esize = flat.numel(), flat.element_size()
+    base = _next_tag_base(pg)
+    rows = scratch(flat.dtype, (n - 1) * numel).view(n - 1, numel)  # row k: rank r-k-1
+    h = numel // 2
+    first = [(0, h), (h, numel)] if h else [(0, numel)]
+    recvs: list[list[tuple[Any, int]]] = []
+    sends: list[tuple[Any, int]] = []
+
+    def send(k: int, part: int, src: torch.Tensor) -> None:
+        sends.append((pg.send([src], right, base + 2 * k + part),
+                      trace.start(True, src.numel() * esize, k, part) if trace else -1))
+
+    def wait(work: Any, handle: int) -> None:
+        work.wait()
+        if trace:
+            trace.done(handle)
+
+    try:
+        for k in range(n - 1):  # distinct buffers and tags: post every receive at once
+            recvs.append([(pg.recv([rows[k][a:b]], left, base + 2 * k + part),
+                           trace.start(False, (b - a) * esize, k, part) if trace else -1)
+                          for part, (a, b) in enumerate(first if k == 0 else [(0, numel)])])
+        send(0, 0, flat[first[0][0]:first[0][1]])
+        for k in range(n - 1):
+            for part, (work, handle) in enumerate(recvs[k]):
+                wait(work, handle)
+                if k == 0 and part == 0 and len(first) == 2:
+                    send(0, 1, flat[h:])
+            if k < n - 2:
+                send(k + 1, 0, rows[k])
+    finally:
+        for work, handle in sends:  # flat and the rows are read until their sends are done
+            wait(work, handle)
+
+    def row(q: int) -> torch.Tensor:
+        return flat if q == r else rows[(r - q - 1) % n]
+
+    if r <= 1:  # x0 . x1 == x1 . x0 bit for bit (every op here commutes): start in place
+        acc = flat
+        reduce(acc, row(1 - r))
+    else:
+        acc = rows[(r - 1) % n]  # rank 0's tensor
+        reduce(acc, row(1))
+    for q in range(2, n):
+        reduce(acc, row(q))
+    if acc is not flat:
+        flat.copy_(acc)
 
 
 class _Ring:

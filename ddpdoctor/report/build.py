@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis.engine import analyze
+from ddpdoctor.analysis.engine import analyze_with_waits
 from ddpdoctor.analysis.load import load_job
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.report import schema
@@ -58,8 +58,8 @@ def build_report(run_dir: Path | list[Path], live: bool = True,
     tail = BIG_JOB_TAIL if big else LIVE_TAIL if live and not full else None
     job = load_job(dirs, live=live, hang_timeout=hang_timeout, tail=tail)
     job.big = big
-    findings = analyze(job)
+    findings, waits = analyze_with_waits(job)
     exit_code = next((e.get("exit_code") for e in reversed(job.supervisor_events)
                       if e.get("event") == "outcome"), None)
     return schema.build(job, findings, infer_outcome(job),
-                        exit_code if isinstance(exit_code, int) else None)
+                        exit_code if isinstance(exit_code, int) else None, waits=waits)

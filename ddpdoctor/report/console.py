@@ -47,6 +47,18 @@ def rank_table(report: dict[str, Any]) -> Table:
     return table
 
 
+def wait_line(w: dict[str, Any]) -> str:
+    """``rank 0 waits for rank 1 in all_reduce #57`` from a report's ``waits`` entry."""
+    targets = [str(t) for t in w.get("waits_for") or []]
+    who = ("rank " if len(targets) == 1 else "ranks ") + ", ".join(targets)
+    op = str(w.get("op"))
+    what = f"{op} #{w.get('seq')}" if w.get("seq") is not None else \
+        ("init_process_group" if op == "init" else op)
+    group = f" on group {w.get('group')}" if str(w.get("group")) not in ("0", "rendezvous") \
+        else ""
+    return f"rank {w.get('rank')} waits for {who} in {what}{group}"
+
+
 def print_summary(report: dict[str, Any], path: Path | None, console: Console) -> None:
     """Outcome, ranks, findings (errors first) and where the report is."""
     outcome = str(report.get("outcome"))
@@ -56,6 +68,11 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
     console.rule(title)
     if report.get("ranks"):
         console.print(rank_table(report))
+    waits = [w for w in report.get("waits") or [] if isinstance(w, dict) and w.get("waits_for")]
+    for w in waits[:8]:
+        console.print(Text(wait_line(w), "yellow"))
+    if len(waits) > 8:
+        console.print(f"… and {len(waits) - 8} more ranks waiting")
     findings = report.get("findings") or []
     if not findings:
         if report.get("ranks"):
@@ -66,6 +83,8 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
     for f in findings[:8]:
         sev = str(f.get("severity"))
         body = Text()
+        if isinstance(f.get("caused_by"), int):
+            body.append(f"(a consequence of finding {f['caused_by'] + 1})\n", "dim")
         body.append(str(f.get("summary", "")) + "\n", "bold")
         if f.get("detail"):
             body.append(str(f["detail"])[:1500] + "\n")

@@ -1,12 +1,17 @@
 """report.json (schema ddpdoctor.report/1): build it from a JobView and its findings.
 
 Top level (contract): schema, outcome (completed | failed | hung), command, world_size,
-started_at and ended_at (ISO 8601, UTC), ranks, findings.  Extensions: run_dir, live,
-timeline, profile, problems, exit_code, ddpdoctor_version; job_exit_code (the job's own
-status after ddpdoctor stopped it); stopped, when ddpdoctor stopped processes of the job:
+started_at and ended_at (ISO 8601, UTC), ranks, findings (each with caused_by: the index of
+its root cause's finding, or null), waits (the wait-for graph: rank, waits_for, group, seq,
+op).  Extensions: run_dir, live,
+timeline, profile, problems, notices, exit_code, ddpdoctor_version; job_exit_code (the job's
+own status after ddpdoctor stopped it); stopped, when ddpdoctor stopped processes of the job:
 {reason: hang | mismatch | abandoned | interrupt | leftovers, signal: the first signal
 (SIGTERM, SIGINT), pids: every process it reached, sigkill: those still alive after the
 grace}.
+
+notices: [{"text", "ranks"}]: what ddpdoctor could not honour in this job (e.g. a DDP
+  set-up its ring cannot reduce), each said once, with the ranks that said it.
 
 ranks[i]:
   rank, host, pid; state: starting | computing | in_collective | waiting | exited | failed |
@@ -35,6 +40,17 @@ TIMELINE_LEN = 200
 RECENT_LEN = 20
 MANY_RANKS = 64  # past this, each rank's timeline is cut to TIMELINE_LEN_MANY entries
 TIMELINE_LEN_MANY = 16
+
+
+def notices(job: JobView) -> list[dict[str, Any]]:
+    """The ranks' ``notice`` meta events, one entry per text."""
+    by_text: dict[str, list[int]] = {}
+    for rank in sorted(job.ranks):
+        for ev in job.ranks[rank].trace.meta_events("notice"):
+            ranks = by_text.setdefault(str(ev.get("text", "")), [])
+            if rank not in ranks:
+                ranks.append(rank)
+    return [{"text": t, "ranks": r} for t, r in by_text.items()]
 
 
 def iso(ns: int | None) -> str | None:
@@ -127,7 +143,8 @@ def rank_entry(run: RankRun, job: JobView) -> dict[str, Any]:
 
 
 def build(job: JobView, findings: list[Finding], outcome: str,
-          exit_code: int | None = None, started_ns: int | None = None) -> dict[str, Any]:
+          exit_code: int | None = None, started_ns: int | None = None,
+          waits: list[Any] | None = None) -> dict[str, Any]:
     """The report dict for ``job`` (see the module docstring for every field)."""
     if outcome not in OUTCOMES:
         raise ValueError(f"unknown outcome {outcome!r}")
@@ -145,6 +162,7 @@ def build(job: JobView, findings: list[Finding], outcome: str,
         "ended_at": iso(job.ended_ns or job.now_ns),
         "ranks": [rank_entry(r, job) for r in ranks],
         "findings": [f.to_dict() for f in findings],
+        "waits": [w.to_dict() for w in waits or []],
         "exit_code": exit_code,
         "run_dir": str(job.run_dirs[0]) if len(job.run_dirs) == 1 else
         [str(p) for p in job.run_dirs],
@@ -153,5 +171,6 @@ def build(job: JobView, findings: list[Finding], outcome: str,
                      for r in ranks},
         "profile": {str(r.rank): profile(r, job.now_ns) for r in ranks},
         "problems": list(dict.fromkeys(job.problems)),
+        "notices": notices(job),
         "ddpdoctor_version": ddpdoctor.__version__,
     }

@@ -79,9 +79,13 @@ def activate() -> None:
     if _activated or not recorder.enabled_by_env():
         return
     _activated = True
-    from ddpdoctor.runtime import process_hooks
+    from ddpdoctor.runtime import init_hooks, process_hooks
 
     process_hooks.install()
+    try:
+        init_hooks.on_process_start()
+    except Exception as e:  # noqa: BLE001 - the user's program must start regardless
+        _note_failure("creating the rank's trace at start", e)
     if "torch" in sys.modules:
         on_torch_imported()
     else:

@@ -1,12 +1,12 @@
-"""Put ddpdoctor's DDP under torch's name (``--ddp ring``) or record torch's DDP buckets.
+"""Put ddpdoctor's comm hook on every torch DistributedDataParallel of this process.
 
-``install("ring")``: ``torch.nn.parallel.DistributedDataParallel`` becomes
-``ddpdoctor.ddp.wrapper.DistributedDataParallel``, so the user's script runs it unchanged.
-``install("torch")``: torch's DDP stays; a communication hook records each bucket's
-all-reduce as one collective with the BUCKET flag.  In both modes torch's class is
-patched for that, since the ring DDP still hands some set-ups to torch's class.
-Nothing here may raise into the user's job: a failure to record is noted and the
-gradients are reduced anyway.
+The user's ``torch.nn.parallel.DistributedDataParallel`` stays torch's class; its
+methods that build a reducer (``__init__``, ``__setstate__``) are wrapped to attach
+ddpdoctor's hook (``--ddp ring``: the instrumented ring; ``--ddp torch``: the group's own
+all-reduce, recorded), and ``register_comm_hook`` / ``_register_builtin_comm_hook`` hand
+a user's hook to ours (see ddp/comm_hook.py).  DDP's construction collectives (parameter
+check, state broadcast, buffer broadcast each forward) are recorded too.  Nothing here
+raises into the user's job: a failure to attach is noted and torch's DDP runs as it is.
 """
 
 from __future__ import annotations
@@ -14,153 +14,106 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-import torch
 import torch.distributed as dist
 
+from ddpdoctor.ddp import comm_hook
 from ddpdoctor.runtime import recorder
-from ddpdoctor.trace import layout as L
-
-_BUCKET = int(L.RecordFlag.BUCKET)
-_HOOKED = "_ddpdoctor_comm_hook"  # set on a torch DDP once a hook (ours or theirs) is in
 
 
 def install(mode: str) -> None:
-    """Apply ``mode`` ("ring" or "torch") to this process's torch."""
-    from ddpdoctor.ddp import wrapper
-
+    """Apply ``mode`` ("ring" or "torch") to this process's torch DDP."""
     if mode not in ("ring", "torch"):
         raise ValueError(f"unknown --ddp mode {mode!r}; use 'ring' or 'torch'")
-    _patch_torch_ddp(wrapper.TorchDDP)
-    if mode == "ring":
-        import torch.nn.parallel
-        import torch.nn.parallel.distributed
+    import torch.nn.parallel.distributed as torch_ddp
 
-        torch.nn.parallel.DistributedDataParallel = wrapper.DistributedDataParallel
-        torch.nn.parallel.distributed.DistributedDataParallel = wrapper.DistributedDataParallel
+    hook_mode = comm_hook.HookMode.RING if mode == "ring" else comm_hook.HookMode.ALLREDUCE
+    _patch_ddp_class(torch_ddp.DistributedDataParallel, hook_mode)
+    _patch_ddp_collectives()
 
 
-# -- torch's DDP: a recording comm hook ------------------------------------------------
-def recording_allreduce_hook(pg: Any) -> Callable:
-    """A comm hook that reduces a bucket as torch's built-in one does (scale by 1/world,
-    sum) through ``pg`` itself, and records the bucket's all-reduce."""
-    real = pg if pg is not None else dist.distributed_c10d._get_default_group()
-    world = real.size()
-
-    def hook(state, bucket):  # type: ignore[no-untyped-def] # torch checks real annotations
-        buf = bucket.buffer()
-        handle = _begin(pg, buf, bucket)
-        buf.mul_(1.0 / world)
-        try:
-            fut = real.allreduce([buf]).get_future()
-        except BaseException:
-            _end(handle, failed=True)
-            raise
-        return fut.then(functools.partial(_finish, handle))
-
-    return hook
-
-
-def wrap_user_hook(pg: Any, user_hook: Callable) -> Callable:
-    """The user's comm hook, with each bucket recorded around it."""
-
-    @functools.wraps(user_hook)  # torch checks the user's annotations, not ours
-    def hook(state, bucket):  # type: ignore[no-untyped-def]
-        handle = _begin(pg, bucket.buffer(), bucket)
-        try:
-            fut = user_hook(state, bucket)
-        except BaseException:
-            _end(handle, failed=True)
-            raise
-        return fut.then(functools.partial(_pass_through, handle))
-
-    return hook
-
-
-def _begin(pg: Any, buf: torch.Tensor, bucket: Any) -> int:
-    rec = recorder.active()
-    if rec is None:
-        return -1
-    return rec.begin("all_reduce", pg, ins=[buf], reduce_op="avg", flags=_BUCKET,
-                     aux=bucket.index(), callsite=recorder.user_callsite())
-
-
-def _end(handle: int, failed: bool = False) -> None:
-    rec = recorder.existing()
-    if rec is not None and handle >= 0:
-        rec.end(handle, failed=failed)
-
-
-def _finish(handle: int, fut: torch.futures.Future) -> torch.Tensor:
+def _attach_safely(ddp: Any, mode: comm_hook.HookMode) -> None:
     try:
-        value = fut.value()[0]
-    except BaseException:
-        _end(handle, failed=True)
-        raise
-    _end(handle)
-    return value
+        comm_hook.attach(ddp, mode)
+    except (RuntimeError, ValueError, TypeError, AttributeError) as e:
+        rec = recorder.active()
+        if rec is not None:
+            rec.note_error("attaching ddpdoctor's DDP comm hook", e)
 
 
-def _pass_through(handle: int, fut: torch.futures.Future) -> Any:
-    try:
-        value = fut.value()
-    except BaseException:
-        _end(handle, failed=True)
-        raise
-    _end(handle)
-    return value
-
-
-def _patch_torch_ddp(cls: type) -> None:
-    """Record the buckets of every torch DDP: wrap user hooks when registered, add ours
-    at the first forward when there is none."""
-    if getattr(cls.forward, "__ddpdoctor_original__", None):
+def _patch_ddp_class(cls: type, mode: comm_hook.HookMode) -> None:
+    if getattr(cls.__init__, "__ddpdoctor_original__", None):
         return
-    original_forward = cls.forward
+    original_init = cls.__init__
+    original_setstate = cls.__setstate__
     original_register = cls.register_comm_hook
     original_builtin = cls._register_builtin_comm_hook
 
-    @functools.wraps(original_forward)
-    def forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:
-        if not self.__dict__.get(_HOOKED):
-            _add_recording_hook(self, original_register)
-        return original_forward(self, *inputs, **kwargs)
+    @functools.wraps(original_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        _attach_safely(self, mode)
+
+    @functools.wraps(original_setstate)
+    def __setstate__(self: Any, state: Any) -> None:
+        original_setstate(self, state)
+        _attach_safely(self, mode)
 
     @functools.wraps(original_register)
     def register_comm_hook(self: Any, state: object, hook: Callable) -> None:
-        self.__dict__[_HOOKED] = True
-        pg = getattr(self, "process_group", None)
-        original_register(self, state, wrap_user_hook(_group_arg(pg), hook))
+        comm_hook.register_user_hook(self, state, hook, original_register)
 
     @functools.wraps(original_builtin)
-    def register_builtin(self: Any, comm_hook_type: Any) -> None:
-        self.__dict__[_HOOKED] = True  # a C++ hook: its buckets cannot be recorded
-        original_builtin(self, comm_hook_type)
+    def _register_builtin_comm_hook(self: Any, comm_hook_type: Any) -> None:
+        comm_hook.register_builtin_hook(self, comm_hook_type, original_builtin)
 
-    forward.__ddpdoctor_original__ = original_forward  # type: ignore[attr-defined]
-    register_comm_hook.__ddpdoctor_original__ = original_register  # type: ignore[attr-defined]
-    register_builtin.__ddpdoctor_original__ = original_builtin  # type: ignore[attr-defined]
-    cls.forward = forward
-    cls.register_comm_hook = register_comm_hook
-    cls._register_builtin_comm_hook = register_builtin
+    for fn, original in ((__init__, original_init), (__setstate__, original_setstate),
+                         (register_comm_hook, original_register),
+                         (_register_builtin_comm_hook, original_builtin)):
+        fn.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+        setattr(cls, original.__name__, fn)
 
 
-def _group_arg(pg: Any) -> Any:
-    """None for the default group, so that records name it as the user's calls do."""
-    try:
-        if pg is None or pg is dist.distributed_c10d._get_default_group():
-            return None
-    except (RuntimeError, ValueError):
-        return pg
-    return pg
-
-
-def _add_recording_hook(ddp: Any, register: Callable) -> None:
-    ddp.__dict__[_HOOKED] = True
-    if recorder.active() is None or getattr(ddp, "_delay_all_reduce_all_params", False):
+# -- DDP's own collectives outside the buckets --------------------------------------------
+def _patch_ddp_collectives() -> None:
+    """Record ``dist._broadcast_coalesced`` (states at construction, buffers each forward)
+    and ``dist._verify_params_across_processes`` (construction) as the user's calls."""
+    if getattr(dist._broadcast_coalesced, "__ddpdoctor_original__", None):
         return
+    original_broadcast = dist._broadcast_coalesced
+    original_verify = dist._verify_params_across_processes
+
+    @functools.wraps(original_broadcast)
+    def broadcast_coalesced(pg: Any, tensors: Any, buffer_size: int, src: int = 0) -> Any:
+        return _recorded("broadcast", pg, list(tensors), _global_rank(pg, src),
+                         original_broadcast, pg, tensors, buffer_size, src)
+
+    @functools.wraps(original_verify)
+    def verify_params(pg: Any, params: Any, *args: Any) -> Any:
+        return _recorded("all_gather", pg, [], -1, original_verify, pg, params, *args)
+
+    broadcast_coalesced.__ddpdoctor_original__ = original_broadcast  # type: ignore[attr-defined]
+    verify_params.__ddpdoctor_original__ = original_verify  # type: ignore[attr-defined]
+    dist._broadcast_coalesced = broadcast_coalesced
+    dist._verify_params_across_processes = verify_params
+
+
+def _recorded(op: str, pg: Any, ins: list, peer: int, fn: Callable, *args: Any) -> Any:
+    rec = recorder.active()
+    if rec is None:
+        return fn(*args)
+    h = rec.begin(op, comm_hook._group_arg(pg), ins=ins, peer=peer,
+                  callsite=recorder.call_sites())
     try:
-        register(ddp, None, recording_allreduce_hook(_group_arg(ddp.process_group)))
-    except (RuntimeError, ValueError, AttributeError) as e:
-        rec = recorder.active()
-        if rec is not None:
-            rec.meta("ddp_hook_skipped", error=f"{type(e).__name__}: {e}"[:300])
+        result = fn(*args)
+    except BaseException:
+        rec.end(h, failed=True)
+        raise
+    rec.end(h)
+    return result
+
+
+def _global_rank(pg: Any, group_rank: int) -> int:
+    try:
+        return dist.get_global_rank(pg, group_rank)
+    except (RuntimeError, ValueError):
+        return group_rank

@@ -1,18 +1,23 @@
-"""Wrap torch.distributed's collectives, p2p calls and group set-up so each call is recorded."""
+"""Wrap torch.distributed's collectives and p2p calls so each call is recorded."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import os
+import sys
 import threading
 import weakref
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from ddpdoctor.runtime import init_hooks
 from ddpdoctor.runtime import recorder as R
+from ddpdoctor.runtime.op_specs import (SPECS, OpSpec, ShapeOnly, getter, is_simple_tensor_op,
+                                        p2p_op_peer, peer_of, reduce_name, tensors_of)
 from ddpdoctor.trace import layout as L
 
-_inside: set[int] = set()  # threads inside a recorded call: nested calls are not recorded
+# Threads inside a recorded call (value None: nested calls are not recorded) or inside a
+# ``_coalescing_manager`` (value: the batch that collects its calls into one record).
+_inside: dict[int, list | None] = {}
 _get_ident = threading.get_ident
 _ASYNC = int(L.RecordFlag.ASYNC)
 _OBJECT = int(L.RecordFlag.OBJECT)
@@ -21,193 +26,36 @@ _RECV = int(L.RecordFlag.RECV)
 _P2P = int(L.RecordKind.P2P)
 _COLL = int(L.RecordKind.COLLECTIVE)
 _pending: "weakref.WeakKeyDictionary[Any, weakref.finalize]" = weakref.WeakKeyDictionary()
+_open_async: dict[int, R.Recorder] = {}  # handle -> recorder, until the call completes
 
 
 def _track_async(rec: R.Recorder, work: Any, handle: int) -> None:
-    """End ``handle`` when ``work.wait()`` returns, or when the Work is dropped unwaited."""
+    """End ``handle`` when the async ``work`` completes, however the job learns of it:
+    ``work.wait()``, its future (``get_future().wait()``, ``.then()``, ``wait_all``), or
+    polling ``is_completed()``; or when the Work is dropped unwaited."""
+    if handle < 0:
+        return
+    _open_async[handle] = rec
     try:
-        _pending[work] = weakref.finalize(work, rec.end, handle)
+        _pending[work] = weakref.finalize(work, _end_once, handle)
     except TypeError:
-        rec.end(handle)
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """Where a torch.distributed function keeps its arguments (by position and name).
-
-    ``ins``/``outs`` name a tensor argument (``"tensor"``) or a list of tensors
-    (``"*tensor_list"``); ``peer`` is the src/dst argument; ``direction`` marks p2p calls.
-    """
-
-    params: tuple[str, ...]
-    ins: tuple[str, ...] = ()
-    outs: tuple[str, ...] = ()
-    reduce: bool = False
-    peer: str = ""
-    direction: int = 0
-    obj: bool = False
-    lists: tuple[str, ...] = ()  # object lists: their length is recorded as a shape
-
-    def arg(self, args: tuple, kwargs: dict, name: str, default: Any = None) -> Any:
-        if kwargs and name in kwargs:
-            return kwargs[name]
-        i = _POSITIONS.get((self.params, name))
-        if i is None:
-            return default
-        return args[i] if i < len(args) else default
-
-
-SPECS: dict[str, OpSpec] = {
-    "all_reduce": OpSpec(("tensor", "op", "group", "async_op"), ins=("tensor",), reduce=True),
-    "all_reduce_coalesced": OpSpec(("tensors", "op", "group", "async_op"),
-                                   ins=("*tensors",), reduce=True),
-    "broadcast": OpSpec(("tensor", "src", "group", "async_op", "group_src"),
-                        ins=("tensor",), peer="src"),
-    "barrier": OpSpec(("group", "async_op", "device_ids", "timeout")),
-    "monitored_barrier": OpSpec(("group", "timeout", "wait_all_ranks")),
-    "all_gather": OpSpec(("tensor_list", "tensor", "group", "async_op"),
-                         ins=("tensor",), outs=("*tensor_list",)),
-    "all_gather_into_tensor": OpSpec(("output_tensor", "input_tensor", "group", "async_op"),
-                                     ins=("input_tensor",), outs=("output_tensor",)),
-    "_all_gather_base": OpSpec(("output_tensor", "input_tensor", "group", "async_op"),
-                               ins=("input_tensor",), outs=("output_tensor",)),
-    "all_gather_single": OpSpec(("output_tensor", "input_tensor", "group", "async_op"),
-                                ins=("input_tensor",), outs=("output_tensor",)),
-    "all_gather_coalesced": OpSpec(("output_tensor_lists", "input_tensor_list", "group",
-                                    "async_op"), ins=("*input_tensor_list",)),
-    "reduce_scatter_single": OpSpec(("output", "input", "op", "group", "async_op"),
-                                    ins=("input",), outs=("output",), reduce=True),
-    "reduce_scatter": OpSpec(("output", "input_list", "op", "group", "async_op"),
-                             ins=("*input_list",), outs=("output",), reduce=True),
-    "reduce_scatter_tensor": OpSpec(("output", "input", "op", "group", "async_op"),
-                                    ins=("input",), outs=("output",), reduce=True),
-    "_reduce_scatter_base": OpSpec(("output", "input", "op", "group", "async_op"),
-                                   ins=("input",), outs=("output",), reduce=True),
-    "reduce": OpSpec(("tensor", "dst", "op", "group", "async_op", "group_dst"),
-                     ins=("tensor",), reduce=True, peer="dst"),
-    "gather": OpSpec(("tensor", "gather_list", "dst", "group", "async_op", "group_dst"),
-                     ins=("tensor",), peer="dst"),
-    "scatter": OpSpec(("tensor", "scatter_list", "src", "group", "async_op", "group_src"),
-                      outs=("tensor",), peer="src"),
-    "all_to_all": OpSpec(("output_tensor_list", "input_tensor_list", "group", "async_op"),
-                         ins=("*input_tensor_list",), outs=("*output_tensor_list",)),
-    "all_to_all_single": OpSpec(("output", "input", "output_split_sizes",
-                                 "input_split_sizes", "group", "async_op"),
-                                ins=("input",), outs=("output",)),
-    "send": OpSpec(("tensor", "dst", "group", "tag", "group_dst"), ins=("tensor",),
-                   peer="dst", direction=_SEND),
-    "recv": OpSpec(("tensor", "src", "group", "tag", "group_src"), ins=("tensor",),
-                   peer="src", direction=_RECV),
-    "isend": OpSpec(("tensor", "dst", "group", "tag", "group_dst"), ins=("tensor",),
-                    peer="dst", direction=_SEND),
-    "irecv": OpSpec(("tensor", "src", "group", "tag", "group_src"), ins=("tensor",),
-                    peer="src", direction=_RECV),
-    "all_gather_object": OpSpec(("object_list", "obj", "group"), obj=True,
-                                lists=("object_list",)),
-    "broadcast_object_list": OpSpec(("object_list", "src", "group", "device", "group_src"),
-                                    obj=True, peer="src", lists=("object_list",)),
-    "gather_object": OpSpec(("obj", "object_gather_list", "dst", "group", "group_dst"),
-                            obj=True, peer="dst"),
-    "scatter_object_list": OpSpec(("scatter_object_output_list",
-                                   "scatter_object_input_list", "src", "group",
-                                   "group_src"), obj=True, peer="src",
-                                  lists=("scatter_object_output_list",)),
-    "send_object_list": OpSpec(("object_list", "dst", "group", "device", "group_dst",
-                                "use_batch"), obj=True, peer="dst", direction=_SEND,
-                               lists=("object_list",)),
-    "recv_object_list": OpSpec(("object_list", "src", "group", "device", "group_src",
-                                "use_batch"), obj=True, peer="src", direction=_RECV,
-                               lists=("object_list",)),
-}
-
-
-_POSITIONS: dict[tuple[tuple[str, ...], str], int] = {
-    (spec.params, name): i for spec in SPECS.values() for i, name in enumerate(spec.params)}
-
-
-class _Shape:
-    """Stands in for a tensor when only a length is known (object lists)."""
-
-    __slots__ = ("shape", "dtype")
-
-    def __init__(self, n: int):
-        self.shape = (n,)
-        self.dtype = "torch.object"
-
-    def numel(self) -> int:
-        return self.shape[0]
-
-
-def _tensors(spec: OpSpec, names: tuple[str, ...], args: tuple, kwargs: dict) -> list:
-    out: list = []
-    for name in names:
-        if name[0] == "*":
-            value = spec.arg(args, kwargs, name[1:])
-            if value:
-                out.extend(value)
-        else:
-            value = spec.arg(args, kwargs, name)
-            if value is not None:
-                out.append(value)
-    return out
-
-
-_REDUCE_NAMES: dict[Any, str] = {}
-
-
-def _reduce_name(op: Any) -> str:
-    if op is None:
-        return "sum"
+        _end_once(handle)
+        return
     try:
-        return _REDUCE_NAMES[op]
-    except (KeyError, TypeError):
-        pass  # not seen yet (or unhashable): name it below
-    name = str(getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]).lower()
-    try:
-        _REDUCE_NAMES[op] = name
-    except TypeError:
-        pass  # unhashable op objects are named each time
-    return name
+        work.get_future().add_done_callback(lambda _fut, h=handle: _end_once(h))
+    except (RuntimeError, AttributeError, NotImplementedError):
+        pass  # this backend's Work has no future: wait() or the finalizer ends it
 
 
-def _peer(spec: OpSpec, args: tuple, kwargs: dict, group: Any) -> int:
-    if not spec.peer:
-        return -1
-    value = spec.arg(args, kwargs, spec.peer)
-    if value is None:  # group_src / group_dst: a rank inside the group
-        local = spec.arg(args, kwargs, "group_" + spec.peer)
-        if local is None:
-            return -1
-        try:
-            import torch.distributed as dist
-
-            return dist.get_global_rank(group, local) if group is not None else int(local)
-        except (RuntimeError, ValueError):
-            return int(local)
-    return int(value)
-
-
-def _getter(spec: OpSpec, name: str, default: Any = None) -> Callable[[tuple, dict], Any]:
-    """A fast reader of argument ``name`` (positional or keyword) of calls to ``spec``."""
-    if name not in spec.params:
-        return lambda args, kwargs: kwargs.get(name, default) if kwargs else default
-    i = spec.params.index(name)
-
-    def get(args: tuple, kwargs: dict) -> Any:
-        if len(args) > i:
-            return args[i]
-        return kwargs.get(name, default) if kwargs else default
-
-    return get
-
-
-def _simple_tensor_op(spec: OpSpec) -> bool:
-    """One input tensor, no outputs, no object lists: all_reduce, broadcast, send, ..."""
-    return len(spec.ins) == 1 and spec.ins[0][0] != "*" and not spec.outs and not spec.lists
+def _end_once(handle: int, failed: bool = False) -> None:
+    """End an async record the first time its completion is seen (from any thread)."""
+    rec = _open_async.pop(handle, None)
+    if rec is not None:
+        rec.end(handle, failed)
 
 
 def _wrap(name: str, fn: Callable, spec: OpSpec) -> Callable:
-    if _simple_tensor_op(spec):
+    if is_simple_tensor_op(spec):
         return _wrap_simple(name, fn, spec)
     return _wrap_general(name, fn, spec)
 
@@ -217,10 +65,11 @@ def _wrap_simple(name: str, fn: Callable, spec: OpSpec) -> Callable:
     kind = _P2P if spec.direction else _COLL
     flags0 = spec.direction
     always_async = name in ("isend", "irecv")
-    get_tensor = _getter(spec, spec.ins[0])
-    get_group = _getter(spec, "group")
-    get_async = _getter(spec, "async_op", False) if "async_op" in spec.params else None
-    get_op = _getter(spec, "op") if spec.reduce else None
+    get_tensor = getter(spec, spec.ins[0])
+    get_group = getter(spec, "group")
+    get_async = getter(spec, "async_op", False) if "async_op" in spec.params else None
+    get_op = getter(spec, "op") if spec.reduce else None
+    has_peer = bool(spec.peer)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -229,16 +78,17 @@ def _wrap_simple(name: str, fn: Callable, spec: OpSpec) -> Callable:
             rec = R.active()
         tid = _get_ident()
         if rec is None or tid in _inside:
-            return fn(*args, **kwargs)
+            return _call_unrecorded(name, fn, args, kwargs, tid, (get_tensor(args, kwargs),),
+                                    spec)
         try:
             group = get_group(args, kwargs)
             is_async = always_async or (get_async is not None and
                                         bool(get_async(args, kwargs)))
             handle = rec.begin(
-                name, group, [get_tensor(args, kwargs)], (),
-                _reduce_name(get_op(args, kwargs)) if get_op is not None else "",
+                name, group, (get_tensor(args, kwargs),), (),
+                reduce_name(get_op(args, kwargs)) if get_op is not None else "",
                 flags0 | (_ASYNC if is_async else 0),
-                _peer(spec, args, kwargs, group) if spec.peer else -1, kind=kind)
+                peer_of(spec, args, kwargs, group) if has_peer else -1, 0, None, kind)
         except Exception as e:  # noqa: BLE001 - recording must never break the call
             rec.fail(f"wrap {name}", e)
             return fn(*args, **kwargs)
@@ -248,18 +98,97 @@ def _wrap_simple(name: str, fn: Callable, spec: OpSpec) -> Callable:
     return wrapper
 
 
+def _call_unrecorded(name: str, fn: Callable, args: tuple, kwargs: dict, tid: int,
+                     ins: tuple, spec: OpSpec) -> Any:
+    """A call not recorded on its own: nested in a recorded call, or part of a
+    ``_coalescing_manager`` batch (then noted in the batch, recorded at its end)."""
+    batch = _inside.get(tid)
+    if batch is None:
+        return fn(*args, **kwargs)
+    try:
+        batch.append((name, ins or tuple(tensors_of(spec, spec.ins, args, kwargs)),
+                      reduce_name(spec.arg(args, kwargs, "op")) if spec.reduce else ""))
+    except (TypeError, IndexError, AttributeError) as e:
+        rec = R.existing()
+        if rec is not None:
+            rec.note_error(f"coalesced {name}", e)
+    _inside[tid] = None
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _inside[tid] = batch
+
+
+def _wrap_coalescing_manager(fn: Callable) -> Callable:
+    """``_coalescing_manager``: the calls made inside it become one coalesced record."""
+
+    @contextlib.contextmanager
+    @functools.wraps(fn)
+    def _coalescing_manager(group: Any = None, device: Any = None,
+                            async_ops: bool = False) -> Iterator[Any]:
+        rec = R.active()
+        tid = _get_ident()
+        if rec is None or tid in _inside:
+            with fn(group, device, async_ops) as cm:
+                yield cm
+            return
+        batch: list = []
+        inner = fn(group, device, async_ops)
+        cm = inner.__enter__()
+        _inside[tid] = batch
+        try:
+            yield cm
+        except BaseException:
+            _inside.pop(tid, None)
+            if not inner.__exit__(*sys.exc_info()):
+                raise
+            return
+        _inside[tid] = None  # the exit runs the coalesced collective
+        handle = _begin_coalesced(rec, batch, group, async_ops)
+        try:
+            inner.__exit__(None, None, None)
+        except BaseException:
+            rec.end(handle, True)
+            raise
+        finally:
+            _inside.pop(tid, None)
+        works = getattr(cm, "works", None)
+        if async_ops and works:
+            _track_async(rec, works[0], handle)
+        else:
+            rec.end(handle)
+
+    _coalescing_manager.__ddpdoctor_original__ = fn  # type: ignore[attr-defined]
+    return _coalescing_manager
+
+
+def _begin_coalesced(rec: R.Recorder, batch: list, group: Any, async_ops: bool) -> int:
+    """One record for a coalesced batch: op ``<op>_coalesced`` (or ``coalesced`` when the
+    ops differ or have no such name), every tensor of the batch as its inputs."""
+    if not batch:
+        return -1
+    names = {name for name, _, _ in batch}
+    op = f"{batch[0][0]}_coalesced" if len(names) == 1 else "coalesced"
+    if op not in L.OP_CODES:
+        op = "coalesced"
+    ins = [t for _, tensors, _ in batch for t in tensors]
+    return rec.begin(op, group, ins, (), batch[0][2], _ASYNC if async_ops else 0, -1, len(batch),
+                     None, _COLL)
+
+
 def _call_recorded(rec: R.Recorder, fn: Callable, args: tuple, kwargs: dict, handle: int,
                    is_async: bool, tid: int) -> Any:
     """Run the real call with nested calls unrecorded; end the record when it returns
-    (or, for async calls, when its Work is waited on)."""
-    _inside.add(tid)
+    (or, for async calls, when its Work completes).  ``RecordedCall`` spelled out: this
+    is the hottest path, and a context manager object costs 0.3 us a call."""
+    _inside[tid] = None
     try:
         result = fn(*args, **kwargs)
     except BaseException:
-        rec.end(handle, failed=True)
+        rec.end(handle, True)
         raise
     finally:
-        _inside.discard(tid)
+        _inside.pop(tid, None)
     if is_async and result is not None:
         _track_async(rec, result, handle)
     else:
@@ -280,20 +209,20 @@ def _wrap_general(name: str, fn: Callable, spec: OpSpec) -> Callable:
             rec = R.active()
         tid = _get_ident()
         if rec is None or tid in _inside:
-            return fn(*args, **kwargs)
+            return _call_unrecorded(name, fn, args, kwargs, tid, (), spec)
         try:
             group = spec.arg(args, kwargs, "group")
-            ins = _tensors(spec, spec.ins, args, kwargs) if spec.ins else []
-            outs = _tensors(spec, spec.outs, args, kwargs) if spec.outs else ()
+            ins = tensors_of(spec, spec.ins, args, kwargs) if spec.ins else []
+            outs = tensors_of(spec, spec.outs, args, kwargs) if spec.outs else ()
             for lname in spec.lists:
                 lst = spec.arg(args, kwargs, lname)
-                ins.append(_Shape(len(lst) if lst is not None else 0))
+                ins.append(ShapeOnly(len(lst) if lst is not None else 0))
             is_async = always_async or (has_async and
                                         bool(spec.arg(args, kwargs, "async_op", False)))
             handle = rec.begin(
                 name, group, ins, outs,
-                _reduce_name(spec.arg(args, kwargs, "op")) if spec.reduce else "",
-                flags0 | (_ASYNC if is_async else 0), _peer(spec, args, kwargs, group),
+                reduce_name(spec.arg(args, kwargs, "op")) if spec.reduce else "",
+                flags0 | (_ASYNC if is_async else 0), peer_of(spec, args, kwargs, group),
                 kind=kind)
         except Exception as e:  # noqa: BLE001 - recording must never break the call
             rec.fail(f"wrap {name}", e)
@@ -318,10 +247,10 @@ def _wrap_batch_isend_irecv(fn: Callable) -> Callable:
                 direction = _RECV if "recv" in op_name else _SEND
                 handles.append(rec.begin(
                     "irecv" if direction == _RECV else "isend", p.group, [p.tensor], [], "",
-                    direction | _ASYNC, int(getattr(p, "peer", -1) or 0), kind=_P2P))
+                    direction | _ASYNC, p2p_op_peer(p), kind=_P2P))
         except Exception as e:  # noqa: BLE001 - recording must never break the call
             rec.fail("wrap batch_isend_irecv", e)
-        _inside.add(tid)
+        _inside[tid] = None
         try:
             works = fn(p2p_op_list)
         except BaseException:
@@ -329,9 +258,17 @@ def _wrap_batch_isend_irecv(fn: Callable) -> Callable:
                 rec.end(h, failed=True)
             raise
         finally:
-            _inside.discard(tid)
-        for work, h in zip(works or [], handles):
-            _track_async(rec, work, h)
+            _inside.pop(tid, None)
+        works_list = list(works or [])
+        if len(works_list) == len(handles):
+            for work, h in zip(works_list, handles):
+                _track_async(rec, work, h)
+        elif works_list:  # one Work for the whole coalesced batch
+            for h in handles:
+                _track_async(rec, works_list[0], h)
+        else:
+            for h in handles:
+                rec.end(h)
         return works
 
     wrapper.__ddpdoctor_original__ = fn  # type: ignore[attr-defined]
@@ -344,58 +281,51 @@ def _patch_work_wait(work_cls: Any) -> None:
         return
 
     def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        done = _pending.pop(self, None) if _pending else None
+        done = _pending.pop(self, None) if _pending.data else None
         if done is None:
             return original(self, *args, **kwargs)
         try:
             result = original(self, *args, **kwargs)
-        finally:
-            done()  # records t_end (a failed wait still ends the call)
+        except BaseException:
+            info = done.detach()  # (work, func, args, kwargs): args[0] is the handle
+            if info:
+                _end_once(info[2][0], failed=True)
+            raise
+        done()  # records t_end (if the completion callback has not already)
         return result
 
     wait.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
     work_cls.wait = wait
 
 
-def _wrap_init(fn: Callable) -> Callable:
-    @functools.wraps(fn)
-    def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        result = fn(*args, **kwargs)
-        on_init()
-        return result
-
-    init_process_group.__ddpdoctor_original__ = fn  # type: ignore[attr-defined]
-    return init_process_group
-
-
-def on_init() -> None:
-    """After init_process_group: say who this process is."""
-    rec = R.active()
-    if rec is None:
-        return
-    try:
-        import torch.distributed as dist
-
-        rank, world = dist.get_rank(), dist.get_world_size()
-        local = int(os.environ.get("LOCAL_RANK", rank))
-        rec.set_identity(rank, world, local)
-        rec.group_index(None)
-        rec.meta("init", rank=rank, world_size=world, local_rank=local,
-                 backend=str(dist.get_backend()), host=os.uname().nodename)
-    except Exception as e:  # noqa: BLE001 - recording must never break the job
-        rec.fail("init", e)
-
-
 def _wrap_destroy(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
         rec = R._recorder
-        if rec is not None and not (args or kwargs.get("group")):
+        whole = not (args or kwargs.get("group"))
+        if rec is not None and whole:
             rec.meta("destroy")
-        return fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
+        if rec is not None and whole:
+            rec.forget_groups()
+        return result
 
     destroy_process_group.__ddpdoctor_original__ = fn  # type: ignore[attr-defined]
     return destroy_process_group
+
+
+def _install_compiled(wrapped: dict[str, Callable]) -> None:
+    """Record the collectives of torch.compile'd code (runtime/compiled.py) and eager
+    functional collectives (runtime/functional.py) too."""
+    try:
+        from ddpdoctor.runtime import compiled, functional
+
+        compiled.install(wrapped)
+        functional.install()
+    except (ImportError, AttributeError, RuntimeError, TypeError, ValueError) as e:
+        rec = R.active()
+        if rec is not None:
+            rec.note_error("recording compiled collectives", e)
 
 
 def install() -> None:
@@ -410,15 +340,18 @@ def install() -> None:
         fn = getattr(c10d, name, None)
         if fn is not None:
             wrapped[name] = _wrap(name, fn, spec)
+    if hasattr(c10d, "_coalescing_manager"):
+        wrapped["_coalescing_manager"] = _wrap_coalescing_manager(c10d._coalescing_manager)
     if hasattr(c10d, "batch_isend_irecv"):
         wrapped["batch_isend_irecv"] = _wrap_batch_isend_irecv(c10d.batch_isend_irecv)
-    wrapped["init_process_group"] = _wrap_init(c10d.init_process_group)
+    wrapped.update(init_hooks.patched(c10d))
     wrapped["destroy_process_group"] = _wrap_destroy(c10d.destroy_process_group)
     for name, fn in wrapped.items():
         setattr(c10d, name, fn)
         if getattr(dist, name, None) is not None:
             setattr(dist, name, fn)
     _patch_work_wait(c10d.Work)
+    _install_compiled(wrapped)
     dist.__ddpdoctor_patched__ = True
     if dist.is_initialized():  # torch was imported and initialised before us
-        on_init()
+        init_hooks.on_init()

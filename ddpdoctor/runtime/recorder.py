@@ -8,16 +8,19 @@ the meta log, so a bug in ddpdoctor degrades to "no diagnosis", never to a crash
 
 from __future__ import annotations
 
+import itertools
 import os
-import sys
 import struct
+import sys
 import threading
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Sequence
 
+from ddpdoctor.runtime import callsites
+from ddpdoctor.runtime.record_text import describe
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import format_shapes
 from ddpdoctor.trace.writer import TraceWriter
 
 ENV_RUN_DIR = "DDPDOCTOR_RUN_DIR"
@@ -32,90 +35,20 @@ _KIND_RING = int(L.RecordKind.RING_STEP)
 _COMPUTING = L.RankState.COMPUTING
 
 _COMMIT_AND_SEQ = struct.Struct("<q8xq")  # a record's commit and seq fields
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_internal_code: dict[Any, bool] = {}
+HEARTBEAT_EVERY_NS = 500_000_000  # the header's heartbeat_ns is refreshed at most this often
 _REDUCE_CODES = {name: i for i, name in enumerate(L.REDUCE_OPS)}
-
-
-def _is_internal(code: Any) -> bool:
-    """Is this code object torch's, ddpdoctor's or the stdlib's (not the user's)?"""
-    hit = _internal_code.get(code)
-    if hit is None:
-        fn = code.co_filename
-        hit = (
-            fn.startswith(_PKG_DIR) or f"{os.sep}torch{os.sep}" in fn
-            or fn.startswith("<frozen") or f"{os.sep}multiprocessing{os.sep}" in fn
-            or fn.endswith(("threading.py", "contextlib.py"))
-        )
-        _internal_code[code] = hit
-    return hit
-
-
-_sites: dict[tuple[Any, int], str] = {}
+_new_counter = itertools.count
 
 
 def user_callsite(depth: int = 2) -> str:
-    """``file:line`` of the innermost frame that belongs to the user's code.  Cached by
-    (code, instruction offset): a loop calls from the same few places."""
-    f = sys._getframe(depth)
-    first = f
-    internal = _internal_code
-    while f is not None:
-        hit = internal.get(f.f_code)
-        if hit is None:
-            hit = _is_internal(f.f_code)
-        if not hit:
-            break
-        f = f.f_back
-    if f is None:
-        f = first
-    key = (f.f_code, f.f_lasti)
-    site = _sites.get(key)
-    if site is None:
-        if len(_sites) > 4096:
-            _sites.clear()
-        site = _sites[key] = f"{f.f_code.co_filename}:{f.f_lineno}"
-    return site
+    """``file:line`` of the innermost frame that belongs to the user's code."""
+    return callsites.user_site(sys._getframe(depth))
 
 
-def dtype_name(t: Any) -> str:
-    return str(t.dtype)[6:]
-
-
-_DESCRIBE_CACHE: dict[tuple, tuple[bytes, int]] = {}
-_DESCRIBE_CACHE_MAX = 4096
-
-
-def describe(ins: Sequence[Any], outs: Sequence[Any], callsite: str) -> tuple[bytes, int]:
-    """The record text ``in_shapes|out_shapes|dtypes|callsite`` and the input numel.
-    Cached by (shapes, dtypes, call site): a training loop repeats a handful of them."""
-    if len(ins) == 1 and not outs:  # the common case, kept cheap
-        t = ins[0]
-        key: tuple = (callsite, t.shape, t.dtype)
-    else:
-        ins = [t for t in ins if t is not None]
-        outs = [t for t in outs if t is not None]
-        key = (callsite, len(ins), *[(t.shape, t.dtype) for t in ins],
-               *[(t.shape, t.dtype) for t in outs])
-    hit = _DESCRIBE_CACHE.get(key)
-    if hit is not None:
-        return hit
-    ins = [t for t in ins if t is not None]
-    outs = [t for t in outs if t is not None]
-    numel = 0
-    for t in ins:
-        numel += t.numel()
-    dtypes = ";".join(dtype_name(t) for t in (ins or outs)[:8])
-    text = (f"{format_shapes([tuple(t.shape) for t in ins[:8]])}|"
-            f"{format_shapes([tuple(t.shape) for t in outs[:8]])}|{dtypes}|{callsite}")
-    raw = text.encode()
-    if len(raw) > L.TEXT_SIZE:  # keep the call site, shorten the shapes
-        tail = f"|{dtypes}|{callsite}".encode()[-(L.TEXT_SIZE // 2):]
-        raw = raw[: L.TEXT_SIZE - len(tail)] + tail
-    if len(_DESCRIBE_CACHE) >= _DESCRIBE_CACHE_MAX:
-        _DESCRIBE_CACHE.clear()
-    _DESCRIBE_CACHE[key] = (raw, numel)
-    return raw, numel
+def call_sites(depth: int = 2) -> str:
+    """``user_site|framework_site`` of the calling frame ``depth`` levels up (the record
+    text's last two parts; the framework part is empty when the user called torch)."""
+    return callsites.sites_text(sys._getframe(depth))
 
 
 class _TestFault:
@@ -151,14 +84,20 @@ class Recorder:
         self.run_dir = run_dir
         self.writer = TraceWriter(trace_dir, run_id)
         self.enabled = True
-        self._groups: dict[int, int] = {}  # id(pg) -> local index
-        self._group_objs: list[Any] = []  # keep pgs alive so ids stay unique
-        self._seq: list[int] = []  # next seq per local group index
-        self._p2p_seq: dict[tuple[int, int, int], int] = {}
+        # id(pg) -> local index: a cache only, valid while the pg is alive (kept here)
+        # and cleared when the groups are destroyed.  A group's identity is its name and
+        # ranks (``_group_keys``), so a group re-created after destroy + init keeps its
+        # index and its seq goes on.
+        self._groups: dict[int, int] = {}
+        self._group_objs: list[Any] = []
+        self._group_keys: dict[tuple[str, tuple[int, ...]], int] = {}
+        self._seq: list[Any] = []  # itertools.count per local group index (atomic)
+        self._p2p_seq: dict[tuple[int, int, int], Any] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
         self.rank = -1
         self.steps = 0  # optimizer steps taken (the header's step)
+        self._heartbeat_due = 0  # wall time (ns) after which a record refreshes heartbeat_ns
         self._fault = _test_fault()
         from ddpdoctor.report.redact import redact_argv
 
@@ -215,20 +154,36 @@ class Recorder:
         with self._lock:
             idx = self._groups.get(id(real))
             if idx is None:
-                idx = len(self._seq)
-                self._seq.append(0)
-                self._groups[id(real)] = idx
-                self._group_objs.append(real)
                 try:
                     ranks = dist.get_process_group_ranks(real)
                 except (RuntimeError, ValueError):
                     ranks = []
-                name = getattr(real, "group_name", "") or str(idx)
-                self.writer.meta("group", index=idx, name=name, ranks=ranks,
-                                 size=real.size(), default=pg is None)
+                name = str(getattr(real, "group_name", "") or len(self._seq))
+                key = (name, tuple(ranks))
+                idx = self._group_keys.get(key)
+                if idx is None:
+                    idx = self._group_keys[key] = len(self._seq)
+                    self._seq.append(_new_counter())
+                    self.writer.meta("group", index=idx, name=name, ranks=ranks,
+                                     size=real.size(), default=pg is None)
+                self._groups[id(real)] = idx
+                self._group_objs.append(real)
             if pg is None:
                 self._groups[id(None)] = idx
         return idx
+
+    def forget_groups(self) -> None:
+        """The process groups were destroyed: drop the object cache (the identities and
+        their seq counters stay, for groups created again with the same name and ranks)."""
+        with self._lock:
+            self._groups = {}
+            self._group_objs = []
+
+    def heartbeat(self, now: int) -> None:
+        """Write ``now`` as the header's heartbeat_ns (records call this every 0.5 s at most:
+        the heartbeat is the wall time of the rank's latest recorded activity, to 0.5 s)."""
+        self._heartbeat_due = now + HEARTBEAT_EVERY_NS
+        self.writer.set_heartbeat(now)
 
     # -- collectives -------------------------------------------------------------------
     def begin(self, op: str, pg: Any, ins: Sequence[Any], outs: Sequence[Any] = (),
@@ -244,14 +199,17 @@ class Recorder:
             if g is None:
                 g = self._register_group(pg)
             if kind == _KIND_COLL:
-                seq = self._seq[g]
-                self._seq[g] = seq + 1
+                seq = next(self._seq[g])
             else:
                 key = (g, peer, flags & 48)
-                seq = self._p2p_seq.get(key, 0)
-                self._p2p_seq[key] = seq + 1
-            text, numel = describe(ins, outs, callsite or user_callsite(3))
+                counter = self._p2p_seq.get(key)
+                if counter is None:
+                    counter = self._p2p_seq.setdefault(key, _new_counter())
+                seq = next(counter)
+            text, numel = describe(ins, outs, callsite or call_sites(3))
             now = _time_ns()
+            if now >= self._heartbeat_due:
+                self.heartbeat(now)
             idx = self.writer.append(kind, _OP.get(op, 0), _REDUCE_CODES.get(reduce_op, 0),
                                      flags, g, seq, now, 0, numel, peer, aux, 0, -1, text)
             return idx
@@ -267,6 +225,16 @@ class Recorder:
             self.writer.set_end(handle, _time_ns(), failed)
         except Exception as e:  # noqa: BLE001 - see begin
             self.fail("end", e)
+
+    def call(self, op: str, pg: Any, ins: Sequence[Any], outs: Sequence[Any] = (),
+             reduce_op: str = "", flags: int = 0, peer: int = -1, aux: int = 0,
+             callsite: str | None = None, kind: int = _KIND_COLL) -> "RecordedCall":
+        """``with rec.call("all_reduce", group, [t]) as call: ...``: begin on entry, end
+        on exit (marked failed when the body raises).  ``call.keep_open()`` inside the
+        body leaves the record open, for an async call ended later by ``end``."""
+        handle = self.begin(op, pg, ins, outs, reduce_op, flags, peer, aux,
+                            callsite or call_sites(2), kind)
+        return RecordedCall(self, handle)
 
     def ring_step(self, parent_seq: int, pg: Any, send: bool, peer: int, nbytes: int,
                   t_start: int, t_end: int, step: int, segment: int = 0,
@@ -313,10 +281,64 @@ class Recorder:
             return
         try:
             now = _time_ns()
+            if now >= self._heartbeat_due:
+                self.heartbeat(now)
             self.writer.append(kind, _OP.get(op, 0), 0, 0, 0, seq, now, now, numel, -1, aux,
                                0, -1, text.encode()[: L.TEXT_SIZE])
         except Exception as e:  # noqa: BLE001 - see begin
             self.fail(f"mark {op}", e)
+
+
+class RecordedCall(AbstractContextManager):
+    """One recorded call as a context manager (see ``Recorder.call``)."""
+
+    __slots__ = ("rec", "handle", "_open")
+
+    def __init__(self, rec: Recorder, handle: int):
+        self.rec = rec
+        self.handle = handle
+        self._open = False
+
+    def __enter__(self) -> "RecordedCall":
+        return self
+
+    def keep_open(self) -> int:
+        """Leave the record open on a normal exit; returns its handle."""
+        self._open = True
+        return self.handle
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self.rec.end(self.handle, failed=True)
+        elif not self._open:
+            self.rec.end(self.handle)
+
+
+class NoCall(AbstractContextManager):
+    """Stands in for a RecordedCall when nothing is recorded."""
+
+    handle = -1
+
+    def keep_open(self) -> int:
+        return -1
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+NO_CALL = NoCall()
+
+
+def recorded_call(op: str, pg: Any, ins: Sequence[Any], outs: Sequence[Any] = (),
+                  reduce_op: str = "", flags: int = 0, peer: int = -1, aux: int = 0,
+                  callsite: str | None = None) -> "RecordedCall | NoCall":
+    """``Recorder.call`` on this process's recorder, or a no-op when not recording: the
+    one helper for code that runs a collective itself (the ring, comm hooks)."""
+    rec = active()
+    if rec is None:
+        return NO_CALL
+    return rec.call(op, pg, ins, outs, reduce_op, flags, peer, aux,
+                    callsite or call_sites(2))
 
 
 _recorder: Recorder | None = None

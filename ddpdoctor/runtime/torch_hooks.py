@@ -33,6 +33,14 @@ def _patch_spawn_wrap() -> None:
         @functools.wraps(fn)
         def recording_fn(index: int, *a: Any) -> Any:
             try:
+                from ddpdoctor.runtime.init_hooks import on_spawn_child
+
+                on_spawn_child(index)
+            except Exception as e:  # noqa: BLE001 - the rank's function must run regardless
+                rec = R.existing()
+                if rec is not None:
+                    rec.note_error("creating the rank's trace at spawn", e)
+            try:
                 return fn(index, *a)
             except BaseException as e:
                 if not isinstance(e, (SystemExit, KeyboardInterrupt)):

@@ -23,11 +23,16 @@ from ddpdoctor.report.build import build_report
 from ddpdoctor.report.console import print_summary
 from ddpdoctor.report.redact import redact_argv
 from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
+from ddpdoctor.supervisor.progress import ProgressTracker
 from ddpdoctor.supervisor.stacks import capture_stacks
+from ddpdoctor.trace import layout as L
 from ddpdoctor.supervisor.watch import LiveJob
 
 POLL_SECONDS = 0.1
 PROCESS_CHECK_EVERY = 3  # polls between /proc checks of the ranks' liveness
+JUDGE_AFTER_S = 1.0  # a rank blocked this long: build the job view and judge it
+JUDGE_EVERY_S = 1.0
+PROGRESS_EVERY = 5  # polls between samples of the ranks' CPU time
 MISMATCH_SETTLE_S = 0.25  # a divergent collective blocked this long will never complete
 SELF_END_S = 5.0  # after a rank failed, the launcher's time to end the job by itself
 TREE_CHECK_EVERY = 10  # polls between two looks at the job's process tree
@@ -67,6 +72,10 @@ class Supervisor:
         self._uneven_said = False
         self._tick = 0
         self._next_prediction = 0.0
+        self.progress = ProgressTracker()
+        self._next_judge = 0.0
+        self._stacks_early = False
+        self._stragglers_said: set[tuple[int, ...]] = set()
 
     # -- supervisor.jsonl -----------------------------------------------------------
     def log(self, event: str, **fields: Any) -> None:
@@ -134,6 +143,8 @@ class Supervisor:
         self._tick += 1
         if self._tick % TREE_CHECK_EVERY == 1:
             self.tree.snapshot()  # every process of the job, remembered for the stop
+        if self._tick % PROGRESS_EVERY == 0:
+            self._sample_progress()
         if self._tick % PROCESS_CHECK_EVERY == 0:
             verdict = self._check_processes()
             if verdict is not None:
@@ -176,15 +187,75 @@ class Supervisor:
             p, call, missing = gone
             return Verdict("abandoned", f"rank {p.rank} waits in {call.op} (seq {call.seq}) "
                            f"that exited rank(s) {missing} never entered")
-        longest = live.longest_wait()
-        if longest is not None and longest[2] >= self.config.hang_timeout:
-            p, call, waited = longest
-            return Verdict("hang", f"rank {p.rank} has waited {waited:.1f} s in {call.op} "
-                           f"(seq {call.seq})")
+        verdict = self._judge()
+        if verdict is not None:
+            return verdict
         if self._failure_seen_at is not None and \
                 time.monotonic() - self._failure_seen_at > self.config.hang_timeout:
             return Verdict("hang", "a rank died and the job did not end")
         return None
+
+    def _sample_progress(self) -> None:
+        self.progress.sample((p.rank, p.header.pid, p.header.count)
+                             for p in self.live.ranks().values() if not p.gone)
+
+    def _needs_judging(self) -> bool:
+        """Build the full job view only when a rank has been blocked (in a call or in the
+        rendezvous) past a short threshold, or ranks are still starting after it."""
+        longest = self.live.longest_wait()
+        short = min(JUDGE_AFTER_S, self.config.hang_timeout / 2)
+        if longest is not None and longest[2] >= short:
+            return True
+        ranks = self.live.ranks().values()
+        age = (time.time_ns() - self.started_ns) / 1e9
+        starting = not ranks or any(p.header.state == L.RankState.STARTING for p in ranks)
+        return starting and age >= self.config.hang_timeout
+
+    def _judge(self) -> Verdict | None:
+        """The causal model's hang rule, at most once a second while some rank is blocked."""
+        now = time.monotonic()
+        if now < self._next_judge or not self._needs_judging():
+            return None
+        self._next_judge = now + JUDGE_EVERY_S
+        from ddpdoctor.analysis.causal.verdict import HangVerdict, Straggling, judge
+        from ddpdoctor.analysis.load import load_job
+        from ddpdoctor.report.build import LIVE_TAIL
+
+        try:
+            job = load_job([self.run_dir], live=True, hang_timeout=self.config.hang_timeout,
+                           tail=LIVE_TAIL)
+            self.progress.apply(job)
+            found = judge(job, self.config.hang_timeout)
+            if found is None and not self._stacks_early:
+                found = judge(job, self.config.hang_timeout / 2)  # halfway: where are they?
+                if isinstance(found, HangVerdict):
+                    self._capture_absent(found.absent)
+                found = None
+        except Exception as e:  # noqa: BLE001 - a model bug must not stop the supervision
+            self.live.problems.append(f"hang check failed: {type(e).__name__}: {e}")
+            return None
+        if isinstance(found, Straggling):
+            if found.ranks not in self._stragglers_said:
+                self._stragglers_said.add(found.ranks)
+                self.say(found.message + " (a straggler, not a hang: the job goes on)",
+                         "yellow")
+                self.log("straggler", ranks=list(found.ranks), message=found.message)
+            return None
+        if isinstance(found, HangVerdict):
+            if not self._stacks_early:
+                self._capture_absent(found.absent)
+            self.log("progress", ranks=self.progress.event())
+            return Verdict("hang", found.message)
+        return None
+
+    def _capture_absent(self, ranks: tuple[int, ...]) -> None:
+        """Stacks of the ranks others wait on, taken before the verdict."""
+        self._stacks_early = True
+        live = self.live.ranks()
+        pids = [live[r].header.pid for r in ranks if r in live and not live[r].gone]
+        if pids:
+            capture_stacks(pids, self.run_dir / "stacks")
+            self.log("stacks", why="absent", pids=pids)
 
     def _predict(self) -> None:
         """Once a second: do the ranks' loaders already promise uneven batch counts?"""
@@ -260,6 +331,8 @@ class Supervisor:
         code = self.proc.wait()
         self._stop_leftovers()
         self.live.poll()
+        if self.progress.by_pid:
+            self.log("progress", ranks=self.progress.event())
         for p in self.live.check_processes():
             self.log("rank_gone", pid=p.header.pid, rank=p.rank, clean=p.exited_clean)
         outcome = "completed" if code == 0 else "failed"

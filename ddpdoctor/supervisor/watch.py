@@ -9,7 +9,7 @@ from pathlib import Path
 import struct
 from typing import Any
 
-from ddpdoctor.analysis.matcher import Divergence, MatchState, blame, compare, fingerprint
+from ddpdoctor.analysis.matcher import Divergence, find_divergence, fingerprint
 from ddpdoctor.analysis.model import NS, Call
 from ddpdoctor.proc.table import alive, proc_state
 from ddpdoctor.trace import layout as L
@@ -19,7 +19,10 @@ from ddpdoctor.trace.reader import (TraceError, TraceFile, TraceHeader, decode_t
 WINDOW = 4096  # collectives kept per rank and group for live matching
 MAX_NEW_PER_POLL = 8192
 DISCOVER_EVERY = 5  # polls between looks for new trace files
-_WATCHED_KINDS = (int(L.RecordKind.COLLECTIVE), int(L.RecordKind.P2P))
+_WATCHED_KINDS = (int(L.RecordKind.COLLECTIVE), int(L.RecordKind.P2P), int(L.RecordKind.MARK))
+_RENDEZVOUS_OPS = (L.OPS.index("init"), L.OPS.index("new_group"))
+_KIND_MARK = int(L.RecordKind.MARK)
+_STARTING = L.RankState.STARTING  # until init returns the header changes without records
 _COMMIT = struct.Struct("<q")
 _COUNT = struct.Struct("<q")
 _KIND_COLLECTIVE = int(L.RecordKind.COLLECTIVE)
@@ -32,11 +35,11 @@ _fingerprints: dict[tuple, tuple] = {}
 def live_call(rank: int, group: str, v: tuple) -> Call:
     """A Call from a record's raw fields, its fingerprint looked up by (op, reduce op,
     peer, text): the supervisor sees the same few calls thousands of times."""
-    ins, outs, dtypes, callsite = decode_text(v[14])
+    ins, outs, dtypes, callsite, framework_site = decode_text(v[14])
     op = L.OPS[v[2]] if v[2] < len(L.OPS) else f"code{v[2]}"
     reduce_op = L.REDUCE_OPS[v[3]] if v[3] < len(L.REDUCE_OPS) else f"code{v[3]}"
     call = Call(rank, group, v[6], op, reduce_op, ins, outs, dtypes, v[10], v[4], callsite,
-                v[7], v[8], v[11], L.RecordKind(v[1]))
+                v[7], v[8], v[11], L.RecordKind(v[1]), framework_site)
     key = (v[2], v[3], v[10], v[14])
     fp = _fingerprints.get(key)
     if fp is None:
@@ -82,7 +85,8 @@ class LiveRank:
         with nothing new costs one 8-byte read."""
         buf = self.file._map
         count = _COUNT.unpack_from(buf, L.OFF_COUNT)[0]
-        if count == self.read_upto and self.header.rank >= 0:
+        h = self.header
+        if count == self.read_upto and h.rank >= 0 and h.state != _STARTING:
             if self.open:
                 self._close_returned(buf, self.header.capacity)
             return
@@ -97,6 +101,8 @@ class LiveRank:
             v = L.RECORD.unpack_from(buf, off)
             if v[0] != index + 1:  # torn or overwritten
                 continue
+            if v[1] == _KIND_MARK and v[2] not in _RENDEZVOUS_OPS:
+                continue  # only init / new_group marks are waits
             if v[5] not in self.groups:
                 self._refresh_groups()
             call = live_call(h.rank, self.groups.get(v[5], str(v[5])), v)
@@ -239,21 +245,14 @@ class LiveJob:
             lo = max([self.verified.get(group, 0)] +
                      [ranks[r].lo[group] for r in holders if holders[r]])
             hi = max(ranks[r].hi[group] for r in holders if holders[r])
-            contiguous = True
-            for seq in range(lo, hi + 1):
-                at = {r: seqs[seq] for r, seqs in holders.items() if seq in seqs}
-                if len(at) >= 2 and len({c.fingerprint for c in at.values()}) > 1:
-                    culprits, majority = blame(at)
-                    ref = at[majority[0]] if majority else at[min(at)]
-                    state = next((compare(ref, c) for c in at.values()
-                                  if compare(ref, c) != MatchState.MATCH),
-                                 MatchState.OP_MISMATCH)
-                    return Divergence(group, seq, dict(sorted(at.items())), state, culprits,
-                                      majority)
-                if contiguous and len(at) == len(members):
-                    self.verified[group] = seq + 1
-                else:
-                    contiguous = False
+            div = find_divergence({r: [seqs[q] for q in range(lo, hi + 1) if q in seqs]
+                                   for r, seqs in holders.items()}, group, lo)
+            if div is not None:
+                return div
+            for seq in range(lo, hi + 1):  # seqs every member recorded: never again
+                if sum(1 for seqs in holders.values() if seq in seqs) < len(members):
+                    break
+                self.verified[group] = seq + 1
         return None
 
     def abandoned(self) -> tuple[LiveRank, Call, list[int]] | None:

@@ -40,7 +40,8 @@ OFF_LAST_SEQ = 76
 assert HEADER.size <= HEADER_SIZE
 
 # Record: commit, kind, op, reduce_op, flags, group, seq, t_start, t_end, numel, peer,
-# aux, nbytes, parent, text.  text is "shapes|dtypes|callsite" for collectives.
+# aux, nbytes, parent, text.  text is "in_shapes|out_shapes|dtypes|callsite" for
+# collectives, with "|framework_site" appended when a framework frame made the call.
 RECORD = struct.Struct("<qBBBBiqqqqiiqq184s")
 RECORD_FIELDS = (
     "commit", "kind", "op", "reduce_op", "flags", "group", "seq", "t_start", "t_end",
@@ -97,6 +98,8 @@ OPS = (
     "ring_send", "ring_recv", "batch", "epoch", "step", "init", "new_group", "destroy",
     # append only: a record stores the index
     "all_gather_single", "reduce_scatter_single", "all_gather_coalesced",
+    "_all_gather_base", "_reduce_scatter_base", "coalesced", "all_gather_into_tensor_coalesced",
+    "reduce_scatter_tensor_coalesced",
 )
 OP_CODES = {name: code for code, name in enumerate(OPS)}
 

@@ -64,6 +64,7 @@ class TraceRecord:
     out_shapes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]
     callsite: str
+    framework_site: str = ""  # the framework/torch frame that made the call, if any
 
     @property
     def open(self) -> bool:
@@ -107,19 +108,19 @@ def format_shapes(shapes: list[tuple[int, ...]] | tuple[tuple[int, ...], ...]) -
 
 
 @functools.lru_cache(maxsize=2048)
-def decode_text(raw: bytes) -> tuple[tuple, tuple, tuple, str]:
-    """(in_shapes, out_shapes, dtypes, callsite) of a record's text; a loop repeats a few
-    texts, so they are parsed once."""
+def decode_text(raw: bytes) -> tuple[tuple, tuple, tuple, str, str]:
+    """(in_shapes, out_shapes, dtypes, callsite, framework_site) of a record's text; a
+    loop repeats a few texts, so they are parsed once."""
     text = raw.rstrip(b"\0").decode("utf-8", "replace")
-    parts = text.split("|", 3)
-    while len(parts) < 4:
+    parts = text.split("|", 4)
+    while len(parts) < 5:
         parts.append("")
     try:
         ins, outs = parse_shapes(parts[0]), parse_shapes(parts[1])
     except ValueError:
         ins, outs = (), ()
     dtypes = tuple(d for d in parts[2].split(";") if d)
-    return ins, outs, dtypes, parts[3]
+    return ins, outs, dtypes, parts[3], parts[4]
 
 
 def _name(table: tuple[str, ...], code: int) -> str:
@@ -159,12 +160,12 @@ def decode_record(buf: bytes | mmap.mmap, off: int, index: int) -> TraceRecord |
         kind = L.RecordKind(v[1])
     except ValueError:
         return None
-    ins, outs, dtypes, callsite = decode_text(v[14])
+    ins, outs, dtypes, callsite, framework_site = decode_text(v[14])
     return TraceRecord(
         index=index, kind=kind, op=_name(L.OPS, v[2]), reduce_op=_name(L.REDUCE_OPS, v[3]),
         flags=v[4], group=v[5], seq=v[6], t_start=v[7], t_end=v[8], numel=v[9], peer=v[10],
         aux=v[11], nbytes=v[12], parent=v[13], in_shapes=ins, out_shapes=outs,
-        dtypes=dtypes, callsite=callsite,
+        dtypes=dtypes, callsite=callsite, framework_site=framework_site,
     )
 
 

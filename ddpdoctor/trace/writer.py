@@ -17,6 +17,12 @@ from ddpdoctor.trace import layout as L
 
 _I32 = struct.Struct("<i")
 _I64 = struct.Struct("<q")
+_pack_i64 = _I64.pack_into
+_unpack_i64 = _I64.unpack_from
+_HEADER_SIZE = L.HEADER_SIZE
+_RECORD_SIZE = L.RECORD_SIZE
+_OFF_COUNT = L.OFF_COUNT
+_OFF_REC_T_END = L.OFF_REC_T_END
 
 
 def trace_paths(trace_dir: Path, pid: int) -> tuple[Path, Path]:
@@ -83,21 +89,21 @@ class TraceWriter:
                parent: int, text: bytes) -> int:
         """Write one record and return its index (pass it to ``set_end``)."""
         index = next(self._next)
-        off = L.HEADER_SIZE + (index % self.capacity) * L.RECORD_SIZE
+        off = _HEADER_SIZE + (index % self.capacity) * _RECORD_SIZE
         m = self._map
         self._pack(m, off, 0, kind, op, reduce_op, flags, group, seq, t_start, t_end,
                    numel, peer, aux, nbytes, parent, text)
-        _I64.pack_into(m, off, index + 1)  # commit last: the record is whole
-        _I64.pack_into(m, L.OFF_COUNT, index + 1)
+        _pack_i64(m, off, index + 1)  # commit last: the record is whole
+        _pack_i64(m, _OFF_COUNT, index + 1)
         return index
 
     def set_end(self, index: int, t_end: int, failed: bool = False) -> None:
         """Mark record ``index`` finished at ``t_end`` (if the ring has not reused it)."""
-        off = L.HEADER_SIZE + (index % self.capacity) * L.RECORD_SIZE
+        off = _HEADER_SIZE + (index % self.capacity) * _RECORD_SIZE
         m = self._map
-        if _I64.unpack_from(m, off)[0] != index + 1:
+        if _unpack_i64(m, off)[0] != index + 1:
             return
-        _I64.pack_into(m, off + L.OFF_REC_T_END, t_end)
+        _pack_i64(m, off + _OFF_REC_T_END, t_end)
         if failed:
             m[off + 11] = m[off + 11] | int(L.RecordFlag.FAILED)
 
@@ -118,6 +124,9 @@ class TraceWriter:
 
     def set_epoch(self, epoch: int) -> None:
         _I64.pack_into(self._map, L.OFF_EPOCH, epoch)
+
+    def set_heartbeat(self, t_ns: int) -> None:
+        _I64.pack_into(self._map, L.OFF_HEARTBEAT, t_ns)
 
     def set_last_seq(self, seq: int) -> None:
         _I64.pack_into(self._map, L.OFF_LAST_SEQ, seq)

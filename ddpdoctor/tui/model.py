@@ -267,9 +267,11 @@ class FindingView:
     detail: str
     fix: str
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    index: int | None = None  # its position in the report's findings (what caused_by points at)
+    caused_by: int | None = None  # the index of the root cause this is a consequence of
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> FindingView:
+    def from_dict(cls, data: Mapping[str, Any], index: int | None = None) -> FindingView:
         severity = _str(data.get("severity")) or "info"
         return cls(
             kind=_str(data.get("kind")) or "finding",
@@ -280,6 +282,33 @@ class FindingView:
             detail=_str(data.get("detail")) or "",
             fix=_str(data.get("fix")) or "",
             evidence=_dict(data.get("evidence")),
+            index=index,
+            caused_by=_int(data.get("caused_by")),
+        )
+
+
+@dataclass(frozen=True)
+class WaitEdge:
+    """One rank blocked on others: in which group, at which seq, in which op."""
+
+    rank: int
+    waits_for: tuple[int, ...]
+    group: str = "0"
+    seq: int | None = None
+    op: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WaitEdge | None:
+        rank = _int(data.get("rank"))
+        if rank is None:
+            return None
+        group = data.get("group")
+        return cls(
+            rank=rank,
+            waits_for=tuple(r for r in (_int(x) for x in _list(data.get("waits_for"))) if r is not None),
+            group=str(group) if group is not None else "0",
+            seq=_int(data.get("seq")),
+            op=_str(data.get("op")) or "",
         )
 
 
@@ -313,6 +342,7 @@ class ReportView:
     timeline: Mapping[int, tuple[Collective, ...]] = field(default_factory=dict)
     profile: Mapping[int, ProfileView] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
+    waits: tuple[WaitEdge, ...] = ()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], parser: CollectiveParser | None = None) -> ReportView:
@@ -327,7 +357,7 @@ class ReportView:
         )
         findings = tuple(
             sorted(
-                (FindingView.from_dict(f) for f in _list(data.get("findings")) if isinstance(f, dict)),
+                (FindingView.from_dict(f, i) for i, f in enumerate(_list(data.get("findings"))) if isinstance(f, dict)),
                 key=lambda f: SEVERITY_ORDER.get(f.severity, 3),
             )
         )
@@ -344,6 +374,9 @@ class ReportView:
             timeline=parser.timeline(_dict(data.get("timeline"))),
             profile=_profile(_dict(data.get("profile"))),
             problems=tuple(str(p) for p in _list(data.get("problems"))),
+            waits=tuple(
+                e for e in (WaitEdge.from_dict(w) for w in _list(data.get("waits")) if isinstance(w, dict)) if e is not None
+            ),
         )
         parser.done()
         return view

@@ -57,11 +57,22 @@ def the(run: DoctorRun, kind: str) -> dict[str, Any]:
 # -- healthy twins ---------------------------------------------------------------------------
 @pytest.mark.parametrize("bug", ["healthy", "seed_model_only", "seed_no_random",
                                  "even_split", "even_iterable", "worker_seed_ok",
-                                 "val_rank0"])
+                                 "val_rank0", "val_rank0_one_line"])
 def test_healthy_jobs_get_no_data_findings(job, bug: str) -> None:
     run = job(bug)
     assert_healthy(run, also_absent=("uneven_batches", "straggler"))
     assert not run.report["problems"], run.report["problems"]
+
+
+def test_loaders_iterated_from_one_line_are_told_apart(job) -> None:
+    from ddpdoctor.analysis.load import load_job
+
+    view = load_job([job("val_rank0_one_line").run_dir])
+    starts = {r: run.trace.meta_events("loader_epoch") for r, run in view.ranks.items()}
+    assert len({s["site"] for s in starts[0]}) == 1  # train and val: one iterating line
+    assert len({s["loader"] for s in starts[0]}) == 2  # ... two loaders
+    assert {s["loader"] for s in starts[1]} < {s["loader"] for s in starts[0]}
+    assert [s["epoch"] for s in starts[1]] == [0, 1]
 
 
 def test_the_probes_record_epochs_batches_and_rng(job) -> None:

@@ -64,3 +64,62 @@ def test_user_sitecustomize_still_runs(doctor, tmp_path: Path):
     run = doctor(["run", "--", sys.executable, str(script)], env=env)
     assert run.returncode == 0, run.stderr
     assert "user site: yes" in run.stdout
+
+
+GAPS = JOBS / "recording_gaps.py"
+
+
+def test_compiled_collectives_are_in_the_sequence(doctor):
+    run = doctor(["run", "--nproc-per-node", "2", str(GAPS)], env={"SHAPE": "compiled"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    job = load_job([run.run_dir])
+    for rank, r in job.ranks.items():
+        calls = r.calls["0"]
+        ops = [(c.op, c.reduce_op) for c in calls]
+        # eager all_reduce, 2 compiled steps of 3 all_reduces each, a functional
+        # all_reduce, the final barrier
+        assert ops == [("all_reduce", "sum")] + [("all_reduce", "sum"), ("all_reduce", "max"),
+                                                 ("all_reduce", "sum")] * 2 + [
+            ("all_reduce", "sum"), ("barrier", "")], (rank, ops)
+        assert [c.seq for c in calls] == list(range(len(calls)))
+        assert all(not c.open for c in calls)
+        lines = GAPS.read_text().splitlines()
+        at = [lines.index(f"    {src}") + 1 for src in (
+            "dist.all_reduce(x)", "dist.all_reduce(y, op=dist.ReduceOp.MAX)",
+            "dist.all_reduce(z)")]
+        compiled_lines = [int(c.callsite.rsplit(":", 1)[1]) for c in calls[1:7]]
+        assert compiled_lines == at * 2, compiled_lines  # the user's line inside the graph
+        assert all("recording_gaps.py:" in c.callsite for c in calls), calls
+        assert not [m for m in r.trace.meta if m.get("event") == "runtime_error"]
+
+
+def test_future_completed_async_call_is_not_a_hang(doctor):
+    run = doctor(["run", "--hang-timeout", "3", "--nproc-per-node", "2", str(GAPS)],
+                 env={"SHAPE": "future"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.report["outcome"] == "completed"
+    job = load_job([run.run_dir])
+    for r in job.ranks.values():
+        calls = r.calls["0"]
+        assert [c.op for c in calls] == ["all_reduce", "all_reduce", "barrier"]
+        assert calls[1].flags & 1  # async
+        # closed at completion, well before the 8 s of compute ended
+        assert calls[1].t_end - calls[1].t_start < 4e9
+        assert calls[2].t_start - calls[1].t_end > 7e9
+
+
+def test_base_ops_named_p2p_peers_right_coalesced_batch_one_record(doctor):
+    run = doctor(["run", "--nproc-per-node", "2", str(GAPS)], env={"SHAPE": "base_p2p"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    job = load_job([run.run_dir])
+    for rank, r in job.ranks.items():
+        calls = r.calls["0"]
+        ops = [c.op for c in calls]
+        assert ops == ["all_reduce", "_all_gather_base", "_reduce_scatter_base",
+                       "all_reduce_coalesced", "barrier"], ops
+        assert calls[1].out_shapes == ((4,),)
+        assert calls[3].in_shapes == ((3,), (5,)) and calls[3].aux == 2
+        assert all(not c.open for c in calls)
+        p2p = [(c.op, c.peer) for c in r.p2p]
+        assert p2p == [("isend", 1 - rank), ("irecv", 1 - rank)], p2p
+        assert all(not c.open for c in r.p2p)

@@ -38,11 +38,20 @@ def _check(name: str, ours: torch.Tensor, ref: torch.Tensor, errors: list[str]) 
         errors.append(f"{name}: max diff {(ours.double() - ref.double()).abs().max()}")
 
 
+def _check_same_everywhere(name: str, ours: torch.Tensor, errors: list[str]) -> None:
+    """Every rank holds the same bits (DDP replicas must not drift apart)."""
+    got = [torch.empty_like(ours) for _ in range(dist.get_world_size())]
+    dist.all_gather(got, ours)
+    if not all(torch.equal(t.view(torch.int32), got[0].view(torch.int32)) for t in got):
+        errors.append(f"{name}: ranks differ")
+
+
 def ring_job(rank: int, world: int, port: int, out_dir: str) -> None:
     from ddpdoctor import ring
     from ddpdoctor.ddp.ring import ring_all_reduce_flat
 
     _init(rank, world, port)
+    pg = dist.group.WORLD
     errors: list[str] = []
     g = torch.Generator().manual_seed(rank)
     for numel in SIZES:
@@ -62,9 +71,16 @@ def ring_job(rank: int, world: int, port: int, out_dir: str) -> None:
         x = torch.randint(-1000, 1000, (numel,), generator=g)
         ours, ref = x.clone(), x.clone()
         seg = 24 if numel < 2000 else 4096  # many segments, so the pipeline is exercised
-        ring_all_reduce_flat(ours, dist.group.WORLD, "sum", segment_bytes=seg)
+        ring_all_reduce_flat(ours, pg, "sum", segment_bytes=seg, gather_bytes=0)
         dist.all_reduce(ref)
         _check(f"int64 tiny segments numel={numel}", ours, ref, errors)
+        for gather_bytes in (0, 1 << 30):  # both rings: equal to gloo, the same on every rank
+            x = torch.randn(numel, generator=g)
+            ours, ref = x.clone(), x.clone()
+            ring_all_reduce_flat(ours, pg, "sum", gather_bytes=gather_bytes)
+            dist.all_reduce(ref)
+            _check(f"float32 gather_bytes={gather_bytes} numel={numel}", ours, ref, errors)
+            _check_same_everywhere(f"gather_bytes={gather_bytes} numel={numel}", ours, errors)
     base = torch.randn(6, 7, generator=g)
     ours = base[:, ::2]  # not contiguous: reduced in place all the same
     ref = ours.contiguous()
@@ -83,6 +99,30 @@ def ring_job(rank: int, world: int, port: int, out_dir: str) -> None:
 def test_ring_all_reduce_matches_gloo(world: int, tmp_path: Path) -> None:
     run_job(ring_job, world, str(tmp_path))
     for r in range(world):
+        assert json.loads((tmp_path / f"rank{r}.json").read_text()) == []
+
+
+def large_job(rank: int, world: int, port: int, out_dir: str) -> None:
+    from ddpdoctor import ring
+
+    _init(rank, world, port)
+    errors: list[str] = []
+    numel = 25 * (1 << 20) + 3  # 100 MB of float32, odd: segments and chunks uneven
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(rank))
+    ref = x.clone()
+    ring.all_reduce(x)
+    dist.all_reduce(ref)
+    _check("100 MB", x, ref, errors)
+    _check_same_everywhere("100 MB", x, errors)
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(errors))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ring_all_reduce_100_mb(tmp_path: Path) -> None:
+    run_job(large_job, 2, str(tmp_path))
+    for r in range(2):
         assert json.loads((tmp_path / f"rank{r}.json").read_text()) == []
 
 

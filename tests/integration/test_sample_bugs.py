@@ -23,7 +23,28 @@ def describe(findings: list[dict]) -> str:
                      for f in findings) or "no findings"
 
 
-@ENTRIES
+HANGS_AND_FAILURES = pytest.mark.parametrize(
+    "bug", [b for b in bugs.CATALOGUE if not b.finishes], ids=lambda b: b.name)
+FINISHES = pytest.mark.parametrize(
+    "bug", [b for b in bugs.CATALOGUE if b.finishes], ids=lambda b: b.name)
+
+
+def check_root_cause_first(bug: bugs.Bug, findings: list[dict]) -> None:
+    """The first error finding names the culprits; no error finding blames a rank that only
+    waited (its own errors are consequences: info, with caused_by)."""
+    errors = [f for f in findings if f["severity"] == "error"]
+    named = [f for f in findings if f["kind"] == bug.finding_kind]
+    if named and named[0]["severity"] == "error":
+        first = errors[0]
+        assert first["kind"] == bug.finding_kind and \
+            sorted(first["ranks"]) == sorted(bug.culprit_ranks), (
+                f"{bug.name}: the first error should be {bug.finding_kind} on "
+                f"{list(bug.culprit_ranks)}: {describe(findings)}")
+    waited = [f for f in errors if not set(f["ranks"]) <= set(bug.culprit_ranks)]
+    assert waited == [], f"{bug.name}: errors blame a rank that only waited: {describe(waited)}"
+
+
+@HANGS_AND_FAILURES
 def test_bug_is_named_with_its_culprits(doctor, bug):
     run = run_sample(doctor, bug, fixed=False)
     report = run.report
@@ -34,7 +55,21 @@ def test_bug_is_named_with_its_culprits(doctor, bug):
     assert any(sorted(f["ranks"]) == sorted(bug.culprit_ranks) for f in named), (
         f"{bug.name}: {bug.finding_kind} should blame ranks {list(bug.culprit_ranks)}: "
         f"{describe(named)}")
+    check_root_cause_first(bug, findings)
     assert report["world_size"] == bug.nproc
+
+
+@FINISHES
+def test_slow_healthy_job_runs_to_its_end(doctor, bug):
+    run = run_sample(doctor, bug, fixed=False)
+    assert run.returncode == 0, f"{bug.name}: the job was stopped\n{run.stderr[-3000:]}"
+    report = run.report
+    assert report["outcome"] == "completed"
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert errors == [], f"{bug.name}: {describe(errors)}"
+    for f in report["findings"]:
+        if f["kind"] == bug.finding_kind:
+            assert sorted(f["ranks"]) == sorted(bug.culprit_ranks), describe([f])
 
 
 def teardown_abort_only(report: dict) -> bool:

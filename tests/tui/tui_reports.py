@@ -176,3 +176,55 @@ def write_fixture() -> Path:
 
 if __name__ == "__main__":
     print(write_fixture())
+
+
+def make_waits_report() -> dict[str, Any]:
+    """A 4-rank hang with its wait-for graph: ranks 0 and 2 wait for rank 1 (computing in
+    eval.py) in all_reduce #57; rank 3 waits for rank 2 in a broadcast of group 1; rank 0's
+    gloo timeout is a consequence of rank 1 (caused_by)."""
+    report = make_hang_report(world_size=4, culprit=1, hang_seq=57)
+    ranks = report["ranks"]
+    ranks[1].update(state="computing", current=None, stack=[
+        {"name": "forward", "filename": f"{SITE}/torch/nn/modules/linear.py", "line": 125},
+        {"name": "evaluate", "filename": "/home/ana/proj/eval.py", "line": 88},
+        {"name": "main", "filename": SCRIPT, "line": 104},
+        {"name": "<module>", "filename": SCRIPT, "line": 112},
+    ])
+    for rank in (0, 2):
+        ranks[rank]["state"] = "waiting"
+    ranks[0].update(state="failed", exit_code=1)
+    ranks[3]["state"] = "waiting"
+    ranks[3]["current"].update(seq=4, op="broadcast", shapes=[[16]], group="1")
+    report["waits"] = [
+        {"rank": 0, "waits_for": [1], "group": "0", "seq": 57, "op": "all_reduce"},
+        {"rank": 2, "waits_for": [1], "group": "0", "seq": 57, "op": "all_reduce"},
+        {"rank": 3, "waits_for": [2], "group": "1", "seq": 4, "op": "broadcast"},
+    ]
+    report["findings"] = [
+        {"kind": "missing_collective", "severity": "error", "ranks": [1], "seq": 57,
+         "summary": "rank 0 waits for rank 1 in all_reduce #57; rank 1 is computing at eval.py:88 "
+                    "`score = evaluate(model)`",
+         "detail": "Ranks 0 and 2 entered all_reduce #57 of group 0; rank 1 never did: its stack "
+                   "shows it in evaluate (eval.py:88), its CPU time advancing.",
+         "fix": "Give the process group a timeout longer than rank 1's evaluation, or shard the "
+                "evaluation evenly.",
+         "evidence": {"group": "0", "seq": 57}, "caused_by": None},
+        {"kind": "rank_failed", "severity": "info", "ranks": [0], "seq": 57,
+         "summary": "rank 0 failed: gloo timed out after 4 s waiting for rank 1 (a consequence)",
+         "detail": "RuntimeError: [gloo] Timed out waiting 4000ms for recv operation to complete",
+         "fix": "", "evidence": {}, "caused_by": 0},
+        {"kind": "rank_failed", "severity": "info", "ranks": [2], "seq": 57,
+         "summary": "rank 2 failed: connection closed by rank 0 (a consequence)",
+         "detail": "", "fix": "", "evidence": {}, "caused_by": 1},
+    ]
+    return report
+
+
+def make_deadlock_report() -> dict[str, Any]:
+    """Two ranks in a lock-order deadlock over groups 1 and 2."""
+    report = make_hang_report(world_size=2, culprit=1, hang_seq=3)
+    report["waits"] = [
+        {"rank": 0, "waits_for": [1], "group": "1", "seq": 0, "op": "all_reduce"},
+        {"rank": 1, "waits_for": [0], "group": "2", "seq": 0, "op": "all_reduce"},
+    ]
+    return report

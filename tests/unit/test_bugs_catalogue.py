@@ -13,6 +13,11 @@ from ddpdoctor import bugs
 from ddpdoctor.errors import UserError
 
 SAMPLE_BUGS = bugs.sample_bugs_dir()
+# the process-group timeout is the bug itself here: shorter than the slow rank's evaluation
+SHORT_PG_TIMEOUT = {"pg_timeout_while_peer_computes": "timeout=datetime.timedelta(seconds=4)"}
+CAUSAL_SHAPES = ("clean_exit_uneven_no_loader", "pg_timeout_while_peer_computes",
+                 "subgroup_skip_4ranks", "two_group_lock_order", "p2p_recv_recv",
+                 "stuck_before_init", "busy_straggler_finishes")
 ENTRIES = pytest.mark.parametrize("bug", bugs.CATALOGUE, ids=lambda b: b.name)
 
 
@@ -46,7 +51,10 @@ def test_scripts_follow_the_conventions(bug):
         assert ast.get_docstring(ast.parse(source)), script
         assert "torch.set_num_threads(1)" in source, script
         assert 'init_process_group("gloo"' in source, script
-        assert "timeout=datetime.timedelta(seconds=120)" in source, script
+        timeout = "timeout=datetime.timedelta(seconds=120)"
+        if script == bug.script:
+            timeout = SHORT_PG_TIMEOUT.get(bug.name, timeout)
+        assert timeout in source, script
         if bug.launch == bugs.Launch.SPAWN:
             assert "mp.spawn(" in source and "MASTER_ADDR" in source, script
         else:
@@ -59,6 +67,28 @@ def test_entry_is_complete(bug):
     assert bug.culprit_ranks and all(0 <= r < bug.nproc for r in bug.culprit_ranks)
     assert bug.symptom and bug.source and bug.fix
     assert bug.hang_timeout > 0
+
+
+def test_catalogue_holds_every_shape_of_the_causal_model():
+    by_name = {b.name: b for b in bugs.CATALOGUE}
+    assert set(CAUSAL_SHAPES) <= set(by_name)
+    for name in CAUSAL_SHAPES:
+        assert by_name[name].hang_timeout <= 5.0, name  # detected within a short timeout
+    assert by_name["subgroup_skip_4ranks"].nproc == 4
+    assert by_name["subgroup_skip_4ranks"].culprit_ranks == (1,)  # rank 0 only waits
+    deadlocks = [b for b in bugs.CATALOGUE if b.finding_kind == "deadlock"]
+    assert {b.name for b in deadlocks} == {"two_group_lock_order", "p2p_recv_recv"}
+    assert all(len(b.culprit_ranks) == b.nproc for b in deadlocks)  # a cycle names all
+
+
+def test_only_the_busy_straggler_is_expected_to_finish():
+    assert [b.name for b in bugs.CATALOGUE if b.finishes] == ["busy_straggler_finishes"]
+    straggler = bugs.find_bug("busy_straggler_finishes")
+    assert straggler.finding_kind == "straggler" and straggler.culprit_ranks == (1,)
+
+
+def test_finding_kinds_are_the_contracts():
+    assert "deadlock" in bugs.FINDING_KINDS and len(set(bugs.FINDING_KINDS)) == 9
 
 
 def test_every_bug_has_a_readme_row():

@@ -1,4 +1,4 @@
-"""Built-in detectors: each turns a JobView into findings of one family.
+"""Built-in silent-bug detectors: each turns a JobView into findings of one family.
 
 They reach the analysis through the plugin hook ``register_detectors`` like any
 third-party detector (this module is in ddpdoctor.plugins.DEFAULT_PLUGINS);
@@ -16,13 +16,11 @@ Detector = Callable[[JobView], list[Finding]]
 
 
 def builtin_detectors() -> list[tuple[str, Detector]]:
-    """(name, detector) of every detector that ships with ddpdoctor, root causes first."""
-    from ddpdoctor.analysis.detectors import (duplicate, failure, mismatch, missing, seeds,
-                                              shuffle, straggler, uneven)
+    """(name, detector) of the silent-bug detectors that ship with ddpdoctor.  Root causes
+    (mismatch, failure, missing, uneven, deadlock) are decided by analysis.causal."""
+    from ddpdoctor.analysis.detectors import duplicate, seeds, shuffle, straggler
 
-    return [("collective_mismatch", mismatch.detect), ("rank_failed", failure.detect),
-            ("uneven_batches", uneven.detect), ("missing_collective", missing.detect),
-            ("seed_collision", seeds.detect), ("stale_shuffle", shuffle.detect),
+    return [("seed_collision", seeds.detect), ("stale_shuffle", shuffle.detect),
             ("duplicate_data", duplicate.detect), ("straggler", straggler.detect)]
 
 

@@ -1,7 +1,8 @@
-"""collective_mismatch: at the same seq, ranks called collectives that differ."""
+"""collective_mismatch: the finding for ranks that called differing collectives at one seq."""
 
 from __future__ import annotations
 
+from ddpdoctor.analysis.causal.pattern import breaks_pattern, stream_until
 from ddpdoctor.analysis.matcher import Divergence, MatchState, find_divergence
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
 from ddpdoctor.analysis.source import rank_condition, source_line
@@ -23,12 +24,19 @@ FIXES = {
 }
 
 
-def _tie_break(div: Divergence) -> tuple[int, ...]:
+def _tie_break(div: Divergence, job: JobView | None) -> tuple[int, ...]:
     """With no majority, blame the ranks whose call sits under a rank-dependent branch
-    when the others' do not (the evidence in the source); else every rank."""
+    when the others' do not (the evidence in the source); else the ranks whose call breaks
+    their own repeating pattern of earlier calls; else every rank."""
     conditional = {r for r, c in div.calls.items() if rank_condition(c.callsite)}
     if conditional and len(conditional) < len(div.calls):
         return tuple(sorted(conditional))
+    if job is not None:
+        verdicts = {r: breaks_pattern(stream_until(job.ranks[r], c, div.group))
+                    for r, c in div.calls.items() if r in job.ranks}
+        breakers = {r for r, v in verdicts.items() if v}
+        if breakers and all(v is False for r, v in verdicts.items() if r not in breakers):
+            return tuple(sorted(breakers))
     return div.culprits
 
 
@@ -43,8 +51,10 @@ def _line(call: Call) -> str:
     return text
 
 
-def finding_for(div: Divergence) -> Finding:
-    culprits = _tie_break(div) if not div.majority else div.culprits
+def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
+    """The collective_mismatch finding of a divergence (``job`` lets a tie be broken by
+    each rank's own history)."""
+    culprits = _tie_break(div, job) if not div.majority else div.culprits
     calls = div.calls
     others = [r for r in calls if r not in culprits]
     bad = calls[culprits[0]]
@@ -97,5 +107,3 @@ def divergences(job: JobView) -> list[Divergence]:
     return found
 
 
-def detect(job: JobView) -> list[Finding]:
-    return [finding_for(d) for d in divergences(job)]

@@ -25,7 +25,7 @@ def _same_order(a: EpochFacts, b: EpochFacts) -> bool:
     if a.end is not None and b.end is not None:
         n = a.end.get("batches")
         return (isinstance(n, int) and n >= MIN_BATCHES and n == b.end.get("batches")
-                and a.end.get("order") == b.end.get("order"))
+                and a.end.get("order") is not None and a.end.get("order") == b.end.get("order"))
     pa, pb = a.fingerprints(), b.fingerprints()
     n = min(len(pa), len(pb))
     return n >= MIN_BATCHES and pa[:n] == pb[:n]

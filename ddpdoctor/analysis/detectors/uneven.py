@@ -5,6 +5,11 @@ length where ``len()`` is defined), before anything hangs; confirmed after the f
 the batch counts (``loader_end`` events, else BATCH records) when a rank left the loop
 after k batches while another ran batch k+1.
 
+Loaders are told apart by the loader object (its construction and the line that
+iterates it, see ``runtime.loader_facts.loader_id``), so a loader only some ranks iterate (rank 0's
+evaluation) is never compared with another.  A hang is blamed on uneven batches only
+when they are confirmed on the same loader; a prediction alone is a warning.
+
 Culprits (``ranks``): the ranks that ran (or will run) FEWER batches.  They are the ones
 whose collectives are missing when the job hangs (the others wait in batch k+1's
 gradient all-reduce), so this finding supersedes a missing_collective naming them; and
@@ -102,10 +107,38 @@ def epochs_of(run: RankRun) -> dict[EpochKey, EpochFacts]:
 
 def job_epochs(job: JobView) -> dict[EpochKey, dict[int, EpochFacts]]:
     """(loader, epoch) -> rank -> facts, over every rank of the job."""
+    per_rank = {rank: epochs_of(run) for rank, run in sorted(job.ranks.items())}
+    same = _split_loaders(per_rank)
     out: dict[EpochKey, dict[int, EpochFacts]] = {}
-    for rank, run in sorted(job.ranks.items()):
-        for key, facts in epochs_of(run).items():
-            out.setdefault(key, {})[rank] = facts
+    for rank, epochs in per_rank.items():
+        for (loader, epoch), facts in epochs.items():
+            out.setdefault((same.get(loader, loader), epoch), {})[rank] = facts
+    return out
+
+
+def _split_loaders(per_rank: dict[int, dict[EpochKey, EpochFacts]]) -> dict[int, int]:
+    """Loader ids to merge: one loader built on different lines per rank (``if rank == 0:
+    loader = DataLoader(a) else: DataLoader(b)``) and iterated at one line.  Ids seen on
+    only some ranks merge when, at one iterating line, their rank sets are disjoint and
+    together cover every rank."""
+    ranks_of: dict[int, set[int]] = {}
+    site_of: dict[int, str] = {}
+    for rank, epochs in per_rank.items():
+        for (loader, _), facts in epochs.items():
+            ranks_of.setdefault(loader, set()).add(rank)
+            if facts.start and facts.start.get("site"):
+                site_of.setdefault(loader, str(facts.start["site"]))
+    everyone = set(per_rank)
+    by_site: dict[str, list[int]] = {}
+    for loader, ranks in ranks_of.items():
+        if ranks != everyone and loader in site_of:
+            by_site.setdefault(site_of[loader], []).append(loader)
+    out: dict[int, int] = {}
+    for ids in by_site.values():
+        sets = [ranks_of[i] for i in ids]
+        if len(ids) > 1 and sum(map(len, sets)) == len(everyone) and \
+                set().union(*sets) == everyone:
+            out.update({i: min(ids) for i in ids})
     return out
 
 
@@ -117,12 +150,19 @@ def trained(facts: EpochFacts, run: RankRun) -> bool:
     return isinstance(steps0, int) and run.header.step > steps0
 
 
+def _short(site: Any) -> str:
+    path, _, line = str(site or "").rpartition(":")
+    return f"{os.path.basename(path)}:{line}" if path else ""
+
+
 def loader_name(start: dict[str, Any] | None, loader: int) -> str:
-    """``the DataLoader iterated at train.py:88`` (its id where the site is unknown)."""
-    site = str((start or {}).get("site") or "")
-    path, _, line = site.rpartition(":")
-    if path:
-        return f"the DataLoader iterated at {os.path.basename(path)}:{line}"
+    """``the DataLoader created at train.py:40, iterated at train.py:88`` (either part
+    where known, else its id)."""
+    made, site = _short((start or {}).get("created")), _short((start or {}).get("site"))
+    if made and site:
+        return f"the DataLoader created at {made}, iterated at {site}"
+    if made or site:
+        return f"the DataLoader {'created' if made else 'iterated'} at {made or site}"
     return f"DataLoader #{loader}"
 
 
@@ -326,7 +366,7 @@ def _finding(job: JobView, key: EpochKey, counts: dict[int, int], confirmed: boo
     if any(isinstance(n, int) for n in predicted.values()):
         lines.append("Predicted at the start of the epoch (len(loader)): " + ", ".join(
             f"rank {r}: {n}" for r, n in sorted(predicted.items())) + ".")
-    if hung and waiting:
+    if hung and confirmed and waiting:
         stuck = [r for r in more if r in waiting]
         if stuck:
             c = waiting[stuck[0]]
@@ -338,8 +378,10 @@ def _finding(job: JobView, key: EpochKey, counts: dict[int, int], confirmed: boo
         lines.append("The job did not hang (no collective per batch, or Join), but the "
                      "ranks trained on different numbers of batches.")
     lines.append(_split_note(starts).strip())
-    severity = Severity.ERROR if hung else (Severity.INFO if job.outcome == "completed"
-                                            else Severity.WARNING)
+    if hung and confirmed:
+        severity = Severity.ERROR
+    else:  # a prediction alone never explains a hang: the ranks have not left the loop
+        severity = Severity.INFO if job.outcome == "completed" else Severity.WARNING
     evidence = {"loader": loader, "site": next(iter(starts.values()), {}).get("site"),
                 "epoch": epoch, "confirmed": confirmed,
                 "batches": {str(r): n for r, n in sorted(counts.items())},
@@ -347,7 +389,7 @@ def _finding(job: JobView, key: EpochKey, counts: dict[int, int], confirmed: boo
                 "predicted_at_ns": at_ns, "epochs": history}
     seq = None
     stuck = [waiting[r] for r in more if r in waiting]
-    if hung and stuck:
+    if hung and confirmed and stuck:
         first = min(stuck, key=lambda c: c.seq)
         seq = first.seq
         evidence["group"] = first.group

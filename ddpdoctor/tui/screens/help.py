@@ -14,6 +14,7 @@ from ddpdoctor.tui.model import OP_ABBREVIATIONS, RANK_STATES, STATE_STYLES
 
 KEYS = (
     ("r t f p l", "show the Ranks, Timeline, Findings, Profile or Log tab (or click a tab)"),
+    ("w", "show who waits for whom (the Waits tab, when the report has a wait-for graph)"),
     ("↑ ↓ / mouse", "move in a table or the timeline"),
     ("enter / click", "open the selected rank: its stack and last collectives"),
     ("[  ]", "previous / next rank (on a rank's screen)"),

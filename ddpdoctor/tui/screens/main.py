@@ -1,4 +1,4 @@
-"""MainScreen: the run summary and the tabs: ranks, timeline, findings, profile, log."""
+"""MainScreen: the run summary and the tabs: ranks, timeline, findings, profile, log, waits."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from ddpdoctor.tui.widgets.profile_table import ProfileTable
 from ddpdoctor.tui.widgets.rank_table import RankTable
 from ddpdoctor.tui.widgets.run_summary import RunSummary
 from ddpdoctor.tui.widgets.timeline import CollectiveTimeline
+from ddpdoctor.tui.widgets.wait_graph import WaitGraph
 
-TABS = ("ranks", "timeline", "findings", "profile", "log")
+TABS = ("ranks", "timeline", "findings", "profile", "log", "waits")
 
 
 class MainScreen(Screen[None]):
@@ -31,6 +32,7 @@ class MainScreen(Screen[None]):
         Binding("f", "show_tab('findings')", "Findings"),
         Binding("p", "show_tab('profile')", "Profile"),
         Binding("l", "show_tab('log')", "Log"),
+        Binding("w", "show_tab('waits')", "Waits", show=False),  # a tab only when there are waits
         Binding("slash", "filter", "Filter"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
@@ -45,6 +47,7 @@ class MainScreen(Screen[None]):
         self.now = 0.0
         self.waiting_message = ""
         self._ready = False
+        self._waits_shown = False
 
     def compose(self) -> ComposeResult:
         yield RunSummary(self.command, id="summary")
@@ -61,6 +64,8 @@ class MainScreen(Screen[None]):
                 yield ProfileTable(id="profile-table")
             with TabPane("Log", id="log"):
                 yield LogPane(self.job_log, id="log-pane")
+            with TabPane("Waits", id="waits"):
+                yield WaitGraph(id="wait-graph")
         with Vertical(id="filter-bar"):
             yield Input(placeholder="filter ranks: 3  0-7  1,5  hung  broadcast  gpu-node-02", id="filter")
         yield Footer()
@@ -70,6 +75,8 @@ class MainScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#filter-bar").display = False
+        self.query_one(TabbedContent).hide_tab("waits")
+        self._waits_shown = False
         self.query_one(RankTable).focus()
         self._ready = True
         self._refresh_views()
@@ -115,8 +122,14 @@ class MainScreen(Screen[None]):
             self.query_one("#profile-empty").display = not has_profile
             self.query_one(ProfileTable).display = has_profile
             self.query_one(ProfileTable).show(view, query)
+        elif tab == "waits":
+            self.query_one(WaitGraph).show(view)
 
     def _label_tabs(self, view: ReportView, tabs: TabbedContent) -> None:
+        has_waits = any(edge.waits_for for edge in view.waits)
+        if has_waits != self._waits_shown:
+            self._waits_shown = has_waits
+            (tabs.show_tab if has_waits else tabs.hide_tab)("waits")
         errors = sum(1 for f in view.findings if f.severity == "error")
         label = f"Findings ({len(view.findings)})" if view.findings else "Findings"
         tabs.get_tab("findings").label = f"[b red]{label}[/]" if errors else label
@@ -131,6 +144,8 @@ class MainScreen(Screen[None]):
         self._refresh_views()
 
     def action_show_tab(self, tab: str) -> None:
+        if tab == "waits" and not self._waits_shown:
+            return  # no wait-for graph in this report: the tab is hidden
         self.query_one(TabbedContent).active = tab
         self._focus_pane(tab, from_filter=True)
 
@@ -152,6 +167,7 @@ class MainScreen(Screen[None]):
             "findings": FindingsList,
             "profile": ProfileTable,
             "log": LogPane,
+            "waits": WaitGraph,
         }[pane]
         widget = self.query_one(target)
         if pane == "profile" and not widget.display:

@@ -15,6 +15,8 @@ uneven_iterable  a sharded IterableDataset without len, uneven shards (uneven_ba
 even_iterable    a sharded IterableDataset, even shards (healthy)
 straggler        rank 1 computes 0.2 s longer each step (straggler)
 val_rank0        healthy, and rank 0 alone evaluates on a validation loader each epoch
+val_rank0_one_line  the same, with training and evaluation iterated from one line (as
+                 a framework's engine does)
 uneven_barrier   uneven_split, then a barrier after the training loop (uneven_batches)
 """
 
@@ -95,6 +97,11 @@ def make_loader(rank: int, world: int) -> DataLoader:
     return DataLoader(ds, batch_size=BATCH, sampler=DistributedSampler(ds, shuffle=True))
 
 
+def one_pass(loader: DataLoader, step) -> None:
+    for batch in loader:  # every loader is iterated here
+        step(batch)
+
+
 def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
@@ -117,6 +124,13 @@ def main() -> None:
         sampler = loader.sampler
         if isinstance(sampler, DistributedSampler) and BUG != "stale" and sampler.shuffle:
             sampler.set_epoch(epoch)
+        if BUG == "val_rank0_one_line":
+            if rank == 0:
+                with torch.no_grad():
+                    one_pass(val, lambda b: model(b[0]))
+            one_pass(loader, lambda b: (opt.zero_grad(), nn.functional.mse_loss(
+                ddp(b[0]), b[1]).backward(), opt.step()))
+            continue
         for x, y in loader:
             if BUG == "straggler" and rank == 1:
                 time.sleep(0.2)

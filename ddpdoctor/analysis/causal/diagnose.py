@@ -1,0 +1,179 @@
+"""diagnose(job): rank states -> wait-for graph -> root causes -> findings with consequences."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ddpdoctor.analysis.causal import findings as F
+from ddpdoctor.analysis.causal.facts import rank_states
+from ddpdoctor.analysis.causal.graph import Wait, cycles, reachable, sinks, wait_for_graph
+from ddpdoctor.analysis.causal.pattern import breaks_pattern, stream_until
+from ddpdoctor.analysis.causal.state import RankState, StateKind
+from ddpdoctor.analysis.model import NS, Finding, JobView, Severity
+
+
+@dataclass
+class Diagnosis:
+    """The causal model of a job: typed states, the wait-for graph, and the findings (root
+    causes as errors first; consequences with ``caused_by``)."""
+
+    states: dict[int, RankState]
+    waits: list[Wait]
+    findings: list[Finding] = field(default_factory=list)
+
+    def roots(self) -> list[Finding]:
+        return [f for f in self.findings if f.caused_by is None]
+
+
+def _judged(job: JobView, states: dict[int, RankState], w: Wait) -> bool:
+    """Is this wait long enough to judge?  Offline, or after a verdict: always; live:
+    past the hang timeout."""
+    if not job.live or job.outcome is not None:
+        return True
+    since = states[w.rank].since_ns
+    return since is not None and job.now_ns - since >= job.hang_timeout * NS
+
+
+class _Builder:
+    """Collects root findings and which ranks each one explains."""
+
+    def __init__(self) -> None:
+        self.roots: list[Finding] = []
+        self.explains: list[set[int]] = []  # per root: culprit ranks and the ranks it blocks
+
+    def add(self, f: Finding, explains: set[int]) -> int:
+        self.roots.append(f)
+        self.explains.append(set(f.ranks) | explains)
+        return len(self.roots) - 1
+
+    def root_of(self, rank: int, waits: list[Wait]) -> int | None:
+        near = reachable(rank, waits) | {rank}
+        for i, ranks in enumerate(self.explains):
+            if ranks & near:
+                return i
+        return None
+
+
+def _cycle_finding(cycle: tuple[int, ...], job: JobView, by_rank: dict[int, Wait],
+                   states: dict[int, RankState]) -> Finding:
+    verdicts = {}
+    for r in cycle:
+        call = states[r].call
+        if call is not None and r in job.ranks:
+            verdicts[r] = breaks_pattern(stream_until(job.ranks[r], call))
+    breakers = sorted(r for r, v in verdicts.items() if v)
+    if breakers and len(breakers) < len(cycle) and \
+            all(verdicts.get(r) is False for r in cycle if r not in breakers):
+        return F.skipped(breakers, cycle, by_rank, states)
+    return F.deadlock(cycle, by_rank, states)
+
+
+def diagnose(job: JobView) -> Diagnosis:
+    """The one causal model of ``job`` (live or offline)."""
+    from ddpdoctor.analysis.detectors import mismatch, uneven
+
+    states = rank_states(job)
+    waits = wait_for_graph(job, states)
+    judged = [w for w in waits if _judged(job, states, w)]
+    by_rank = {w.rank: w for w in waits}
+    b = _Builder()
+    uneven_found = uneven.detect(job)
+    late: list[Finding] = []
+    for f in uneven_found:
+        if f.severity == Severity.ERROR:
+            b.add(f, set())
+        else:
+            late.append(f)
+    consequences: list[tuple[Finding, int]] = []
+    for div in mismatch.divergences(job):
+        f = mismatch.finding_for(div, job)
+        cause = next((i for i, r in enumerate(b.roots) if r.kind == "uneven_batches" and
+                      r.seq == div.seq and r.evidence.get("group") == div.group), None)
+        if cause is not None:
+            consequences.append((replace(f, severity=Severity.INFO, summary=(
+                f"{f.summary} (a consequence of the uneven batches: "
+                f"{F.ranks_text(b.roots[cause].ranks)} left the loop and called what "
+                "follows it)")), cause))
+            continue
+        b.add(f, set(div.calls))
+    for cycle in cycles(judged):
+        if all(r in by_rank for r in cycle):
+            b.add(_cycle_finding(cycle, job, by_rank, states), set(cycle))
+    for target, into in sinks(judged, states).items():
+        s = states[target]
+        if b.root_of(target, []) is not None and s.kind != StateKind.DIED:
+            b.explains[b.root_of(target, [])].update(w.rank for w in into)  # type: ignore
+            continue
+        if s.kind == StateKind.DIED:
+            continue  # its own finding below
+        blocked_elsewhere = s.kind == StateKind.BLOCKED
+        if blocked_elsewhere and b.roots:
+            continue  # blocked in a call of its own that another root explains
+        f = F.exited_early(s, into, states, job) if s.kind == StateKind.EXITED else \
+            F.absent_rank(job, s, into, states)
+        b.add(f, {w.rank for w in into})
+    _deaths(job, states, judged, b, consequences)
+    if not b.roots:
+        stall = _stalled(job, states)
+        if stall is not None:
+            b.add(stall, set())
+    return Diagnosis(states, waits, _assemble(b.roots, consequences, late))
+
+
+def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _Builder,
+            consequences: list[tuple[Finding, int]]) -> None:
+    """Ranks that died on their own are roots; ranks that failed of a peer's absence are
+    consequences of the root they waited on."""
+    into: dict[int, list[Wait]] = {}
+    for w in waits:
+        for t in w.waits_for:
+            into.setdefault(t, []).append(w)
+    dead = sorted((s for s in states.values() if s.kind == StateKind.DIED and s.death),
+                  key=lambda s: s.death.at_ns)  # type: ignore[union-attr]
+    for s in dead:
+        if s.death.teardown:  # type: ignore[union-attr]
+            fine = all(o.kind == StateKind.EXITED for o in states.values() if o.rank != s.rank)
+            b.add(F.teardown(s, fine), set())
+        else:
+            b.add(F.died(s, into.get(s.rank, []), job), {w.rank for w in into.get(s.rank, [])})
+    failed = [s for s in states.values() if s.kind == StateKind.PEER_FAILED and s.death]
+    if not failed:
+        return
+    linked: dict[int, list[int]] = {}
+    orphans = []
+    for s in failed:
+        i = b.root_of(s.rank, waits)
+        if i is None and b.roots:
+            i = 0
+        if i is None:
+            orphans.append(s)
+        else:
+            linked.setdefault(i, []).append(s.rank)
+    for s in orphans:  # nothing else explains it: its error is the root
+        b.add(F.died(s, into.get(s.rank, []), job), set())
+    for i, ranks in linked.items():
+        consequences.append((F.consequence(sorted(ranks), states, b.roots[i], i), i))
+
+
+def _stalled(job: JobView, states: dict[int, RankState]) -> Finding | None:
+    """Every member inside the same collective and none returns: the ring step that never
+    completed (the DDP ring records its sends and receives)."""
+    from ddpdoctor.analysis.causal.ring import stalled_ring
+
+    blocked = {r: s.call for r, s in states.items()
+               if s.kind == StateKind.BLOCKED and s.call is not None}
+    if not blocked or (job.live and job.outcome is None):
+        return None
+    return stalled_ring(job, blocked, states)  # type: ignore[arg-type]
+
+
+def _assemble(roots: list[Finding], consequences: list[tuple[Finding, int]],
+              late: list[Finding]) -> list[Finding]:
+    """Roots (errors first, then warnings), the other findings, then consequences; each
+    consequence's caused_by is its root's index in the returned list."""
+    order = sorted(range(len(roots)), key=lambda i: (roots[i].severity != Severity.ERROR,
+                                                     roots[i].severity != Severity.WARNING))
+    where = {old: new for new, old in enumerate(order)}
+    out = [roots[i] for i in order] + late
+    out += [replace(f, caused_by=where[i]) for f, i in consequences]
+    return out

@@ -1,0 +1,185 @@
+"""Fact extraction: each rank's typed state from its trace, exit, stack and progress.
+
+The one place where an error's text is classified as "raised by a peer's absence"."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from dataclasses import replace
+
+from ddpdoctor.analysis.model import Call, JobView, RankRun
+from ddpdoctor.analysis.causal.state import Death, RankState, StateKind
+from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.reader import TraceRecord
+
+# Errors a rank gets because a peer is absent (gone, or not answering in time).
+PEER_ABSENCE = re.compile(
+    r"Connection (closed|reset) by peer|Broken pipe|Connection refused|"
+    r"Socket Timeout|Timed out|timed out|timeout|ProcessGroupGloo.*(closed|abort)|"
+    r"NCCL communicator was aborted|Watchdog caught|Rank \d+ is not|peer|recvBytes|sendBytes",
+    re.IGNORECASE)
+FATAL_SIGNAL = re.compile(r"Fatal Python error: (\w+)")
+INTERNAL_PARTS = ("site-packages", "/torch/", "/ddpdoctor/", "/lib/python3", "<frozen")
+LOADER_FUNCS = ("__next__", "_next_data", "fetch", "_get_data", "_try_get_data")
+TEARDOWN_WORDS = ("destroy_process_group", "Py_Finalize", "_shutdown", "atexit",
+                  "terminate called without an active exception")
+
+
+def peer_absence(text: str) -> bool:
+    """Was this error raised because a peer was absent (closed, reset, timed out)?"""
+    return bool(PEER_ABSENCE.search(text))
+
+
+def user_frame(run: RankRun) -> tuple[str | None, str]:
+    """(``path:line``, function) of the innermost user frame of the rank's stack."""
+    for frame in run.stack or []:
+        fn = str(frame.get("filename", ""))
+        if fn and not any(p in fn for p in INTERNAL_PARTS):
+            return f"{fn}:{frame.get('line')}", str(frame.get("name") or "")
+    return None, ""
+
+
+def in_data_loading(run: RankRun) -> bool:
+    return any("torch/utils/data" in str(f.get("filename", "")) and
+               f.get("name") in LOADER_FUNCS for f in run.stack or [])
+
+
+def stop_time(job: JobView) -> int | None:
+    """When ddpdoctor stopped the job (its ``stop`` event), else None."""
+    return next((e.get("t") for e in job.supervisor_events if e.get("event") == "stop"),
+                None)
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def failed_call(run: RankRun) -> Call | None:
+    """The call the rank is inside, or the newest one that raised."""
+    open_call = run.open_call()
+    if open_call is not None:
+        return open_call
+    failed = [c for calls in run.calls.values() for c in calls[-4:]
+              if c.flags & L.RecordFlag.FAILED]
+    failed += [c for c in run.p2p[-16:] if c.flags & L.RecordFlag.FAILED]
+    return max(failed, key=lambda c: c.t_start) if failed else None
+
+
+def _exception_death(run: RankRun, exc: dict) -> Death:
+    frames = exc.get("traceback") or []
+    user = [f for f in frames if isinstance(f, dict)
+            and "site-packages" not in str(f.get("filename", ""))]
+    last = (user or frames or [{}])[-1]
+    where = (f"{os.path.basename(str(last.get('filename', '?')))}:{last.get('line', '?')}"
+             if last else "")
+    msg = f"{exc.get('type', 'Exception')}: {exc.get('message', '')}".strip()
+    first_line = msg.splitlines()[0] if msg else "an exception"
+    tb = "\n".join(f"  {f.get('filename')}:{f.get('line')} in {f.get('name')}"
+                   for f in frames[-8:] if isinstance(f, dict))
+    return Death(first_line[:300], int(exc.get("t") or run.header.heartbeat_ns), where,
+                 f"Traceback (innermost last):\n{tb}\n{msg[:1500]}", None,
+                 peer_absence(msg) and failed_call(run) is not None)
+
+
+def death_of(run: RankRun, stop_ns: int | None) -> Death | None:
+    """How ``run`` died, or None if it is alive, exited cleanly, or was stopped by ddpdoctor."""
+    h = run.header
+    exc = run.exception()
+    if exc is not None and stop_ns is not None and int(exc.get("t") or 0) >= stop_ns:
+        return None  # raised while ddpdoctor stopped the job (e.g. KeyboardInterrupt)
+    if exc is None and stop_ns is not None and (run.gone_at_ns is None or
+                                                run.gone_at_ns >= stop_ns):
+        return None  # still alive when ddpdoctor stopped the job: ended by the stop
+    if exc is not None:
+        return _exception_death(run, exc)
+    inside = failed_call(run)
+    if run.fault:
+        m = FATAL_SIGNAL.search(run.fault)
+        name = {"Aborted": "SIGABRT", "Segmentation": "SIGSEGV"}.get(
+            m.group(1) if m else "", m.group(1) if m else "a fatal signal")
+        return Death(f"killed by {name} (no Python exception)", h.heartbeat_ns, "",
+                     f"faulthandler's dump:\n{run.fault[:3000]}", name,
+                     name == "SIGABRT" and inside is not None,
+                     name == "SIGABRT" and inside is None and _in_teardown(run))
+    rc = run.returncode
+    at = int(run.gone_at_ns or h.heartbeat_ns)
+    if rc is not None and rc < 0:
+        name = _signal_name(-rc)
+        return Death(f"killed by {name}", at, "",
+                     f"The launcher saw rank {run.rank} (pid {run.pid}) end with signal "
+                     f"{-rc} ({name}); a signal leaves no Python traceback.", name,
+                     name == "SIGTERM" or (name == "SIGABRT" and inside is not None),
+                     name == "SIGABRT" and inside is None and _in_teardown(run))
+    if rc is not None and rc > 0 and not run.exited_cleanly():
+        return Death(f"exited with status {rc}", at, "",
+                     f"Rank {run.rank} (pid {run.pid}) exited with status {rc}.")
+    if (run.alive is False or rc is not None) and h.state.name not in ("EXITED", "FAILED"):
+        return Death("vanished without an exception or exit (killed, e.g. SIGKILL or the "
+                     "OOM killer)", at, "",
+                     f"Rank {run.rank} (pid {run.pid}) disappeared while "
+                     f"{h.state.name.lower().replace('_', ' ')}; nothing ran at its exit, "
+                     "which only SIGKILL (or a hard crash) does.", "SIGKILL")
+    return None
+
+
+def _in_teardown(run: RankRun) -> bool:
+    """Did the rank die after its last call returned, in destroy_process_group or at exit?"""
+    if any(m.op == "destroy" for m in run.marks) or run.header.state == L.RankState.EXITED:
+        return True
+    return any(w in run.fault for w in TEARDOWN_WORDS) or bool(run.calls)
+
+
+def _open_mark(run: RankRun) -> TraceRecord | None:
+    opened = [m for m in run.marks if m.open and m.op in ("init", "new_group")]
+    return opened[-1] if opened else None
+
+
+def rank_state(run: RankRun, job: JobView, stop_ns: int | None) -> RankState:
+    """The typed state of one rank (see StateKind)."""
+    frame, name = user_frame(run)
+    base = RankState(run.rank, StateKind.COMPUTING, _last_call(run), frame=frame,
+                     frame_name=name, cpu_busy=run.cpu_busy, progress_ns=run.progress_ns,
+                     steps=max(run.header.step, 0),
+                     mark_count=sum(1 for m in run.marks if m.op == "new_group"))
+    death = death_of(run, stop_ns)
+    if death is not None:
+        call = failed_call(run)
+        return replace(base, kind=StateKind.PEER_FAILED if death.peer_absence else
+                       StateKind.DIED, call=call, since_ns=call.t_start if call else None,
+                       death=death)
+    if run.exited_cleanly():
+        return replace(base, kind=StateKind.EXITED)
+    if run.proc_state == "T":
+        return replace(base, kind=StateKind.STOPPED)
+    mark = _open_mark(run)
+    if mark is not None:
+        return replace(base, kind=StateKind.RENDEZVOUS, call=None, since_ns=mark.t_start,
+                       mark=mark.op)
+    if run.header.state == L.RankState.STARTING and not run.calls and \
+            not any(m.op == "init" for m in run.marks):
+        return replace(base, kind=StateKind.NOT_ARRIVED)
+    call = run.open_call()
+    if call is not None:
+        return replace(base, kind=StateKind.BLOCKED, call=call, since_ns=call.t_start)
+    if in_data_loading(run):
+        return replace(base, kind=StateKind.DATA_LOADING)
+    return base
+
+
+def _last_call(run: RankRun) -> Call | None:
+    calls = [c[-1] for c in run.calls.values() if c] + run.p2p[-1:]
+    return max(calls, key=lambda c: c.t_start) if calls else None
+
+
+def rank_states(job: JobView) -> dict[int, RankState]:
+    """Every rank of the world: its state; a rank with no trace has not arrived."""
+    stop_ns = stop_time(job)
+    states = {r: rank_state(run, job, stop_ns) for r, run in job.ranks.items()}
+    for r in range(job.world_size):
+        states.setdefault(r, RankState(r, StateKind.NOT_ARRIVED))
+    return dict(sorted(states.items()))

@@ -1,0 +1,247 @@
+"""The findings of root causes and of their consequences, from rank states and waits."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from ddpdoctor.analysis.causal.graph import Wait
+from ddpdoctor.analysis.causal.state import RankState, StateKind
+from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
+from ddpdoctor.analysis.source import rank_condition, source_line
+from ddpdoctor.trace import layout as L
+
+ORDER_FIX = ("Make every rank call the same collectives in the same order: a collective "
+             "inside a rank-dependent branch must have a matching call on every other rank.")
+TEARDOWN_FIX = ("Call dist.barrier() before dist.destroy_process_group() and leave no "
+                "collective work in flight (wait on every async handle) before the process "
+                "exits.")
+UNEVEN_FIX = ("Give every rank the same number of steps: split the data evenly (pad or "
+              "drop the remainder), or stop all ranks together (all_reduce a 'done' flag, "
+              "or torch's Join context manager).")
+
+
+def ranks_text(ranks: list[int] | tuple[int, ...]) -> str:
+    ranks = sorted(ranks)
+    word = "rank" if len(ranks) == 1 else "ranks"
+    names = ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}" if len(ranks) > 1 else \
+        str(ranks[0]) if ranks else "?"
+    return f"{word} {names}"
+
+
+def _short(site: str) -> str:
+    path, _, line = site.rpartition(":")
+    return f"{os.path.basename(path)}:{line}" if path else site
+
+
+def frame_text(s: RankState) -> str:
+    """``eval.py:88 `score = evaluate(model)``` (or "" without a stack)."""
+    if not s.frame:
+        return ""
+    src = source_line(s.frame)
+    return _short(s.frame) + (f" `{src}`" if src else "") + \
+        (f" in {s.frame_name}" if s.frame_name and not src else "")
+
+
+def _after(s: RankState) -> str:
+    c = s.call
+    return f"after seq {c.seq} ({c.describe()} at {c.short_site})" if c else \
+        "before its first collective"
+
+
+def whereabouts(s: RankState) -> str:
+    """Where a rank that others wait for is instead, in a few words."""
+    at = frame_text(s)
+    at = f" at {at}" if at else ""
+    if s.kind == StateKind.COMPUTING:
+        busy = {True: " (its CPU time advances)",
+                False: " (no CPU progress: sleeping, polling, or waiting on I/O or a lock)"}
+        return f"is computing{at}{busy.get(s.cpu_busy, '')}"  # type: ignore[arg-type]
+    if s.kind == StateKind.DATA_LOADING:
+        return f"is loading data{at}"
+    if s.kind == StateKind.EXITED:
+        return f"exited cleanly {_after(s)}"
+    if s.kind == StateKind.STOPPED:
+        return f"is stopped (SIGSTOP){at}"
+    if s.kind == StateKind.NOT_ARRIVED:
+        return f"has not joined the process group{at}" if at or s.steps or s.frame else \
+            "has not joined the process group (no trace of it, or still starting)"
+    if s.kind == StateKind.PEER_FAILED and s.call is not None:
+        return (f"was elsewhere{at or ' (no stack)'}: it entered {s.call.describe()} "
+                f"(seq {s.call.seq}) at {s.call.short_site} only later")
+    if s.kind in (StateKind.DIED, StateKind.PEER_FAILED) and s.death is not None:
+        return f"died: {s.death.cause}"
+    if s.kind == StateKind.BLOCKED and s.call is not None:
+        return f"waits in {s.call.describe()} on group {s.call.group} at {s.call.short_site}"
+    return f"is running{at}"
+
+
+def wait_text(w: Wait, call: Call | None) -> str:
+    what = f"{w.op} #{w.seq}" if w.seq is not None else \
+        ("init_process_group" if w.op == "init" else w.op)
+    site = f" at {call.short_site}" if call is not None else ""
+    group = f" on group {w.group}" if w.group not in ("0", "rendezvous") else ""
+    return f"rank {w.rank} waits for {ranks_text(w.waits_for)} in {what}{group}{site}"
+
+
+def absent_rank(job: JobView, target: RankState, waits: list[Wait],
+                states: dict[int, RankState]) -> Finding:
+    """A rank others wait for is elsewhere (computing, loading data, exited, stopped, not
+    arrived): the finding names that rank and where it is."""
+    first = min(waits, key=lambda w: (states[w.rank].since_ns or 0, w.rank))
+    call = states[first.rank].call
+    cond = rank_condition(call.callsite) if call is not None else None
+    waiting = sorted(w.rank for w in waits)
+    summary = f"{wait_text(first, call)}; rank {target.rank} {whereabouts(target)}"
+    lines = [wait_text(w, states[w.rank].call) for w in waits[:16]]
+    if target.call is not None and target.kind != StateKind.EXITED:
+        lines.append(f"Rank {target.rank}'s last collective: {target.call.describe()} "
+                     f"(seq {target.call.seq} on group {target.call.group}) at "
+                     f"{target.call.short_site}.")
+    since = states[first.rank].since_ns
+    if since:
+        lines.append(f"Waiting for {(job.now_ns - since) / 1e9:.1f} s.")
+    if cond:
+        lines.append(f"The awaited call is inside {cond}: it runs on some ranks only.")
+        fix = ("Every rank must reach the same collectives: move the collective out of the "
+               "rank-dependent branch or call it on every rank.")
+    elif target.kind == StateKind.NOT_ARRIVED:
+        fix = (f"Find what keeps rank {target.rank} from init_process_group (its stack): a "
+               "download, a file lock, a barrier of its own; give such work a timeout or do "
+               "it on one rank after init and share the result.")
+    elif target.kind == StateKind.COMPUTING:
+        fix = (f"Rank {target.rank} is doing work the others are not waiting for: balance it "
+               "(evaluate on every rank or on none), or raise the process group's timeout "
+               "for long one-rank phases.")
+    else:
+        fix = ("Every rank must reach the same collectives: check why the absent rank took "
+               "another path (see its stack): an early exit, a different number of batches, "
+               "or a rank-dependent branch.")
+    culprits = tuple(waiting) if cond else (target.rank,)
+    evidence = {"group": first.group, "waiting": {str(w.rank): w.op for w in waits},
+                "absent": {str(target.rank): whereabouts(target)}, "state": target.kind.value,
+                "frame": target.frame, "condition": cond}
+    return Finding("missing_collective", Severity.ERROR, culprits, first.seq, summary,
+                   "\n".join(lines), fix, evidence)
+
+
+def _steps_reached(s: RankState) -> int:
+    """Optimizer steps taken, counting the step in progress when the rank waits in a DDP
+    gradient bucket (it is inside a step's backward)."""
+    inside = s.call is not None and bool(s.call.flags & L.RecordFlag.BUCKET)
+    return s.steps + (1 if inside else 0)
+
+
+def exited_early(target: RankState, waits: list[Wait], states: dict[int, RankState],
+                 job: JobView) -> Finding:
+    """A clean exit while peers wait for more: uneven steps when the step counts differ,
+    else a rank that exited early."""
+    waiting_steps = {w.rank: _steps_reached(states[w.rank]) for w in waits}
+    if waiting_steps and max(waiting_steps.values()) > target.steps:
+        most = max(waiting_steps.values())
+        summary = (f"rank {target.rank} ran {target.steps} steps and exited while "
+                   f"{ranks_text(sorted(waiting_steps))} went on to step {most}"
+                   f" (steps: rank {target.rank}: {target.steps}, " +
+                   ", ".join(f"rank {r}: {n}" for r, n in sorted(waiting_steps.items())) + ")")
+        detail = "\n".join([wait_text(w, states[w.rank].call) for w in waits] +
+                           [f"Rank {target.rank} {whereabouts(target)}."])
+        return Finding("uneven_batches", Severity.ERROR, (target.rank,),
+                       waits[0].seq, summary, detail, UNEVEN_FIX,
+                       {"group": waits[0].group, "steps": {str(target.rank): target.steps,
+                        **{str(r): n for r, n in waiting_steps.items()}}})
+    finding = absent_rank(job, target, waits, states)
+    return replace(finding, fix="Rank %d returned while the others still call collectives: "
+                   "make every rank run the same collectives before it exits (see its last "
+                   "call site)." % target.rank)
+
+
+def died(s: RankState, waits: list[Wait], job: JobView) -> Finding:
+    """rank_failed: a rank died of its own (exception or signal), with its last words."""
+    d = s.death
+    assert d is not None
+    where = f" at {d.where}" if d.where else ""
+    during = f" while inside {s.call.describe()} (seq {s.call.seq})" if s.call else \
+        (f" at step {s.steps}" if s.steps else "")
+    detail = d.detail + (f"\nIt was{during}." if during else "")
+    if waits:
+        detail += "\n" + "\n".join(f"{wait_text(w, None)}." for w in waits[:16])
+    fix = "Fix the error on the failing rank (see its traceback)."
+    if d.signal == "SIGKILL" and "vanished" in d.cause:
+        fix = ("Find who killed the rank: check `dmesg` for the OOM killer and the "
+               "scheduler's logs; reduce memory per rank if it is the OOM killer.")
+    elif d.signal:
+        fix = (f"A {d.signal} leaves no Python traceback: look at the faulthandler dump and "
+               "the rank's last call above.")
+    evidence = {"cause": d.cause, "signal": d.signal, "at_ns": d.at_ns,
+                "pid": job.ranks[s.rank].pid if s.rank in job.ranks else None,
+                "waiting": [w.rank for w in waits]}
+    return Finding("rank_failed", Severity.ERROR, (s.rank,), s.call.seq if s.call else None,
+                   f"rank {s.rank} failed{where}: {d.cause}", detail, fix, evidence)
+
+
+def teardown(s: RankState, finished: bool) -> Finding:
+    """A rank aborted in teardown after every collective completed and matched."""
+    d = s.death
+    assert d is not None
+    last = f"after its last collective {s.call.describe()} (seq {s.call.seq}) completed" \
+        if s.call else "after its collectives completed"
+    summary = f"rank {s.rank} aborted in teardown ({d.cause}) {last}"
+    detail = (f"Rank {s.rank} died in destroy_process_group or at interpreter exit {last}; "
+              "every collective it made had matched on all ranks, so the training itself "
+              "was not affected.\n" + d.detail)
+    return Finding("rank_failed", Severity.WARNING if finished else Severity.ERROR,
+                   (s.rank,), None, summary, detail, TEARDOWN_FIX,
+                   {"cause": d.cause, "signal": d.signal, "teardown": True})
+
+
+def deadlock(cycle: tuple[int, ...], waits: dict[int, Wait],
+             states: dict[int, RankState]) -> Finding:
+    """Ranks that wait on each other in a cycle: one finding naming every rank and group."""
+    groups = sorted({waits[r].group for r in cycle})
+    lines = [wait_text(waits[r], states[r].call) for r in cycle]
+    p2p = all(states[r].call is not None and states[r].call.op in  # type: ignore[union-attr]
+              ("send", "recv", "isend", "irecv") for r in cycle)
+    summary = (f"deadlock: {ranks_text(cycle)} wait on each other in a cycle (" +
+               "; ".join(lines) + ")")
+    fix = ("Post sends and receives in a matching order (one side sends first), or use "
+           "dist.batch_isend_irecv / isend+irecv." if p2p else
+           "Enter the process groups in the same order on every rank: "
+           + ", ".join(f"group {g}" for g in groups) + " are taken in different orders.")
+    return Finding("deadlock", Severity.ERROR, tuple(cycle), None, summary,
+                   "\n".join(lines), fix, {"groups": groups, "cycle": list(cycle)})
+
+
+def skipped(breakers: list[int], cycle: tuple[int, ...], waits: dict[int, Wait],
+            states: dict[int, RankState]) -> Finding:
+    """A cycle where some ranks broke their own repeating pattern (skipped a collective
+    they made every earlier step): those ranks are the cause."""
+    lines = [wait_text(waits[r], states[r].call) for r in cycle]
+    victims = [r for r in cycle if r not in breakers]
+    b = states[breakers[0]].call
+    v = states[victims[0]].call if victims else None
+    summary = (f"{ranks_text(breakers)} skipped "
+               + (f"{v.describe()} at {v.short_site} on group {v.group}" if v else
+                  "a collective")
+               + " that it made every earlier step, and went on to "
+               + (f"{b.describe()} at {b.short_site}" if b else "another call")
+               + f"; {ranks_text(victims)} wait{'s' if len(victims) == 1 else ''} for it")
+    fix = ("Call the collective on every rank of its group every step, even with nothing "
+           "to contribute (reduce a zero tensor), or move the condition out of the loop so "
+           "all ranks take the same branch.")
+    return Finding("missing_collective", Severity.ERROR, tuple(sorted(breakers)),
+                   waits[breakers[0]].seq, summary, "\n".join(lines), ORDER_FIX + " " + fix,
+                   {"cycle": list(cycle), "groups": sorted({waits[r].group for r in cycle})})
+
+
+def consequence(ranks: list[int], states: dict[int, RankState], root: Finding,
+                root_index: int) -> Finding:
+    """rank_failed at info level: errors raised on ranks that waited for a root cause."""
+    causes = "; ".join(f"rank {r}: {states[r].death.cause}"  # type: ignore[union-attr]
+                       for r in ranks[:8])
+    summary = (f"{ranks_text(ranks)} failed waiting ({causes}): a consequence of "
+               f"{root.kind} on {ranks_text(root.ranks)}")
+    detail = "\n".join(states[r].death.detail[:600] for r in ranks[:4])  # type: ignore
+    return Finding("rank_failed", Severity.INFO, tuple(ranks), None, summary, detail,
+                   f"Fix the root cause (finding {root_index}): {root.summary}",
+                   {"consequence": True, "causes": {str(r): states[r].death.cause  # type: ignore
+                                                    for r in ranks}}, caused_by=root_index)

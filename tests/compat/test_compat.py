@@ -1,0 +1,110 @@
+"""Frameworks and torch DDP features train the same under ddpdoctor as without it.
+
+Each job (tests/compat/jobs/) runs three times on 2 CPU ranks: plain, under ``ddpdoctor
+run`` (the ring comm hook) and under ``ddpdoctor run --ddp torch``; each must exit 0 and
+save the same final parameters as the plain run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import REPO, run_doctor
+
+pytestmark = pytest.mark.slow
+
+JOBS_DIR = REPO / "tests" / "compat" / "jobs"
+TOL = 1e-6
+# job -> (how it starts, script)
+JOBS = {
+    "torch_features": ("torchrun", "torch_features.py"),
+    "lightning_self_launched": ("python", "lightning_job.py"),
+    "lightning_torchrun": ("torchrun", "lightning_job.py"),
+    "accelerate": ("torchrun", "accelerate_job.py"),
+    "ignite": ("torchrun", "ignite_job.py"),
+    "transformers": ("torchrun", "transformers_job.py"),
+}
+MODES = ["ring", "torch"]
+
+
+def command(job: str, out: Path) -> list[str]:
+    form, script = JOBS[job]
+    if form == "python":
+        return [sys.executable, str(JOBS_DIR / script), str(out)]
+    launcher = shutil.which("torchrun")
+    prefix = [launcher] if launcher else [sys.executable, "-m", "torch.distributed.run"]
+    return [*prefix, "--nproc-per-node", "2", str(JOBS_DIR / script), str(out)]
+
+
+def load(out: Path) -> list[dict]:
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+_plain: dict[str, list[dict]] = {}
+
+
+def plain_run(job: str, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    if job not in _plain:
+        out = tmp_path_factory.mktemp(f"plain_{job}")
+        proc = subprocess.run(command(job, out), cwd=out, capture_output=True, text=True,
+                              timeout=400, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        _plain[job] = load(out)
+    return _plain[job]
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert list(a) == list(b)
+    return max(((x.double() - y.double()).abs().max().item() for x, y in zip(a.values(),
+                                                                             b.values())
+                if x.is_floating_point()), default=0.0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("job", list(JOBS))
+def test_trains_as_without_ddpdoctor(job: str, mode: str, tmp_path: Path,
+                                     tmp_path_factory: pytest.TempPathFactory) -> None:
+    plain = plain_run(job, tmp_path_factory)
+    out = tmp_path / "out"
+    out.mkdir()
+    run = run_doctor(["run", "--ddp", mode, "--", *command(job, out)], tmp_path, timeout=400)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = run.report
+    assert report["outcome"] == "completed"
+    assert [f["summary"] for f in report["findings"] if f["severity"] == "error"] == []
+    ours = load(out)
+    for rank in range(2):
+        assert ours[rank]["checks"] == plain[rank]["checks"]
+        assert all(plain[rank]["checks"].values()), plain[rank]["checks"]
+        assert set(ours[rank]["params"]) == set(plain[rank]["params"])
+        for case, params in plain[rank]["params"].items():
+            diff = max_diff(ours[rank]["params"][case], params)
+            assert diff <= TOL, f"rank {rank} {case}: parameters differ by {diff:.3g}"
+    if job == "torch_features":  # sparse gradients: said once, on the console and in the report
+        assert run.stderr.count("ddpdoctor: notice: sparse gradients") == 1, run.stderr[-3000:]
+        assert [(n["text"][:16], n["ranks"]) for n in report["notices"]] == [
+            ("sparse gradients", [0, 1])]
+    kinds = record_kinds(run.run_dir)
+    assert kinds["bucket"] > 0  # every DDP bucket is recorded, in both modes
+    assert (kinds["ring_step"] > 0) == (mode == "ring")  # the ring reduced them (ring mode)
+
+
+def record_kinds(run_dir: Path) -> dict[str, int]:
+    """How many bucket all-reduces and ring steps the ranks' traces hold."""
+    from ddpdoctor.trace import layout as L
+    from ddpdoctor.trace.reader import read_trace
+
+    kinds = {"bucket": 0, "ring_step": 0}
+    for path in (run_dir / "traces").glob("*.ring"):
+        for r in read_trace(path).records:
+            kinds["bucket"] += bool(r.kind == L.RecordKind.COLLECTIVE
+                                    and r.flags & L.RecordFlag.BUCKET)
+            kinds["ring_step"] += r.kind == L.RecordKind.RING_STEP
+    return kinds

@@ -1,0 +1,82 @@
+"""A trace factory: RankRun and JobView from typed facts, no process launched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.analysis.load import rank_run
+from ddpdoctor.analysis.model import NS, JobView, RankRun
+from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.reader import RankTrace, TraceHeader, TraceRecord
+
+T0 = 1_700_000_000 * NS
+NOW = T0 + 1000 * NS
+
+
+def rec(seq: int, op: str = "all_reduce", group: int = 0, t: float = 0.0,
+        dur: float | None = 0.001, site: str = "train.py:10", shape: tuple[int, ...] = (4,),
+        peer: int = -1, flags: int = 0, kind: L.RecordKind = L.RecordKind.COLLECTIVE,
+        dtype: str = "float32", aux: int = 0) -> TraceRecord:
+    """One record at ``t`` seconds after T0; ``dur=None``: still open."""
+    start = T0 + int(t * NS)
+    end = 0 if dur is None else start + max(1, int(dur * NS))
+    return TraceRecord(index=0, kind=kind, op=op, reduce_op="sum" if op == "all_reduce" else "",
+                       flags=flags, group=group, seq=seq, t_start=start, t_end=end,
+                       numel=1, peer=peer, aux=aux, nbytes=0, parent=-1, in_shapes=(shape,),
+                       out_shapes=(), dtypes=(dtype,), callsite=site)
+
+
+def steps(n: int, t0: float = 0.0, group: int = 0, site: str = "train.py:10",
+          seq0: int = 0) -> list[TraceRecord]:
+    """``n`` completed all_reduces, one a second."""
+    return [rec(seq0 + i, group=group, t=t0 + i, site=site) for i in range(n)]
+
+
+def send(seq: int, peer: int, t: float = 0.0, dur: float | None = None) -> TraceRecord:
+    return rec(seq, "send", t=t, dur=dur, peer=peer, flags=int(L.RecordFlag.SEND),
+               kind=L.RecordKind.P2P, site="pipe.py:20")
+
+
+def recv(seq: int, peer: int, t: float = 0.0, dur: float | None = None) -> TraceRecord:
+    return rec(seq, "recv", t=t, dur=dur, peer=peer, flags=int(L.RecordFlag.RECV),
+               kind=L.RecordKind.P2P, site="pipe.py:19")
+
+
+def mark(op: str, t: float = 0.0, dur: float | None = 0.01) -> TraceRecord:
+    return rec(0, op, t=t, dur=dur, kind=L.RecordKind.MARK, site="")
+
+
+def rank(r: int, records: list[TraceRecord] = (), state: L.RankState = L.RankState.COMPUTING,
+         step: int = 0, exception: dict[str, Any] | None = None, fault: str = "",
+         returncode: int | None = None, stack: list[dict[str, Any]] | None = None,
+         cpu_busy: bool | None = None, world: int = 2, meta: list[dict[str, Any]] = (),
+         groups: dict[int, list[int]] | None = None, init: bool = True) -> RankRun:
+    """One rank: its records, header state, exception (type, message), fault text, stack."""
+    groups = groups or {0: list(range(world))}
+    events = [{"event": "group", "index": i, "name": str(i), "ranks": members,
+               "default": i == 0} for i, members in groups.items()]
+    if exception is not None:
+        events.append({"event": "exception", "thread": "main", "t": NOW - NS,
+                       "traceback": [{"filename": "train.py", "line": 30, "name": "main"}],
+                       **exception})
+    records = ([mark("init")] if init else []) + list(records)
+    header = TraceHeader(pid=1000 + r, rank=r, world_size=world, local_rank=r, state=state,
+                         exit_code=0, step=step, epoch=0, count=len(records),
+                         heartbeat_ns=NOW - NS, last_seq=0, started_ns=T0, host="h",
+                         run_id="x", capacity=4096)
+    run = rank_run(RankTrace(Path(f"/nonexistent/pid-{1000 + r}.ring"), header, records,
+                             events + list(meta)))
+    run.fault, run.returncode, run.stack, run.cpu_busy = fault, returncode, stack, cpu_busy
+    return run
+
+
+def frame(path: str, line: int, name: str = "main") -> dict[str, Any]:
+    return {"filename": path, "line": line, "name": name}
+
+
+def job(runs: list[RankRun], world: int | None = None, outcome: str | None = "hung",
+        live: bool = False, hang_timeout: float = 5.0) -> JobView:
+    ranks = {run.rank: run for run in runs}
+    return JobView([Path("/nonexistent")], ranks, world or len(ranks), NOW, hang_timeout,
+                   live, outcome=outcome)

@@ -1,0 +1,221 @@
+"""The causal model on hand-built jobs: one shape a test, root cause named, victims not."""
+
+from __future__ import annotations
+
+from ddpdoctor.analysis.causal.diagnose import diagnose
+from ddpdoctor.analysis.causal.pattern import breaks_pattern
+from ddpdoctor.analysis.causal.verdict import HangVerdict, Straggling, hang_verdict, judge
+from ddpdoctor.analysis.engine import analyze
+from ddpdoctor.analysis.model import NS, Finding, JobView, Severity
+from ddpdoctor.trace import layout as L
+from tests.unit.factory import (NOW, T0, frame, job, mark, rank, rec, recv, steps)
+
+FAILED = int(L.RecordFlag.FAILED)
+CLOSED = {"type": "RuntimeError", "message": "[gloo] Connection closed by peer [127.0.0.1]:1"}
+TIMEOUT = {"type": "RuntimeError", "message": "[gloo] Timed out waiting 4000ms for recv"}
+
+
+def errors(found: list[Finding]) -> list[Finding]:
+    return [f for f in found if f.severity == Severity.ERROR]
+
+
+def check(j: JobView, culprits: tuple[int, ...], only_waited: set[int],
+          kind: str | None = None) -> list[Finding]:
+    """The first error names the culprits; no error finding names a rank that only waited."""
+    found = analyze(j, [])
+    errs = errors(found)
+    assert errs, [f.summary for f in found]
+    assert errs[0].ranks == culprits, [(f.kind, f.ranks, f.summary) for f in found]
+    if kind:
+        assert errs[0].kind == kind, errs[0]
+    for f in errs:
+        assert not set(f.ranks) & only_waited, (f.kind, f.ranks, f.summary)
+    return found
+
+
+def test_clean_early_exit_with_uneven_step_counts_blames_the_exited_rank() -> None:
+    r0 = rank(0, steps(10) + [rec(10, t=10, dur=1, flags=FAILED)], L.RankState.FAILED,
+              step=11, exception=CLOSED)
+    r1 = rank(1, steps(10), L.RankState.EXITED, step=10)
+    found = check(job([r0, r1], outcome="failed"), (1,), {0}, "uneven_batches")
+    info = [f for f in found if f.kind == "rank_failed"]
+    assert info and info[0].severity == Severity.INFO and info[0].ranks == (0,)
+    assert found[info[0].caused_by].kind == "uneven_batches"  # type: ignore[index]
+
+
+def test_clean_exit_while_the_peer_is_inside_one_more_ddp_step_is_uneven() -> None:
+    bucket = int(L.RecordFlag.BUCKET)
+    r0 = rank(0, steps(2) + [rec(2, t=2, dur=None, flags=bucket)], step=2)
+    r1 = rank(1, steps(2), L.RankState.EXITED, step=2)
+    found = check(job([r0, r1]), (1,), {0}, "uneven_batches")
+    assert "rank 1 ran 2 steps and exited while rank 0 went on to step 3" in found[0].summary
+
+
+def test_pg_timeout_while_peer_computes_names_the_computing_rank(tmp_path) -> None:
+    src = tmp_path / "eval.py"
+    src.write_text("\n" * 87 + "score = evaluate(model)\n")
+    r0 = rank(0, [rec(0, t=1, dur=4, flags=FAILED)], L.RankState.FAILED, exception=TIMEOUT)
+    r1 = rank(1, [rec(0, t=13, dur=0.1, flags=FAILED)], L.RankState.FAILED, exception=CLOSED,
+              stack=[frame("/usr/lib/python3.12/site-packages/torch/x.py", 1),
+                     frame(str(src), 88, "evaluate")])
+    found = check(job([r0, r1], outcome="failed"), (1,), {0}, "missing_collective")
+    assert "eval.py:88" in found[0].summary and "score = evaluate(model)" in found[0].summary
+    consequence = next(f for f in found if f.kind == "rank_failed")
+    assert consequence.severity == Severity.INFO and consequence.caused_by == 0
+    assert 0 in consequence.ranks
+
+
+def test_four_rank_subgroup_skip_blames_the_skipping_rank() -> None:
+    groups = {0: [0, 1, 2, 3], 1: [0, 1], 2: [2, 3]}
+    pair, world_site, pair_site = {0: 1, 1: 1, 2: 2, 3: 2}, "train.py:32", "train.py:30"
+    runs = []
+    for r in range(4):
+        recs = []
+        for step in range(3):
+            skip = r == 1 and step == 2
+            last = step == 2
+            if not skip:
+                recs.append(rec(step, group=pair[r], t=2 * step, site=pair_site,
+                                dur=None if last and r == 0 else 0.01))
+            if not (last and r == 0):
+                recs.append(rec(step, group=0, t=2 * step + 1, site=world_site,
+                                dur=None if last else 0.01))
+        runs.append(rank(r, recs, world=4, groups=groups))
+    found = check(job(runs), (1,), {0, 2, 3})
+    assert "skipped" in found[0].summary
+
+
+def test_two_group_lock_order_is_one_deadlock_naming_both_ranks_and_groups() -> None:
+    groups = {0: [0, 1], 1: [0, 1], 2: [0, 1]}
+    r0 = rank(0, [rec(0, group=1, t=1, dur=None, site="sync.py:20")], groups=groups)
+    r1 = rank(1, [rec(0, group=2, t=1, dur=None, site="sync.py:23")], groups=groups)
+    found = check(job([r0, r1]), (0, 1), set(), "deadlock")
+    assert len(errors(found)) == 1
+    assert found[0].evidence["groups"] == ["1", "2"]
+
+
+def test_p2p_recv_recv_is_a_deadlock() -> None:
+    d = diagnose(job([rank(0, [recv(0, 1, t=1)]), rank(1, [recv(0, 0, t=1)])]))
+    assert [f.kind for f in d.findings if f.severity == Severity.ERROR] == ["deadlock"]
+    assert {w.rank: w.waits_for for w in d.waits} == {0: (1,), 1: (0,)}
+    assert "batch_isend_irecv" in d.findings[0].fix
+
+
+def test_stuck_before_init_names_the_rank_that_never_arrived(tmp_path) -> None:
+    src = tmp_path / "download.py"
+    src.write_text("\n" * 29 + "vocab = conn.recv(1 << 16)\n")
+    r0 = rank(0, [mark("init", t=1, dur=None)], init=False)
+    r1 = rank(1, [], L.RankState.STARTING, init=False, stack=[frame(str(src), 30, "download")])
+    found = check(job([r0, r1]), (1,), {0}, "missing_collective")
+    assert "init_process_group" in found[0].summary and "download.py:30" in found[0].summary
+    d = diagnose(job([r0, r1]))
+    assert [w.to_dict() for w in d.waits] == [
+        {"rank": 0, "waits_for": [1], "group": "rendezvous", "seq": None, "op": "init"}]
+
+
+def test_a_rank_with_no_trace_has_not_arrived() -> None:
+    r0 = rank(0, [mark("init", t=1, dur=None)], init=False)
+    found = check(job([r0], world=2), (1,), {0})
+    assert "has not joined" in found[0].summary
+
+
+def _straggler(cpu_busy: bool, progress_s_ago: float) -> JobView:
+    r0 = rank(0, steps(3) + [rec(3, t=NOW / NS - T0 / NS - 10, dur=None)])
+    r1 = rank(1, steps(3), cpu_busy=cpu_busy, stack=[frame("eval.py", 88, "evaluate")])
+    r1.progress_ns = NOW - int(progress_s_ago * NS)
+    r0.progress_ns = NOW - 10 * NS
+    return job([r0, r1], outcome=None, live=True)
+
+
+def test_busy_straggler_gets_no_hang_verdict() -> None:
+    j = _straggler(cpu_busy=True, progress_s_ago=0.1)
+    assert hang_verdict(j, 5.0) is None
+    said = judge(j, 5.0)
+    assert isinstance(said, Straggling) and said.ranks == (1,)
+    assert "rank 1 is computing at eval.py:88" in said.message
+
+
+def test_a_sleeping_rank_others_wait_for_is_a_hang() -> None:
+    verdict = hang_verdict(_straggler(cpu_busy=False, progress_s_ago=30), 5.0)
+    assert isinstance(verdict, HangVerdict) and verdict.absent == (1,)
+    assert "rank 0 waits for rank 1 in all_reduce #3" in verdict.message
+
+
+def test_no_verdict_before_the_timeout() -> None:
+    assert hang_verdict(_straggler(cpu_busy=False, progress_s_ago=30), 60.0) is None
+
+
+def test_mismatch_by_majority_blames_the_odd_rank() -> None:
+    runs = [rank(r, steps(2) + [rec(2, t=2, dur=None, shape=(8,) if r == 2 else (4,))],
+                 world=3) for r in range(3)]
+    check(job(runs), (2,), {0, 1}, "collective_mismatch")
+
+
+def test_two_rank_mismatch_blames_the_rank_that_breaks_its_own_pattern() -> None:
+    def history(r: int) -> list:
+        out = []
+        for i in range(3):
+            out += [rec(2 * i, t=2 * i, site="train.py:10"),
+                    rec(2 * i + 1, "broadcast", t=2 * i + 1, site="train.py:11")]
+        last = rec(6, "all_gather", t=7, dur=None, site="train.py:40") if r == 1 else \
+            rec(6, t=7, dur=None, site="train.py:10")
+        return out + [last]
+    check(job([rank(0, history(0)), rank(1, history(1))]), (1,), {0}, "collective_mismatch")
+
+
+def test_crash_with_last_words_is_the_root_and_the_peer_a_consequence() -> None:
+    boom = {"type": "ValueError", "message": "bad batch shape"}
+    r0 = rank(0, steps(5) + [rec(5, t=5, dur=2, flags=FAILED)], L.RankState.FAILED,
+              exception=CLOSED)
+    r1 = rank(1, steps(5), L.RankState.FAILED, exception=boom)
+    found = check(job([r0, r1], outcome="failed"), (1,), {0}, "rank_failed")
+    assert "bad batch shape" in found[0].summary
+    assert [f.caused_by for f in found if f.severity == Severity.INFO] == [0]
+
+
+def test_missing_collective_names_the_rank_that_exited_with_its_last_call() -> None:
+    r0 = rank(0, steps(4) + [rec(4, "barrier", t=4, dur=None, site="train.py:50")], step=4)
+    r1 = rank(1, steps(4), L.RankState.EXITED, step=4)
+    found = check(job([r0, r1]), (1,), {0}, "missing_collective")
+    assert "exited cleanly after seq 3" in found[0].summary
+
+
+def test_eight_ranks_one_computing_rank_is_named_once() -> None:
+    runs = [rank(r, steps(3) + ([] if r == 5 else [rec(3, t=3, dur=None)]), world=8,
+                 stack=[frame("train.py", 77, "log_metrics")] if r == 5 else None)
+            for r in range(8)]
+    found = check(job(runs), (5,), set(range(8)) - {5}, "missing_collective")
+    assert len(errors(found)) == 1
+    assert sorted(w.rank for w in diagnose(job(runs)).waits) == [0, 1, 2, 3, 4, 6, 7]
+
+
+def test_teardown_abort_after_matched_collectives_is_its_own_warning() -> None:
+    r0 = rank(0, steps(5), L.RankState.EXITED, step=5)
+    r1 = rank(1, steps(5), L.RankState.COMPUTING, step=5, returncode=-6,
+              fault="Fatal Python error: Aborted\n\nterminate called without an active exception")
+    found = analyze(job([r0, r1], outcome="failed"), [])
+    assert not errors(found)
+    assert found[0].kind == "rank_failed" and found[0].severity == Severity.WARNING
+    assert found[0].ranks == (1,) and found[0].evidence["teardown"] is True
+    assert "destroy_process_group" in found[0].fix
+    assert not any(f.kind == "collective_mismatch" for f in found)
+
+
+def test_healthy_job_gets_no_finding_and_no_waits() -> None:
+    runs = [rank(r, steps(5), L.RankState.EXITED, step=5) for r in range(2)]
+    d = diagnose(job(runs, outcome="completed"))
+    assert d.findings == [] and d.waits == []
+
+
+def test_live_waits_shorter_than_the_timeout_are_not_findings() -> None:
+    r0 = rank(0, steps(3) + [rec(3, t=NOW / NS - T0 / NS - 1, dur=None)])
+    r1 = rank(1, steps(3))
+    d = diagnose(job([r0, r1], outcome=None, live=True))
+    assert d.findings == [] and [w.waits_for for w in d.waits] == [(1,)]
+
+
+def test_pattern_rule() -> None:
+    assert breaks_pattern("ababb") is True
+    assert breaks_pattern("ababa") is False
+    assert breaks_pattern("ab") is None
+    assert breaks_pattern("abc") is None

@@ -1,0 +1,95 @@
+"""ddpdoctor's DDP comm hook on torch's own DDP, in a one-rank gloo group in this process:
+the class stays torch's, a user's hook replaces ours, copies get their own hook, notices
+are said once."""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+from ddpdoctor.ddp import comm_hook
+from ddpdoctor.ddp.wrapper import DistributedDataParallel
+from ddpdoctor.runtime import notices
+
+
+@pytest.fixture
+def group(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _step(ddp: nn.Module) -> None:
+    ddp(torch.ones(2, 4)).sum().backward()
+
+
+def test_library_ddp_is_torchs_class_with_the_ring_hook(group) -> None:
+    ddp = DistributedDataParallel(nn.Linear(4, 2))
+    assert isinstance(ddp, nn.parallel.DistributedDataParallel)
+    state = comm_hook.state_of(ddp)
+    assert state is not None and state.mode is comm_hook.HookMode.RING and state.user is None
+    _step(ddp)
+    assert torch.equal(ddp.module.weight.grad, torch.full((2, 4), 2.0))
+    assert "comm_hook" not in ddp._get_ddp_logging_data()  # ours is invisible to torch
+    grads = [p.grad.untyped_storage().data_ptr() for p in ddp.parameters()]
+    assert grads[0] != grads[1]  # gradient_as_bucket_view=False: grads are not bucket views
+    viewed = DistributedDataParallel(nn.Linear(4, 2), gradient_as_bucket_view=True)
+    _step(viewed)
+    grads = [p.grad.untyped_storage().data_ptr() for p in viewed.parameters()]
+    assert grads[0] == grads[1]  # both live in the one bucket
+
+
+def test_user_hook_replaces_ours_and_a_second_one_is_refused(group) -> None:
+    ddp = DistributedDataParallel(nn.Linear(4, 2))
+    ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    state = comm_hook.state_of(ddp)
+    assert state.user == (default_hooks.allreduce_hook, None)
+    assert ddp._comm_hooks == [(default_hooks.allreduce_hook, None)]
+    assert ddp._get_ddp_logging_data()["comm_hook"] == "allreduce_hook"
+    _step(ddp)
+    assert torch.equal(ddp.module.bias.grad, torch.full((2,), 2.0))
+    with pytest.raises(RuntimeError, match="can only be called once"):
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+
+
+def test_builtin_hook_becomes_its_python_twin(group) -> None:
+    ddp = DistributedDataParallel(nn.Linear(4, 2))
+    ddp._register_builtin_comm_hook(dist.BuiltinCommHookType.FP16_COMPRESS)
+    assert comm_hook.state_of(ddp).user[0] is default_hooks.fp16_compress_hook
+    _step(ddp)
+    assert torch.equal(ddp.module.bias.grad, torch.full((2,), 2.0))
+
+
+def test_copies_get_their_own_hook_and_keep_none_of_ours(group) -> None:
+    ddp = DistributedDataParallel(nn.Linear(4, 2))
+    _step(ddp)
+    buf = io.BytesIO()
+    torch.save(ddp, buf)
+    buf.seek(0)
+    copies = [copy.deepcopy(ddp), pickle.loads(pickle.dumps(ddp)),
+              torch.load(buf, weights_only=False)]
+    for twin in copies:
+        assert type(twin) is DistributedDataParallel
+        state = comm_hook.state_of(twin)
+        assert state is not None and state is not comm_hook.state_of(ddp)
+        assert not any(isinstance(v, comm_hook.HookState) for v in vars(twin).values())
+        twin.zero_grad()
+        _step(twin)
+        assert torch.equal(twin.module.bias.grad, torch.full((2,), 2.0))
+
+
+def test_a_notice_is_said_once(capsys) -> None:
+    text = "a test notice nobody else gives"
+    notices.notice(text)
+    notices.notice(text)
+    assert capsys.readouterr().err.count(f"ddpdoctor: notice: {text}") == 1
