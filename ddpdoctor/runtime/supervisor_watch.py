@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from ddpdoctor.proc.table import proc_info, scan
+from ddpdoctor.proc.table import descendants, proc_info, scan
 
 SUPERVISOR_PID_ENV = "DDPDOCTOR_SUPERVISOR_PID"
 CHECK_S = 2.0
@@ -91,14 +91,16 @@ class SupervisorWatch:
 
 
 def end_job(why: str) -> None:
-    """Stop every process of this job's process group: SIGTERM, a grace, then SIGKILL
-    (this process last)."""
+    """Stop this process's group and every process below it: SIGTERM, a grace, then SIGKILL
+    (this process last).  Every process of the job runs this watch, so each ends its part
+    (torchrun gives each rank a session of its own)."""
     print(f"ddpdoctor: {why}: ending the job", file=sys.stderr, flush=True)
     me = os.getpid()
     group = os.getpgid(0)
-    if group != os.getsid(0):
-        return  # not the session ddpdoctor started the job in: not ours to end
-    others = [pid for pid, p in scan().items() if p.pgrp == group and pid != me]
+    table = scan()
+    members = {pid for pid, p in table.items() if p.pgrp == group} | descendants(table, [me])
+    start = {pid: table[pid].start for pid in members - {me}}
+    others = sorted(start)
     for sig in (signal.SIGCONT, signal.SIGTERM):
         for pid in others:
             try:
@@ -109,7 +111,15 @@ def end_job(why: str) -> None:
     while time.monotonic() < deadline and any(
             (p := proc_info(pid)) is not None and p.state != "Z" for pid in others):
         time.sleep(0.1)
-    os.killpg(group, signal.SIGKILL)
+    for pid in others:
+        p = proc_info(pid)
+        if p is None or p.start != start[pid]:
+            continue  # gone, its pid perhaps reused
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # gone already
+    os.kill(me, signal.SIGKILL)
 
 
 def start() -> None:

@@ -141,10 +141,10 @@ class Supervisor:
 
     def _check(self) -> Verdict | None:
         self._tick += 1
-        if self._tick % PROGRESS_EVERY == 0:
-            self._sample_progress()
         if self._tick % TREE_CHECK_EVERY == 1:
             self.tree.snapshot()  # every process of the job, remembered for the stop
+        if self._tick % PROGRESS_EVERY == 0:
+            self._sample_progress()
         if self._tick % PROCESS_CHECK_EVERY == 0:
             verdict = self._check_processes()
             if verdict is not None:

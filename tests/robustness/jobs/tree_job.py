@@ -1,5 +1,5 @@
 """A two-rank job with a process tree: each rank has a DataLoader worker (num_workers=1) and a
-grandchild (`sleep 3600`).  Every pid is written to PID_DIR/<what>-<rank>.pid.
+grandchild (`sleep 3600` in a session of its own, so no process-group signal reaches it).  Every pid is written to PID_DIR/<what>-<rank>.pid.
 
 MODE: long (trains until SECONDS pass), hang (rank 1's worker blocks in __getitem__ at step 3:
 rank 0 waits in all_reduce), crash (rank 1 raises at step 3), abort (rank 1 SIGABRTs itself at
@@ -45,7 +45,7 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
     rank = dist.get_rank()
     note_pid("rank", rank, os.getpid())
-    child = subprocess.Popen(["sleep", "3600"])
+    child = subprocess.Popen(["sleep", "3600"], start_new_session=True)  # out of every group
     note_pid("grandchild", rank, child.pid)
     blocks = rank == 1 and MODE in ("hang", "hang_later")
     block_at = (3 if MODE == "hang" else STEPS) if blocks else None
