@@ -173,11 +173,21 @@ def _analyze(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from ddpdoctor.launch.rundir import write_json_atomic
+    from ddpdoctor.rundir.layout import write_json_atomic
+    from ddpdoctor.report.attempts import analyze_attempts, describe_attempts
     from ddpdoctor.report.build import build_report
     from ddpdoctor.report.console import print_summary
 
-    report = build_report(list(args.run_dirs), live=False)
+    attempts = analyze_attempts(args.run_dirs[0]) if len(args.run_dirs) == 1 else None
+    if attempts is not None:
+        report, per_attempt = attempts
+        for attempt_path, attempt_report in per_attempt:
+            try:
+                write_json_atomic(attempt_path, attempt_report)
+            except OSError as e:
+                raise UserError(f"cannot write {attempt_path}: {e.strerror or e}", 1) from None
+    else:
+        report = build_report(list(args.run_dirs), live=False)
     if not report["ranks"] and report.get("problems"):
         raise UserError(f"no readable rank trace in {', '.join(map(str, args.run_dirs))}: "
                         f"{report['problems'][0]}", 1)
@@ -190,6 +200,8 @@ def _analyze(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, default=str))
     else:
         print_summary(report, path, Console())
+        if report.get("attempts"):
+            print(f"ddpdoctor: {describe_attempts(report['attempts'])}")
     return 0
 
 

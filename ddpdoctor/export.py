@@ -16,7 +16,7 @@ from ddpdoctor.hookspecs import hookimpl
 def export_report(job: Any, path: Path) -> None:
     """Write the job's report (schema ddpdoctor.report/1) to ``path``."""
     from ddpdoctor.analysis.engine import analyze_with_waits
-    from ddpdoctor.launch.rundir import write_json_atomic
+    from ddpdoctor.rundir.layout import write_json_atomic
     from ddpdoctor.report import schema
     from ddpdoctor.report.build import infer_outcome
 

@@ -44,6 +44,7 @@ def worker(rank: int, port: int) -> None:
             gathered.extend(p[: int(n)] for p, n in zip(parts, sizes))
     if rank == 0:
         print(f"gathered {sum(len(p) for p in gathered)} predictions", flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

@@ -66,6 +66,7 @@ def main() -> None:
         opt.step()
     print(f"rank {rank}: vocab of {len(vocab)} words, trained", flush=True)
     shutil.rmtree(cache, ignore_errors=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

@@ -40,6 +40,7 @@ def main() -> None:
     metric = torch.tensor([score])
     dist.all_reduce(metric)
     print(f"rank {rank}: mean score {float(metric) / dist.get_world_size():.3f}", flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

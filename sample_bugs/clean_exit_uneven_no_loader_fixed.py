@@ -36,6 +36,7 @@ def main() -> None:
         nn.functional.cross_entropy(model(xb), yb).backward()
         opt.step()
     print(f"rank {rank}: {steps} steps done", flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

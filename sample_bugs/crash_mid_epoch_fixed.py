@@ -54,6 +54,7 @@ def main() -> None:
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
     print(f"rank {rank}: {step + 1} steps done", flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

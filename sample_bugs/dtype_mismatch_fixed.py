@@ -43,6 +43,7 @@ def main() -> None:
     dist.all_reduce(stats)
     if rank == 0:
         print(f"validation accuracy {stats[0] / stats[1]:.3f}", flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

@@ -48,6 +48,7 @@ def main() -> None:
             print(f"rank {rank}: no improvement, stopping early", flush=True)
             break
         best = val_loss
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

@@ -46,6 +46,7 @@ def main() -> None:
     print(f"rank {rank} starts", flush=True)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     training(int(os.environ["LOCAL_RANK"]))
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

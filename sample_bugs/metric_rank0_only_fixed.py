@@ -44,6 +44,7 @@ def worker(rank: int, port: int) -> None:
         dist.all_reduce(val_loss)
         if rank == 0:
             print(f"epoch {epoch}: val loss {val_loss.item() / WORLD:.4f}", flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

@@ -38,6 +38,7 @@ def main() -> None:
             opt.step()
             order.append(round(float(x[0, 0]), 2))
         print(f"rank {rank} epoch {epoch}: first samples {order[:3]}", flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

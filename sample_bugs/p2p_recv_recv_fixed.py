@@ -25,6 +25,7 @@ def main() -> None:
         dist.recv(theirs, src=peer)
         dist.send(mine, dst=peer)
     print(f"rank {rank}: exchanged", flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

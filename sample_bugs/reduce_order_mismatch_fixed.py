@@ -54,6 +54,7 @@ def worker(rank: int, port: int) -> None:
         dist.all_reduce(running[name])
     if rank == 0:
         print({name: total.tolist() for name, total in running.items()}, flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

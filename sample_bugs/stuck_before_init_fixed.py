@@ -39,6 +39,7 @@ def main() -> None:
     size = torch.tensor([float(len(vocab))])
     dist.all_reduce(size)
     print(f"rank {rank}: vocab ready", flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
     mirror.close()
 

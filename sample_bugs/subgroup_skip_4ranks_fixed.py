@@ -26,6 +26,7 @@ def main() -> None:
         loss = torch.tensor([float(stat.sum())])
         dist.all_reduce(loss)
     print(f"rank {rank}: done", flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

@@ -22,6 +22,7 @@ def main() -> None:
     dist.all_reduce(params, group=params_group)
     dist.all_reduce(metrics, group=metrics_group)
     print(f"rank {rank}: synced", flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

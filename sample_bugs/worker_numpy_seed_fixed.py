@@ -59,6 +59,7 @@ def worker(rank: int, port: int) -> None:
             nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
     print(f"rank {rank}: done", flush=True)
+    dist.barrier()  # every rank is done before the group goes away
     dist.destroy_process_group()
 
 

@@ -11,8 +11,9 @@ from typing import Any
 from ddpdoctor.analysis import flight_recorder, sources
 from ddpdoctor.analysis.model import NS, Call, JobView, RankRun
 from ddpdoctor.errors import UserError
-from ddpdoctor.launch.rundir import is_run_dir, read_run_file
-from ddpdoctor.launch.process import alive, proc_state
+from ddpdoctor.rundir.attempts import is_attempt_dir
+from ddpdoctor.rundir.layout import is_run_dir, read_run_file
+from ddpdoctor.proc.table import alive, proc_state
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace, TraceError, read_meta, read_trace
 
@@ -149,6 +150,9 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
                 run.stack, run.stack_error = load_stack(
                     run_dir / "stacks" / f"pid-{trace.header.pid}.json")
             ranks[trace.header.rank] = run
+        if is_attempt_dir(run_dir):  # torchrun's agent (the launcher) spans the attempts
+            launchers += [t for t in _read_traces(run_dir.parent, problems, tail)
+                          if t.header.rank < 0]
         for rank, run in sources.load_facts(run_dir, problems).items():
             ranks.setdefault(rank, run)  # ranks ddpdoctor attach saw
         problems += flight_recorder.join_run_dir_dumps(run_dir, ranks)

@@ -18,7 +18,7 @@ from ddpdoctor.attach.job import (StackSample, build_job, main_thread_activity,
                                   process_state, rank_facts)
 from ddpdoctor.attach.stop import job_roots, stop_job_tree
 from ddpdoctor.errors import UserError
-from ddpdoctor.launch.rundir import RUN_FILE, make_run_dir, new_run_id, write_json_atomic
+from ddpdoctor.rundir.layout import RUN_FILE, make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.report import schema
 from ddpdoctor.report.build import infer_outcome
 from ddpdoctor.supervisor.stacks import capture_stacks, py_spy_path

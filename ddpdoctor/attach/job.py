@@ -15,7 +15,7 @@ from ddpdoctor.analysis.model import Call, JobView, RankRun
 from ddpdoctor.analysis.sources import DEFAULT_GROUP, external_run, mark_record
 from ddpdoctor.attach.discover import RankProcess
 from ddpdoctor.attach.frames import StackPlace, place_of
-from ddpdoctor.launch.process import alive, proc_state
+from ddpdoctor.proc.table import alive, proc_state
 
 
 def process_state(pid: int) -> tuple[bool, str]:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-
-from ddpdoctor.attach.discover import RankProcess, descendants, parent_of
-from ddpdoctor.launch.process import alive
+from ddpdoctor.attach.discover import RankProcess, parent_of
+from ddpdoctor.proc.control import JobTree, stop_tree
 
 LAUNCHER_WORDS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 GRACE_S = 5.0
@@ -34,23 +30,7 @@ def job_roots(ranks: list[RankProcess], given: list[int]) -> list[int]:
     return agents or sorted(rank_pids)
 
 
-def _signal(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            continue  # gone already, or not ours to signal: the survivors are reported
-
-
 def stop_job_tree(roots: list[int], grace: float = GRACE_S) -> list[int]:
     """SIGCONT then SIGTERM every process of the roots' trees, SIGKILL what is left after
     ``grace`` seconds.  Returns the pids still alive at the end (none, normally)."""
-    tree = list(dict.fromkeys(roots + [d for r in roots for d in descendants(r)]))
-    _signal(tree, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-    _signal(tree, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(alive(p) for p in tree):
-        time.sleep(0.1)
-    _signal([p for p in tree if alive(p)], signal.SIGKILL)
-    time.sleep(0.2)
-    return [p for p in tree if alive(p)]
+    return list(stop_tree(JobTree(tuple(roots), session=False), grace).survivors)

@@ -1,1 +1,1 @@
-"""Launching: the run dir, the injection bootstrap, starting and stopping the job."""
+"""Launching: the injection bootstrap, the job's argv and environment, `ddpdoctor run`."""

@@ -10,6 +10,7 @@ from pathlib import Path
 import ddpdoctor
 from ddpdoctor.config import RunConfig
 from ddpdoctor.errors import UserError
+from ddpdoctor.runtime.supervisor_watch import SUPERVISOR_PID_ENV
 from ddpdoctor.trace import fr_files
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
@@ -65,5 +66,6 @@ def job_env(run_dir: Path, run_id: str, config: RunConfig) -> dict[str, str]:
     env["DDPDOCTOR_DDP"] = config.ddp.value
     env["DDPDOCTOR_PACKAGE_PARENT"] = str(Path(ddpdoctor.__file__).resolve().parents[1])
     env["DDPDOCTOR_HANG_TIMEOUT"] = str(config.hang_timeout)
+    env[SUPERVISOR_PID_ENV] = str(os.getpid())
     env.setdefault("TORCH_FR_BUFFER_SIZE", fr_files.DEFAULT_BUFFER_SIZE)
     return env

@@ -15,9 +15,10 @@ from rich.console import Console
 import ddpdoctor
 from ddpdoctor.config import RunConfig
 from ddpdoctor.errors import UserError
+from ddpdoctor.launch.attempts import make_supervisor, restarts_env
 from ddpdoctor.launch.command import job_argv, job_env
-from ddpdoctor.launch.process import start_job
-from ddpdoctor.launch.rundir import make_run_dir, new_run_id, write_json_atomic
+from ddpdoctor.proc.control import become_subreaper, start_job
+from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.report.redact import redact_argv
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
@@ -59,13 +60,16 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
                    opener=lambda path, flags: os.open(path, flags, 0o600))  # owner only
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        proc = start_job(argv, job_env(run_dir, run_id, config), log)
-        supervisor = Supervisor(config, run_dir, proc, report_path, console, started)
+        become_subreaper()  # orphans of the job come back here, not to init
+        proc = start_job(argv, restarts_env(argv, job_env(run_dir, run_id, config)), log)
+        supervisor = make_supervisor(argv, config, run_dir, proc, report_path, console,
+                                     started)
         if config.ui:
             return _run_with_ui(supervisor, run_dir)
         return supervisor.run()
     finally:
         signal.signal(signal.SIGTERM, previous)
+        become_subreaper(False)
         if log is not None:
             log.close()
 

@@ -4,7 +4,11 @@ Top level (contract): schema, outcome (completed | failed | hung), command, worl
 started_at and ended_at (ISO 8601, UTC), ranks, findings (each with caused_by: the index of
 its root cause's finding, or null), waits (the wait-for graph: rank, waits_for, group, seq,
 op).  Extensions: run_dir, live,
-timeline, profile, problems, notices, exit_code, ddpdoctor_version.
+timeline, profile, problems, notices, exit_code, ddpdoctor_version; job_exit_code (the job's
+own status after ddpdoctor stopped it); stopped, when ddpdoctor stopped processes of the job:
+{reason: hang | mismatch | abandoned | interrupt | leftovers, signal: the first signal
+(SIGTERM, SIGINT), pids: every process it reached, sigkill: those still alive after the
+grace}; attempt and attempts, for a job torchrun restarted (see report.attempts).
 
 notices: [{"text", "ranks"}]: what ddpdoctor could not honour in this job (e.g. a DDP
   set-up its ring cannot reduce), each said once, with the ranks that said it.
@@ -26,6 +30,7 @@ import datetime as dt
 from typing import Any
 
 import ddpdoctor
+from ddpdoctor.analysis.clocks import host_now
 from ddpdoctor.analysis.model import NS, Call, Finding, JobView, RankRun
 from ddpdoctor.report.redact import redact_argv
 from ddpdoctor.trace import layout as L
@@ -80,7 +85,7 @@ def rank_state(run: RankRun, job: JobView) -> str:
         return "stopped"
     current = run.open_call()
     if current is not None:
-        if job.outcome == "hung" or (job.now_ns - current.t_start) >= job.hang_timeout * NS:
+        if job.outcome == "hung" or (host_now(job, run.rank) - current.t_start) >= job.hang_timeout * NS:
             return "hung"
         members = job.group_members(current.group)
         behind = any((job.ranks[r].last_call(current.group) or current).seq < current.seq
@@ -165,7 +170,7 @@ def build(job: JobView, findings: list[Finding], outcome: str,
         "live": job.live,
         "timeline": {str(r.rank): [_entry(c) for c in _calls(r)[-timeline_len:]]
                      for r in ranks},
-        "profile": {str(r.rank): profile(r, job.now_ns) for r in ranks},
+        "profile": {str(r.rank): profile(r, host_now(job, r.rank)) for r in ranks},
         "problems": list(dict.fromkeys(job.problems)),
         "notices": notices(job),
         "ddpdoctor_version": ddpdoctor.__version__,

@@ -79,6 +79,12 @@ def activate() -> None:
     if _activated or not recorder.enabled_by_env():
         return
     _activated = True
+    try:
+        from ddpdoctor.runtime import attempt_dir
+
+        attempt_dir.enter()
+    except OSError as e:  # the attempt dir cannot be made: the base run dir is used
+        _note_failure("making the attempt's run dir", e)
     from ddpdoctor.runtime import init_hooks, process_hooks
 
     process_hooks.install()

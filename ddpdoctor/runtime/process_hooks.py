@@ -157,3 +157,6 @@ def install() -> None:
     atexit.register(_at_exit)
     os.register_at_fork(after_in_child=R.reset_after_fork)
     _patch_child_exits()
+    from ddpdoctor.runtime import supervisor_watch
+
+    supervisor_watch.start()

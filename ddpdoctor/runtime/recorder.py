@@ -172,18 +172,18 @@ class Recorder:
                 self._groups[id(None)] = idx
         return idx
 
-    def heartbeat(self, now: int) -> None:
-        """Write ``now`` as the header's heartbeat_ns (records call this every 0.5 s at most:
-        the heartbeat is the wall time of the rank's latest recorded activity, to 0.5 s)."""
-        self._heartbeat_due = now + HEARTBEAT_EVERY_NS
-        self.writer.set_heartbeat(now)
-
     def forget_groups(self) -> None:
         """The process groups were destroyed: drop the object cache (the identities and
         their seq counters stay, for groups created again with the same name and ranks)."""
         with self._lock:
             self._groups = {}
             self._group_objs = []
+
+    def heartbeat(self, now: int) -> None:
+        """Write ``now`` as the header's heartbeat_ns (records call this every 0.5 s at most:
+        the heartbeat is the wall time of the rank's latest recorded activity, to 0.5 s)."""
+        self._heartbeat_due = now + HEARTBEAT_EVERY_NS
+        self.writer.set_heartbeat(now)
 
     # -- collectives -------------------------------------------------------------------
     def begin(self, op: str, pg: Any, ins: Sequence[Any], outs: Sequence[Any] = (),

@@ -9,15 +9,16 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from rich.console import Console
 
 from ddpdoctor.config import OnHang, RunConfig
-from ddpdoctor.launch.process import stop_job
-from ddpdoctor.launch.rundir import write_json_atomic
+from ddpdoctor.proc.control import JobTree, StopResult, stop_job
+from ddpdoctor.rundir.layout import write_json_atomic
 from ddpdoctor.report.build import build_report
 from ddpdoctor.report.console import print_summary
 from ddpdoctor.report.redact import redact_argv
@@ -33,6 +34,8 @@ JUDGE_AFTER_S = 1.0  # a rank blocked this long: build the job view and judge it
 JUDGE_EVERY_S = 1.0
 PROGRESS_EVERY = 5  # polls between samples of the ranks' CPU time
 MISMATCH_SETTLE_S = 0.25  # a divergent collective blocked this long will never complete
+SELF_END_S = 5.0  # after a rank failed, the launcher's time to end the job by itself
+TREE_CHECK_EVERY = 10  # polls between two looks at the job's process tree
 EXIT_HUNG = 124
 EXIT_INTERRUPTED = 130
 
@@ -57,6 +60,8 @@ class Supervisor:
         self.console = console
         self.started_ns = started_ns
         self.live = LiveJob(run_dir)
+        self.tree = JobTree((proc.pid,))
+        self.stopped: dict[str, Any] | None = None
         self.stop_requested = threading.Event()
         self._log_fd: int | None = None
         self._warned_mismatch = False
@@ -96,9 +101,31 @@ class Supervisor:
             verdict = self._watch()
         except KeyboardInterrupt:
             verdict = Verdict("interrupt", "interrupted (Ctrl-C)")
-        if verdict is None:
-            return self._finish_ended()
-        return self._finish_verdict(verdict)
+        with self._finishing():
+            if verdict is None:
+                return self._finish_ended()
+            return self._finish_verdict(verdict)
+
+    @contextmanager
+    def _finishing(self) -> Iterator[None]:
+        """While the report is written and the job stopped, a further Ctrl-C (or SIGTERM)
+        does not cut that short: it only asks to stop a job ddpdoctor waits for."""
+        if threading.current_thread() is not threading.main_thread():
+            yield  # the UI's thread owns the signals; it sets stop_requested
+            return
+
+        def again(signum: int, frame: Any) -> None:
+            if not self.stop_requested.is_set():
+                print("ddpdoctor: stopping the job and writing the report, one moment",
+                      file=sys.stderr)
+            self.stop_requested.set()
+
+        previous = {sig: signal.signal(sig, again) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _watch(self) -> Verdict | None:
         while True:
@@ -114,6 +141,8 @@ class Supervisor:
 
     def _check(self) -> Verdict | None:
         self._tick += 1
+        if self._tick % TREE_CHECK_EVERY == 1:
+            self.tree.snapshot()  # every process of the job, remembered for the stop
         if self._tick % PROGRESS_EVERY == 0:
             self._sample_progress()
         if self._tick % PROCESS_CHECK_EVERY == 0:
@@ -321,6 +350,7 @@ class Supervisor:
 
     def _finish_ended(self) -> int:
         code = self.proc.wait()
+        self._stop_leftovers()
         self.live.poll()
         if self.progress.by_pid:
             self.log("progress", ranks=self.progress.event())
@@ -328,20 +358,40 @@ class Supervisor:
             self.log("rank_gone", pid=p.header.pid, rank=p.rank, clean=p.exited_clean)
         outcome = "completed" if code == 0 else "failed"
         report = self._write(outcome, code, live=False)
+        changed = self._add_stop(report)
         if code == 0 and any(f.get("severity") == "error" for f in report["findings"]):
             report["outcome"] = "failed"
             self.log("outcome", outcome="failed", exit_code=code)
-            if self.report_path is not None:
-                write_json_atomic(self.report_path, report)
+            changed = True
+        if changed and self.report_path is not None:
+            write_json_atomic(self.report_path, report)
         self._summary(report)
         return code
+
+    def _ends_by_itself(self) -> bool:
+        """Is the job ending on its own (it exited, or a rank failed and the launcher ends
+        the rest)?  Then its own outcome and exit status stand, not a hang verdict."""
+        self._check_processes()
+        if self.proc.poll() is not None:
+            return True
+        if self._failure_seen_at is None:
+            return False
+        deadline = self._failure_seen_at + SELF_END_S  # the launcher had its chance then
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return True
+            time.sleep(POLL_SECONDS)
+        return False
 
     def _finish_verdict(self, verdict: Verdict) -> int:
         self.say(verdict.message, "bold magenta" if verdict.reason != "interrupt" else "")
         self.log("verdict", reason=verdict.reason, message=verdict.message)
         self._capture(verdict.reason)
-        self.live.poll()
         interrupted = verdict.reason == "interrupt"
+        if not interrupted and self._ends_by_itself():
+            self.log("ended_by_itself", reason=verdict.reason)
+            return self._finish_ended()
+        self.live.poll()
         outcome = None if interrupted else "hung"
         report = self._write(outcome, None, live=True)
         if interrupted:
@@ -365,8 +415,11 @@ class Supervisor:
                 code, exit_code = self._stop("interrupt", True)
             else:
                 code = exit_code = self.proc.returncode
+                self._stop_leftovers()
         report["exit_code"] = exit_code
         report["job_exit_code"] = code
+        report["live"] = False  # the job is over: stopped, or ended while ddpdoctor waited
+        self._add_stop(report)
         if self.report_path is not None:
             write_json_atomic(self.report_path, report)
         self.log("outcome", outcome=report["outcome"], exit_code=exit_code)
@@ -374,14 +427,37 @@ class Supervisor:
             self._summary(report)
         return exit_code
 
-    def _stop(self, reason: str, interrupted: bool) -> tuple[int, int]:
+    def _stop(self, reason: str, interrupted: bool) -> tuple[int | None, int]:
         """Stop the whole job; returns (the job's status, ddpdoctor's exit status)."""
         self.log("stop", reason=reason)
-        # Ctrl-C reaches the job as Ctrl-C; a hung job is past helping: its stacks and
-        # report are saved, so it is killed outright (no launcher noise, no stragglers).
-        code = stop_job(self.proc, self.live.pids(),
-                        first=signal.SIGINT if interrupted else signal.SIGKILL)
-        return code, EXIT_INTERRUPTED if interrupted else EXIT_HUNG
+        # Ctrl-C reaches the job as Ctrl-C; a hung job gets SIGTERM. Whatever still runs
+        # after a short grace (a rank stuck in C++) is SIGKILLed: its stacks and the
+        # report are saved by then.
+        result = stop_job(self.proc, self.tree, self.live.pids(),
+                          first=signal.SIGINT if interrupted else signal.SIGTERM)
+        self._note_stop(reason, result)
+        return result.exit_code, EXIT_INTERRUPTED if interrupted else EXIT_HUNG
+
+    def _stop_leftovers(self) -> None:
+        """The job has ended: stop what it left running (DataLoader workers, children of
+        its ranks), found through the OS from the processes seen while it ran."""
+        if not self.tree.snapshot():
+            return
+        self._note_stop("leftovers", stop_job(self.proc, self.tree))
+
+    def _note_stop(self, reason: str, result: StopResult) -> None:
+        self.stopped = result.as_dict(reason)
+        self.log("stopped", **self.stopped)
+        if result.killed:
+            self.say(f"SIGKILLed what did not stop after {result.signal}: pids "
+                     f"{', '.join(map(str, result.killed))}")
+
+    def _add_stop(self, report: dict[str, Any]) -> bool:
+        """Put what the stop did into the report; True when the report changed."""
+        if self.stopped is None:
+            return False
+        report["stopped"] = self.stopped
+        return True
 
     def _summary(self, report: dict[str, Any]) -> None:
         if self.quiet:

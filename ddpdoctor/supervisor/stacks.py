@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.launch.rundir import write_json_atomic
+from ddpdoctor.rundir.layout import write_json_atomic
 
 PY_SPY_TIMEOUT = 10.0
 MAX_PARALLEL = 16

@@ -11,7 +11,7 @@ from typing import Any
 
 from ddpdoctor.analysis.matcher import Divergence, find_divergence, fingerprint
 from ddpdoctor.analysis.model import NS, Call
-from ddpdoctor.launch.process import alive, proc_state
+from ddpdoctor.proc.table import alive, proc_state
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import (TraceError, TraceFile, TraceHeader, decode_text,
                                     meta_path_for, read_meta)

@@ -343,6 +343,8 @@ class ReportView:
     profile: Mapping[int, ProfileView] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     waits: tuple[WaitEdge, ...] = ()
+    attempt: int | None = None  # a restarted job: which attempt this report is of
+    attempts: tuple[tuple[int, str, str], ...] = ()  # (attempt, outcome, its report path)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], parser: CollectiveParser | None = None) -> ReportView:
@@ -376,6 +378,12 @@ class ReportView:
             problems=tuple(str(p) for p in _list(data.get("problems"))),
             waits=tuple(
                 e for e in (WaitEdge.from_dict(w) for w in _list(data.get("waits")) if isinstance(w, dict)) if e is not None
+            ),
+            attempt=_int(data.get("attempt")),
+            attempts=tuple(
+                (a, _str(e.get("outcome")) or "", _str(e.get("report")) or "")
+                for e in _list(data.get("attempts"))
+                if isinstance(e, dict) and (a := _int(e.get("attempt"))) is not None
             ),
         )
         parser.done()

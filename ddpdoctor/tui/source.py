@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ddpdoctor.errors import UserError
+from ddpdoctor.proc.table import alive
+from ddpdoctor.rundir.attempts import attempt_dirs
+from ddpdoctor.rundir.layout import is_run_dir
 
 REPORT_SCHEMA = "ddpdoctor.report/1"
 #: How long to wait for the supervisor's report.json after the job ended.
@@ -63,7 +67,7 @@ class ReportSource:
             raise UserError(f"{self.path} does not exist: give a run dir or a report.json")
         if self.path.is_file():
             report = load_report_file(self.path)
-            report.setdefault("live", False)
+            report["live"] = report.get("live") is True and report_job_alive(report)
             self._finished = True
             return report
         return self._poll_run_dir()
@@ -77,7 +81,7 @@ class ReportSource:
             report.setdefault("run_dir", str(self.path))
             self._finished = True
             return report
-        report = build_run_dir_report(self.path)
+        report = build_run_dir_report(current_attempt(self.path))
         report.setdefault("run_dir", str(self.path))
         if self.is_running is not None:
             report["live"] = running
@@ -92,7 +96,8 @@ class ReportSource:
     def _job_running(self) -> bool:
         if self.is_running is not None:
             return bool(self.is_running())
-        return not (self.path / "report.json").is_file() and traced_process_alive(self.path)
+        return not (self.path / "report.json").is_file() and \
+            traced_process_alive(current_attempt(self.path))
 
     def _grace_over(self) -> bool:
         """After the job ended without a report.json, keep polling a little while for it."""
@@ -103,9 +108,24 @@ class ReportSource:
         return time.monotonic() - self._ended_at > FINAL_REPORT_GRACE_S
 
 
-def is_run_dir(path: Path) -> bool:
-    """A run dir is recognised by its run.json or its traces/ folder."""
-    return (path / "run.json").is_file() or (path / "traces").is_dir()
+def current_attempt(run_dir: Path) -> Path:
+    """The newest attempt's dir of a restarted job (torchrun --max-restarts), else the run
+    dir itself: a live view follows the attempt that runs."""
+    attempts = attempt_dirs(run_dir)
+    return attempts[-1][1] if attempts else run_dir
+
+
+def report_job_alive(report: dict[str, Any]) -> bool:
+    """Does a rank of this report still run here?  A report written while its job ran
+    (live) shows a finished job once that job is gone.  Ranks of other hosts cannot be
+    checked: a report with no rank of this host keeps its word."""
+    here = socket.gethostname()
+    ranks = report.get("ranks")
+    local = [r for r in ranks if isinstance(r, dict) and r.get("host") == here] \
+        if isinstance(ranks, list) else []
+    if not local:
+        return True
+    return any(alive(r["pid"]) for r in local if isinstance(r.get("pid"), int))
 
 
 def traced_process_alive(run_dir: Path) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.attach.discover import descendants
-from ddpdoctor.launch.process import alive
+from ddpdoctor.proc.table import alive
 from tests.conftest import JOBS, run_doctor
 
 pytestmark = pytest.mark.slow

@@ -9,6 +9,7 @@ from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.graph import Wait, cycles, reachable, sinks, wait_for_graph
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
 from ddpdoctor.analysis.causal.state import RankState, StateKind
+from ddpdoctor.analysis.clocks import ordered, same_host
 from ddpdoctor.analysis.model import NS, Finding, JobView, Severity
 
 
@@ -119,6 +120,15 @@ def diagnose(job: JobView) -> Diagnosis:
     return Diagnosis(states, waits, _assemble(b.roots, consequences, late))
 
 
+def _about_the_same_time(job: JobView, a: RankState, b: RankState) -> bool:
+    """Did two ranks die at about the same time?  By their stamps on one host; across
+    hosts (clocks differ) when they died in the same collective."""
+    if same_host(job, a.rank, b.rank):
+        return abs(a.death.at_ns - b.death.at_ns) < SAME_FAILURE_NS  # type: ignore[union-attr]
+    return a.call is not None and b.call is not None and \
+        (a.call.group, a.call.seq) == (b.call.group, b.call.seq)
+
+
 def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _Builder,
             consequences: list[tuple[Finding, int]]) -> None:
     """Ranks that died on their own are roots; ranks that failed of a peer's absence are
@@ -127,8 +137,9 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
     for w in waits:
         for t in w.waits_for:
             into.setdefault(t, []).append(w)
-    dead = sorted((s for s in states.values() if s.kind == StateKind.DIED and s.death),
-                  key=lambda s: s.death.at_ns)  # type: ignore[union-attr]
+    dead = ordered(job, (s for s in states.values() if s.kind == StateKind.DIED and s.death),
+                   lambda s: s.rank, lambda s: s.death.at_ns,  # type: ignore[union-attr]
+                   lambda s: s.call.seq if s.call is not None else None)
     told: set[int] = set()
     for s in dead:
         if s.rank in told:
@@ -139,7 +150,7 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
         # ranks that failed the same way at about the same time share one finding
         same = [o for o in dead if o.rank not in told and not o.death.teardown and  # type: ignore
                 o.death.cause == s.death.cause and  # type: ignore[union-attr]
-                abs(o.death.at_ns - s.death.at_ns) < SAME_FAILURE_NS]  # type: ignore
+                _about_the_same_time(job, o, s)]
         told.update(o.rank for o in same)
         waiting = [w for o in same for w in into.get(o.rank, [])]
         b.add(F.died(s, waiting, job, tuple(o.rank for o in same)), {w.rank for w in waiting})

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from ddpdoctor.analysis.causal.graph import Wait
 from ddpdoctor.analysis.causal.state import RankState, StateKind
+from ddpdoctor.analysis.clocks import host_now, ordered
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
 from ddpdoctor.analysis.source import rank_condition, source_line
 from ddpdoctor.trace import layout as L
@@ -88,7 +89,8 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
                 states: dict[int, RankState]) -> Finding:
     """A rank others wait for is elsewhere (computing, loading data, exited, stopped, not
     arrived): the finding names that rank and where it is."""
-    first = min(waits, key=lambda w: (states[w.rank].since_ns or 0, w.rank))
+    first = ordered(job, waits, lambda w: w.rank, lambda w: states[w.rank].since_ns,
+                    lambda w: w.seq)[0]
     call = states[first.rank].call
     cond = rank_condition(call.callsite) if call is not None else None
     waiting = sorted(w.rank for w in waits)
@@ -101,7 +103,7 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
                      f"{target.call.short_site}.")
     since = states[first.rank].since_ns
     if since:
-        lines.append(f"Waiting for {(job.now_ns - since) / 1e9:.1f} s.")
+        lines.append(f"Waiting for {(host_now(job, first.rank) - since) / 1e9:.1f} s.")
     if cond:
         lines.append(f"The awaited call is inside {cond}: it runs on some ranks only.")
         fix = ("Every rank must reach the same collectives: move the collective out of the "

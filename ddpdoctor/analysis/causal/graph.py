@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.analysis.causal.state import RankState, StateKind
+from ddpdoctor.analysis.clocks import same_host
 from ddpdoctor.analysis.model import Call, JobView
 from ddpdoctor.trace import layout as L
 
@@ -60,7 +61,8 @@ def _collective_wait(call: Call, job: JobView, states: dict[int, RankState]) -> 
             out.append(m)
         elif not call.open and run is not None:
             theirs = _call_at(run.calls.get(call.group, []), call.seq)
-            if theirs is not None and theirs.t_start > call.t_end:
+            if theirs is not None and same_host(job, m, call.rank) and \
+                    theirs.t_start > call.t_end:  # (other hosts' clocks: not comparable)
                 out.append(m)  # it arrived after this rank had given up
     return tuple(out)
 

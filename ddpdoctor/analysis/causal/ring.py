@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ddpdoctor.analysis.causal.findings import whereabouts
 from ddpdoctor.analysis.causal.state import RankState
+from ddpdoctor.analysis.clocks import ordered
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
 from ddpdoctor.trace import layout as L
 
@@ -18,7 +19,8 @@ def stalled_ring(job: JobView, waiting: dict[int, Call],
                 stuck.append((rank, rec))
     if not stuck:
         return None
-    rank, rec = min(stuck, key=lambda x: x[1].t_start)
+    rank, rec = ordered(job, stuck, lambda x: x[0], lambda x: x[1].t_start,
+                        lambda x: x[1].seq)[0]
     peer, seq = rec.peer, waiting[rank].seq
     summary = (f"rank {rank} never received segment {rec.aux} of bucket "
                f"{waiting[rank].aux} from rank {peer} (ring step {rec.seq}, seq {seq})")

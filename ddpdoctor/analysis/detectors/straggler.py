@@ -5,7 +5,11 @@ is its ``t_start`` minus the earliest ``t_start`` at that seq.  A rank is a stra
 it arrives last at ``LAST_FRACTION`` of the collectives or more and its median lag is
 significant: more than ``MIN_LAG_S`` and more than ``STEP_FRACTION`` of the step time
 (the median interval between batches, else between optimizer steps or collectives).
-Clocks are compared across processes: on several hosts their skew adds to the lag.
+Ranks of one host share a clock, so their ``t_start`` stamps are compared.  A group that
+spans hosts is never compared by wall clock (the hosts' skew would read as lag): there a
+rank's lag is how much less it waited inside the collective than the rank that waited
+longest, each wait measured on the rank's own clock (all members leave a collective
+together, so who waited least arrived last).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ddpdoctor.analysis.clocks import one_host
 from ddpdoctor.analysis.model import NS, Call, Finding, JobView, Severity
 
 MIN_COLLECTIVES = 8
@@ -52,13 +57,20 @@ def _group_lags(job: JobView, group: str) -> tuple[dict[int, list[float]], dict[
     seqs = sorted(common)[SKIP_FIRST:]
     lags: dict[int, list[float]] = {r: [] for r in members}
     last: dict[int, int] = {r: 0 for r in members}
+    by_clock = one_host(job, members)
     for seq in seqs:
-        starts = {r: calls[r][seq].t_start for r in members}
-        t0 = min(starts.values())
-        for r, t in starts.items():
+        arrivals = {r: _arrival(calls[r][seq], by_clock) for r in members}
+        t0 = min(arrivals.values())
+        for r, t in arrivals.items():
             lags[r].append((t - t0) / NS)
-        last[max(starts, key=starts.__getitem__)] += 1
+        last[max(arrivals, key=arrivals.__getitem__)] += 1
     return lags, last, len(seqs), calls
+
+
+def _arrival(call: Call, by_clock: bool) -> int:
+    """When the rank arrived: its wall-clock start on a shared clock, else minus how long
+    it waited inside (later arrival, shorter wait), both in ns."""
+    return call.t_start if by_clock else -(call.t_end - call.t_start)
 
 
 def detect(job: JobView) -> list[Finding]:

@@ -46,6 +46,23 @@ class RunSummary(Static):
         return summary_text(view, self.now, self.content_size.width or 120)
 
 
+def attempts_text(view: ReportView, width: int = 120) -> Text:
+    """A restarted job: which attempt this is, how each ended, how to open another."""
+    line = Text(f" attempt {view.attempt if view.attempt is not None else '?'}:", style="bold")
+    for attempt, outcome, _ in view.attempts:
+        line.append(f" {attempt} ")
+        line.append(outcome or "?", style=OUTCOME_STYLES.get(outcome, ""))
+    others = [path for attempt, _, path in view.attempts if attempt != view.attempt and path]
+    if others:
+        where = others[0].rsplit("/", 1)[0]
+        run_dir = view.run_dir.rstrip("/")
+        if run_dir.rsplit("/", 1)[-1].startswith("attempt-"):  # the report of one attempt
+            where = f"{run_dir.rsplit('/', 1)[0]}/{where}"
+        line.append(f" · open another: ddpdoctor ui {where}", style="dim")
+    line.truncate(width, overflow="ellipsis")
+    return line
+
+
 def summary_text(view: ReportView, now: float, width: int = 120) -> Text:
     """The summary of a report as styled text; the first two lines cut to `width`."""
     text = Text()
@@ -74,6 +91,9 @@ def summary_text(view: ReportView, now: float, width: int = 120) -> Text:
         states.append(f" ⚠ {len(view.problems)} trace problem(s), see Findings", style="bold yellow")
     states.truncate(width, overflow="ellipsis")
     text.append_text(states)
+    if view.attempts:
+        text.append("\n")
+        text.append_text(attempts_text(view, width))
     top = view.findings[0] if view.findings else None
     if top is not None:
         text.append("\n")

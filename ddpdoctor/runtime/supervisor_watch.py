@@ -1,0 +1,136 @@
+"""When ddpdoctor's supervisor is gone (SIGKILLed), the job runs on; if it then hangs, end it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ddpdoctor.proc.table import descendants, proc_info, scan
+
+SUPERVISOR_PID_ENV = "DDPDOCTOR_SUPERVISOR_PID"
+CHECK_S = 2.0
+TERM_GRACE_S = 3.0
+IDLE_CPU_SHARE = 0.1  # the ranks used less CPU than this share of the window: no compute
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class SupervisorWatch:
+    """Decides from facts the job itself can see: the supervisor process is gone, no rank
+    wrote a trace record and no rank used CPU for ``hang_timeout`` seconds."""
+
+    def __init__(self, run_dir: Path, supervisor: int, hang_timeout: float):
+        self.run_dir = run_dir
+        self.supervisor = supervisor
+        info = proc_info(supervisor)
+        self.supervisor_start = info.start if info is not None else None
+        self.hang_timeout = hang_timeout
+        self._last: tuple = ()
+        self._still_since = time.monotonic()
+        self._tick_hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def supervisor_gone(self) -> bool:
+        info = proc_info(self.supervisor)
+        return (info is None or info.start != self.supervisor_start
+                or info.state in ("Z", "X"))
+
+    def _traces(self) -> dict[int, int]:
+        """pid -> record count of every trace in the run dir."""
+        from ddpdoctor.trace.reader import TraceError, read_header
+
+        out = {}
+        for path in (self.run_dir / "traces").glob("pid-*.ring"):
+            try:
+                with open(path, "rb") as f:
+                    header = read_header(f.read(4096), path)
+            except (OSError, TraceError):
+                continue
+            out[header.pid] = header.count
+        return out
+
+    def job_still(self, now: float) -> bool:
+        """True when nothing moved for ``hang_timeout`` seconds (called every CHECK_S)."""
+        counts = self._traces()
+        cpu = sum(_cpu_ticks(pid) for pid in counts) / self._tick_hz
+        last_counts, last_cpu, last_t = self._last or (None, cpu, now)
+        self._last = (counts, cpu, now)
+        busy = cpu - last_cpu > IDLE_CPU_SHARE * max(now - last_t, CHECK_S)
+        if counts != last_counts or busy:
+            self._still_since = now
+        return now - self._still_since >= self.hang_timeout
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except Exception as e:  # noqa: BLE001 - the watch must never disturb the job
+            print(f"ddpdoctor: the supervisor watch stopped ({type(e).__name__}: {e})",
+                  file=sys.stderr)
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(CHECK_S)
+            if not self.supervisor_gone():
+                self._last = ()
+                self._still_since = time.monotonic()
+                continue
+            if self.job_still(time.monotonic()):
+                end_job(f"the supervisor (pid {self.supervisor}) is gone and the job made "
+                        f"no progress for {self.hang_timeout:g} s")
+                return
+
+
+def end_job(why: str) -> None:
+    """Stop this process's group and every process below it: SIGTERM, a grace, then SIGKILL
+    (this process last).  Every process of the job runs this watch, so each ends its part
+    (torchrun gives each rank a session of its own)."""
+    print(f"ddpdoctor: {why}: ending the job", file=sys.stderr, flush=True)
+    me = os.getpid()
+    group = os.getpgid(0)
+    table = scan()
+    members = {pid for pid, p in table.items() if p.pgrp == group} | descendants(table, [me])
+    start = {pid: table[pid].start for pid in members - {me}}
+    others = sorted(start)
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        for pid in others:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass  # gone already
+    deadline = time.monotonic() + TERM_GRACE_S
+    while time.monotonic() < deadline and any(
+            (p := proc_info(pid)) is not None and p.state != "Z" for pid in others):
+        time.sleep(0.1)
+    for pid in others:
+        p = proc_info(pid)
+        if p is None or p.start != start[pid]:
+            continue  # gone, its pid perhaps reused
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # gone already
+    os.kill(me, signal.SIGKILL)
+
+
+def start() -> None:
+    """Start the watch in this process when ddpdoctor's supervisor started the job."""
+    pid = os.environ.get(SUPERVISOR_PID_ENV, "")
+    run_dir = os.environ.get("DDPDOCTOR_RUN_DIR", "")
+    if not pid.isdigit() or not run_dir:
+        return
+    try:
+        hang_timeout = float(os.environ.get("DDPDOCTOR_HANG_TIMEOUT", "60"))
+    except ValueError:
+        hang_timeout = 60.0
+    watch = SupervisorWatch(Path(run_dir), int(pid), hang_timeout)
+    threading.Thread(target=watch.run, name="ddpdoctor-supervisor-watch", daemon=True).start()

@@ -1,0 +1,99 @@
+"""Process control on real processes: a job tree is found through the OS and stopped whole."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ddpdoctor.proc.control import JobTree, start_job, stop_job
+from ddpdoctor.proc.table import alive, descendants, proc_info, scan
+from ddpdoctor.runtime.supervisor_watch import SupervisorWatch
+
+# a job whose child leaves the session (setsid) and whose grandchild ignores SIGTERM
+TREE = r"""
+import os, signal, subprocess, sys, time
+a = subprocess.Popen(["sleep", "3600"])
+b = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ready', flush=True); time.sleep(3600)"],
+    start_new_session=True)
+print(a.pid, b.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+def _wait(predicate, timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_proc_info_reads_this_process():
+    me = proc_info(os.getpid())
+    assert me is not None and me.pid == os.getpid() and me.ppid == os.getppid()
+    assert me.session == os.getsid(0) and me.pgrp == os.getpgid(0) and me.start > 0
+    assert alive(os.getpid()) and os.getpid() in scan()
+
+
+def test_descendants_walk_parent_links():
+    table = scan()
+    assert os.getpid() in descendants(table, [os.getppid()])
+    assert os.getppid() not in descendants(table, [os.getpid()])
+
+
+def test_stop_job_reaches_a_child_outside_the_session_and_sigkills_the_stubborn(tmp_path):
+    out = (tmp_path / "out").open("w+b")
+    proc = start_job([sys.executable, "-c", TREE], dict(os.environ), out)
+    assert _wait(lambda: out.seek(0) == 0 and b"ready" in out.read())
+    out.seek(0)
+    sleeper, stubborn = (int(x) for x in out.read().split() if x.isdigit())
+    tree = JobTree((proc.pid,))
+    assert _wait(lambda: {proc.pid, sleeper, stubborn} <= set(tree.snapshot()))
+    assert proc_info(stubborn).session != proc.pid  # left the job's session
+    result = stop_job(proc, tree, grace=1.0)
+    assert result.signal == "SIGTERM"
+    assert {proc.pid, sleeper, stubborn} <= set(result.pids)
+    assert stubborn in result.killed and sleeper not in result.killed
+    assert result.exit_code == -signal.SIGTERM
+    assert _wait(lambda: not alive(sleeper) and not alive(stubborn), 10)
+    assert tree.alive() == []
+
+
+def test_subreaper_takes_orphans(tmp_path):
+    # in a child, so that this test process keeps its own parentage
+    code = ("import os, subprocess, sys, time\n"
+            "from ddpdoctor.proc.control import become_subreaper\n"
+            "assert become_subreaper()\n"
+            "p = subprocess.Popen(['sh', '-c', 'sleep 30 & echo $!'], stdout=subprocess.PIPE)\n"
+            "orphan = int(p.stdout.readline()); p.wait(); time.sleep(0.3)\n"
+            "ppid = open(f'/proc/{orphan}/stat').read().rsplit(')', 1)[1].split()[1]\n"
+            "os.kill(orphan, 9); os.waitpid(orphan, 0)\n"
+            "print(int(ppid) == os.getpid())\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, env={**os.environ})
+    assert run.stdout.strip() == "True", run.stderr
+
+
+def test_supervisor_watch_waits_for_stillness(tmp_path: Path):
+    (tmp_path / "traces").mkdir()
+    watch = SupervisorWatch(tmp_path, os.getpid(), hang_timeout=5)
+    assert not watch.supervisor_gone()
+    assert not watch.job_still(100.0)
+    assert not watch.job_still(103.0)
+    assert watch.job_still(105.5)  # no trace record and no CPU for 5 s
+
+
+def test_supervisor_watch_sees_a_gone_supervisor(tmp_path: Path):
+    child = subprocess.Popen(["sleep", "30"])
+    watch = SupervisorWatch(tmp_path, child.pid, hang_timeout=5)
+    assert not watch.supervisor_gone()
+    child.kill()
+    child.wait()
+    assert watch.supervisor_gone()
