@@ -285,7 +285,9 @@ def join_run_dir_dumps(run_dir: Path, ranks: dict[int, RankRun]) -> list[str]:
             notes.append(str(e))
             continue
         run = ranks.get(dump.rank)
-        if run is None:
+        if run is None or run.ring_steps:
+            # ddpdoctor's ring DDP moves buckets as point-to-point messages, which torch's
+            # recorder numbers apart from the trace's all_reduces: the trace is the sequence.
             continue
         group = run.default_group()
         merged = align(run.calls.get(group, []), dump.calls.get(DEFAULT_GROUP, []))
