@@ -68,9 +68,15 @@ def compare(a: Call, b: Call) -> MatchState:
 
 
 def fingerprint(call: Call) -> tuple:
-    return (call.op, call.reduce_op, call.peer if call.op in ROOTED else -1,
+    """What must agree across ranks at the same seq, computed once per call (cached in the
+    call's ``__dict__``, where the supervisor also puts fingerprints it looked up)."""
+    fp = call.__dict__.get("fingerprint")
+    if fp is None:
+        fp = call.__dict__["fingerprint"] = (
+            call.op, call.reduce_op, call.peer if call.op in ROOTED else -1,
             call.dtypes[:1] if call.op not in ("barrier", "monitored_barrier") else (),
             size_key(call))
+    return fp
 
 
 @dataclass(frozen=True)
@@ -91,12 +97,12 @@ class Divergence:
 
 def blame(calls: dict[int, Call]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(culprits, majority): the ranks whose call differs from the strict majority's."""
-    counts = Counter(c.fingerprint for c in calls.values())
+    counts = Counter(fingerprint(c) for c in calls.values())
     (top, n), *rest = counts.most_common()
     if rest and rest[0][1] == n:  # a tie: no majority to trust
         return tuple(sorted(calls)), ()
-    majority = tuple(sorted(r for r, c in calls.items() if c.fingerprint == top))
-    culprits = tuple(sorted(r for r, c in calls.items() if c.fingerprint != top))
+    majority = tuple(sorted(r for r, c in calls.items() if fingerprint(c) == top))
+    culprits = tuple(sorted(r for r, c in calls.items() if fingerprint(c) != top))
     return culprits, majority
 
 
@@ -112,7 +118,7 @@ def find_divergence(by_rank: dict[int, list[Call]], group: str,
         at = index[seq]
         if len(at) < 2:
             continue
-        prints = {c.fingerprint for c in at.values()}
+        prints = {fingerprint(c) for c in at.values()}
         if len(prints) == 1:
             continue
         culprits, majority = blame(at)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,13 +72,6 @@ class Call:
     @property
     def open(self) -> bool:
         return self.t_end == 0
-
-    @functools.cached_property
-    def fingerprint(self) -> tuple:
-        """What must agree across ranks at the same seq (see matcher.fingerprint)."""
-        from ddpdoctor.analysis.matcher import fingerprint
-
-        return fingerprint(self)
 
     @property
     def short_site(self) -> str:

@@ -46,7 +46,7 @@ def live_call(rank: int, group: str, v: tuple) -> Call:
         if len(_fingerprints) > 4096:
             _fingerprints.clear()
         fp = _fingerprints[key] = fingerprint(call)
-    call.__dict__["fingerprint"] = fp  # fills Call.fingerprint's cache
+    call.__dict__["fingerprint"] = fp  # fills matcher.fingerprint's cache
     return call
 
 
