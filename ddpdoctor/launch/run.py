@@ -19,7 +19,7 @@ from ddpdoctor.launch.attempts import make_supervisor, restarts_env
 from ddpdoctor.launch.command import job_argv, job_env
 from ddpdoctor.proc.control import become_subreaper, start_job
 from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
-from ddpdoctor.report.redact import redact_argv
+from ddpdoctor.redact import redact_argv
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
 

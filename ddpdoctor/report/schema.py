@@ -32,7 +32,7 @@ from typing import Any
 import ddpdoctor
 from ddpdoctor.analysis.clocks import host_now
 from ddpdoctor.analysis.model import NS, Call, Finding, JobView, RankRun
-from ddpdoctor.report.redact import redact_argv
+from ddpdoctor.redact import redact_argv
 from ddpdoctor.trace import layout as L
 
 SCHEMA = "ddpdoctor.report/1"

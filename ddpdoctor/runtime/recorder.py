@@ -99,7 +99,7 @@ class Recorder:
         self.steps = 0  # optimizer steps taken (the header's step)
         self._heartbeat_due = 0  # wall time (ns) after which a record refreshes heartbeat_ns
         self._fault = _test_fault()
-        from ddpdoctor.report.redact import redact_argv
+        from ddpdoctor.redact import redact_argv
 
         self.writer.meta("process", pid=os.getpid(), ppid=os.getppid(),
                          argv=redact_argv(sys.argv[:16]), executable=sys.executable)

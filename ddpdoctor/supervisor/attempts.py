@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from ddpdoctor.report.attempts import attempt_entry, describe_attempts, with_attempts
-from ddpdoctor.report.redact import redact_argv
+from ddpdoctor.redact import redact_argv
 from ddpdoctor.rundir.attempts import attempt_dir, make_attempt_dir
 from ddpdoctor.rundir.layout import RUN_FILE, read_run_file, write_json_atomic
 from ddpdoctor.supervisor.loop import Supervisor, Verdict

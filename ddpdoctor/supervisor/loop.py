@@ -21,7 +21,7 @@ from ddpdoctor.proc.control import JobTree, StopResult, stop_job
 from ddpdoctor.rundir.layout import write_json_atomic
 from ddpdoctor.report.build import build_report
 from ddpdoctor.report.console import print_summary
-from ddpdoctor.report.redact import redact_argv
+from ddpdoctor.redact import redact_argv
 from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
 from ddpdoctor.supervisor.progress import ProgressTracker
 from ddpdoctor.supervisor.stacks import capture_stacks

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.report.redact import REDACTED, is_secret_name, redact_argv, redact_mapping
+from ddpdoctor.redact import REDACTED, is_secret_name, redact_argv, redact_mapping
 
 from .helpers import (COLLECTIVES, TRAIN, job_pids, rank_headers, read_report, run_args,
                       run_doctor, start_doctor, wait_until)
