@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -88,11 +90,29 @@ def _read_traces(run_dir: Path, problems: list[str],
 
 
 def _fault_text(trace: RankTrace) -> str:
+    """faulthandler's dump: the crashing thread ("Current thread") first, then the user's
+    other threads; ddpdoctor's own threads and the list of extension modules left out."""
     path = trace.path.with_name(trace.path.name.replace(".ring", ".fault.txt"))
     try:
-        return path.read_text(errors="replace")[:20000].strip()
+        text = path.read_text(errors="replace")[:20000].strip()
     except OSError:
         return ""
+    return _user_threads_first(text)
+
+
+_THREAD_BLOCK = re.compile(r"\n\n(?=(?:Current thread|Thread) 0x)")
+
+
+def _user_threads_first(text: str) -> str:
+    head, *threads = _THREAD_BLOCK.split(text)
+    if not threads:
+        return text
+    threads[-1] = threads[-1].split("\n\n", 1)[0]  # not the "Extension modules: ..." list
+    own = f"{os.sep}ddpdoctor{os.sep}runtime{os.sep}"
+    kept = [t for t in threads if t.startswith("Current") or
+            not any(own in line for line in t.splitlines()[1:2])]
+    kept.sort(key=lambda t: not t.startswith("Current"))
+    return "\n\n".join([head, *kept])
 
 
 def _iso_ns(text: Any) -> int | None:

@@ -154,6 +154,7 @@ def _patch_child_exits() -> None:
 def install() -> None:
     """Hook this process's exits.  Called once by the bootstrap."""
     _install_excepthooks()
+    R.on_create(enable_faulthandler)
     atexit.register(_at_exit)
     os.register_at_fork(after_in_child=R.reset_after_fork)
     _patch_child_exits()

@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ddpdoctor.runtime import callsites
 from ddpdoctor.runtime.record_text import describe
@@ -344,6 +344,7 @@ def recorded_call(op: str, pg: Any, ins: Sequence[Any], outs: Sequence[Any] = ()
 _recorder: Recorder | None = None
 _creating = threading.Lock()
 _disabled = False
+_on_create: list[Callable[["Recorder"], None]] = []
 
 
 def enabled_by_env() -> bool:
@@ -368,17 +369,22 @@ def active() -> Recorder | None:
                 print(f"ddpdoctor: cannot record this process ({e}); the job runs "
                       "without diagnosis", file=sys.stderr)
                 return None
-            _enable_faulthandler(_recorder)
+            _created(_recorder)
     return _recorder
 
 
-def _enable_faulthandler(rec: Recorder) -> None:
-    from ddpdoctor.runtime.process_hooks import enable_faulthandler
+def on_create(fn: Callable[[Recorder], None]) -> None:
+    """Call ``fn(recorder)`` when this process's Recorder is created (the process hooks
+    enable faulthandler this way); an OSError it raises is noted, never raised."""
+    _on_create.append(fn)
 
-    try:
-        enable_faulthandler(rec)
-    except OSError as e:
-        rec.meta("runtime_error", where="faulthandler", error=str(e))
+
+def _created(rec: Recorder) -> None:
+    for fn in list(_on_create):
+        try:
+            fn(rec)
+        except OSError as e:
+            rec.meta("runtime_error", where=getattr(fn, "__name__", "on_create"), error=str(e))
 
 
 def existing() -> Recorder | None:
