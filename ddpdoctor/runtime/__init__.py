@@ -34,7 +34,7 @@ def on_torch_imported() -> None:
     except Exception as e:  # noqa: BLE001 - never break the user's `import torch`
         _note_failure("patching torch.distributed", e)
         return
-    _install_optional("ddpdoctor.runtime.ddp_swap", "swapping DistributedDataParallel",
+    _install_optional("ddpdoctor.ddp.swap", "swapping DistributedDataParallel",
                       os.environ.get(ENV_DDP, "ring"))
     _install_optional("ddpdoctor.runtime.data_probes", "installing data probes")
     _install_optional("ddpdoctor.runtime.fr_dump", "watching for flight recorder requests")

@@ -252,7 +252,7 @@ def behaviour_job(rank: int, world: int, port: int, out_dir: str) -> None:
         res["error"] = ""
     except RuntimeError as e:
         res["error"] = str(e)
-    from ddpdoctor.runtime import ddp_swap
+    from ddpdoctor.ddp import swap as ddp_swap
 
     torch_cls = nn.parallel.DistributedDataParallel
     ddp_swap.install("ring")  # what `ddpdoctor run` does: torch's class gets our hook

@@ -163,7 +163,8 @@ def test_subgroup_of_two_out_of_three(tmp_path: Path) -> None:
 def traced_job(rank: int, world: int, port: int, run_dir: str, steps: int,
                mode: str = "ring") -> None:
     os.environ["DDPDOCTOR_RUN_DIR"] = run_dir
-    from ddpdoctor.runtime import ddp_swap, recorder
+    from ddpdoctor.ddp import swap as ddp_swap
+    from ddpdoctor.runtime import recorder
 
     ddp_swap.install(mode)
     DistributedDataParallel = torch.nn.parallel.DistributedDataParallel

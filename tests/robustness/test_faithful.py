@@ -15,10 +15,6 @@ from .helpers import TRAIN, free_port, run_args, run_doctor
 
 pytestmark = pytest.mark.slow
 
-RING_READY = (Path(__file__).resolve().parents[2] / "ddpdoctor" / "runtime" /
-              "ddp_swap.py").is_file()
-
-
 def _job_lines(text: str) -> list[str]:
     return sorted(ln for ln in text.splitlines() if ln.startswith("JOB|"))
 
@@ -46,8 +42,7 @@ def _doctored(tmp_path: Path, ddp: str, env: dict[str, str]):
     return done, out
 
 
-DDPS = ["torch", pytest.param("ring", marks=pytest.mark.skipif(
-    not RING_READY, reason="the ring DDP (ddpdoctor/runtime/ddp_swap.py) is not there yet"))]
+DDPS = ["torch", "ring"]
 
 
 @pytest.mark.parametrize("ddp", DDPS)
