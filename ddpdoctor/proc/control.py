@@ -90,14 +90,15 @@ class JobTree:
 
 @dataclass(frozen=True)
 class StopResult:
-    """What a stop did: the signal sent first, every pid it reached, those SIGKILLed, and
-    those still alive at the end (none, normally)."""
+    """What a stop did: the signal sent first, every pid it reached, those SIGKILLed, those
+    still alive at the end (none, normally), and those frozen before the others went."""
 
     exit_code: int | None
     signal: str
     pids: tuple[int, ...]
     killed: tuple[int, ...]
     survivors: tuple[int, ...] = ()
+    frozen: tuple[int, ...] = ()  # frozen first, then SIGKILLed on purpose
 
     def as_dict(self, reason: str) -> dict[str, object]:
         return {"reason": reason, "signal": self.signal, "pids": list(self.pids),
@@ -130,11 +131,15 @@ def _reap(pids: Iterable[int], skip: int | None = None) -> None:
 
 
 def stop_tree(tree: JobTree, grace: float = STOP_GRACE_S, first: int = signal.SIGTERM,
-              launcher: subprocess.Popen | None = None) -> StopResult:
+              launcher: subprocess.Popen | None = None,
+              quiet: Iterable[int] = ()) -> StopResult:
     """Stop every process of ``tree``: SIGCONT and ``first``, then SIGKILL to whatever is
     still alive after ``grace`` seconds (new children included).  With ``launcher`` (the
     job's Popen, a session leader), its whole process group is signalled too and its exit
-    status returned."""
+    status returned.  ``quiet`` processes (a launcher that would print a traceback over
+    ddpdoctor's summary when its workers go) are frozen with SIGSTOP before the others are
+    signalled, and SIGKILLed once they are gone."""
+    quiet = set(quiet)
     group = launcher.pid if launcher is not None and tree.session else None
     skip = launcher.pid if launcher is not None else None
 
@@ -146,6 +151,7 @@ def stop_tree(tree: JobTree, grace: float = STOP_GRACE_S, first: int = signal.SI
     targets = tree.snapshot()
     reached = set(targets)
     _signal_all(targets, signal.SIGCONT, group)  # a stopped process cannot act otherwise
+    _signal_all(quiet, signal.SIGSTOP)
     _signal_all(targets, first, group)
     deadline = time.monotonic() + grace
     left = targets
@@ -153,7 +159,7 @@ def stop_tree(tree: JobTree, grace: float = STOP_GRACE_S, first: int = signal.SI
         settle(left)
         left = tree.snapshot()
         reached.update(left)
-        if not left:
+        if not set(left) - quiet:
             break
         time.sleep(0.05)
     killed: list[int] = []
@@ -175,14 +181,17 @@ def stop_tree(tree: JobTree, grace: float = STOP_GRACE_S, first: int = signal.SI
                             "hand") from None
     settle(sorted(reached))
     return StopResult(code, signal.Signals(first).name, tuple(sorted(reached)),
-                      tuple(sorted(killed)), tuple(tree.alive()))
+                      tuple(sorted(killed)), tuple(tree.alive()), tuple(sorted(quiet)))
 
 
 def stop_job(proc: subprocess.Popen, tree: JobTree | None = None,
              extra_pids: Iterable[int] = (), grace: float = STOP_GRACE_S,
-             first: int = signal.SIGTERM) -> StopResult:
+             first: int = signal.SIGTERM, quiet_launcher: bool = False) -> StopResult:
     """Stop the job ddpdoctor started (``proc``, leader of its session) and every process
-    of it.  Returns what was done and the job's exit status."""
+    of it; ``quiet_launcher``: freeze ``proc`` first, so that torchrun (or an mp.spawn
+    parent) does not print its workers' deaths over ddpdoctor's verdict.  Returns what was
+    done and the job's exit status."""
     tree = tree or JobTree((proc.pid,))
     tree.remember(extra_pids)
-    return stop_tree(tree, grace, first, launcher=proc)
+    return stop_tree(tree, grace, first, launcher=proc,
+                     quiet=(proc.pid,) if quiet_launcher else ())

@@ -430,11 +430,13 @@ class Supervisor:
     def _stop(self, reason: str, interrupted: bool) -> tuple[int | None, int]:
         """Stop the whole job; returns (the job's status, ddpdoctor's exit status)."""
         self.log("stop", reason=reason)
-        # Ctrl-C reaches the job as Ctrl-C; a hung job gets SIGTERM. Whatever still runs
-        # after a short grace (a rank stuck in C++) is SIGKILLed: its stacks and the
+        # Ctrl-C reaches the job as Ctrl-C; a hung job gets SIGTERM, its launcher frozen
+        # first (no traceback over the verdict). Whatever still runs after a short grace
+        # (a rank stuck in C++, the frozen launcher) is SIGKILLed: its stacks and the
         # report are saved by then.
         result = stop_job(self.proc, self.tree, self.live.pids(),
-                          first=signal.SIGINT if interrupted else signal.SIGTERM)
+                          first=signal.SIGINT if interrupted else signal.SIGTERM,
+                          quiet_launcher=not interrupted)
         self._note_stop(reason, result)
         return result.exit_code, EXIT_INTERRUPTED if interrupted else EXIT_HUNG
 
@@ -448,9 +450,10 @@ class Supervisor:
     def _note_stop(self, reason: str, result: StopResult) -> None:
         self.stopped = result.as_dict(reason)
         self.log("stopped", **self.stopped)
-        if result.killed:
+        stubborn = [p for p in result.killed if p not in result.frozen]
+        if stubborn:
             self.say(f"SIGKILLed what did not stop after {result.signal}: pids "
-                     f"{', '.join(map(str, result.killed))}")
+                     f"{', '.join(map(str, stubborn))}")
 
     def _add_stop(self, report: dict[str, Any]) -> bool:
         """Put what the stop did into the report; True when the report changed."""

@@ -85,6 +85,8 @@ def test_op_mismatch_is_a_hang_reported_before_the_timeout(doctor, form):
     assert verdict["t"] / 1e9 - entered < 1.0
     assert {r["state"] for r in report["ranks"]} == {"hung"}
     assert all(r["stack"] for r in report["ranks"])  # py-spy saw every rank
+    # the stop is quiet: no launcher traceback printed over the verdict
+    assert "Traceback" not in run.stderr and "Traceback" not in run.stdout
     # `ddpdoctor analyze` rebuilds the same diagnosis offline
     again = doctor(["analyze", str(run.run_dir), "--report", str(run.run_dir / "again.json")])
     assert again.returncode == 0, again.stderr
