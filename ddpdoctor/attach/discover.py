@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpdoctor.errors import UserError
+from ddpdoctor.proc.table import descendants, proc_info, scan
 
 PROC = Path("/proc")
 # What ties ranks into one job: torchrun's run id, else the rendezvous address.
@@ -63,32 +64,10 @@ def rank_process(pid: int) -> RankProcess | None:
                        tuple(env.get(k, "") for k in JOB_KEYS), kept)
 
 
-def _all_pids() -> list[int]:
-    return sorted(int(p.name) for p in PROC.iterdir() if p.name.isdigit())
-
-
 def parent_of(pid: int) -> int | None:
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()  # the name may hold spaces and parens
-    return _int(fields[1]) if len(fields) > 1 else None
-
-
-def descendants(pid: int, pids: list[int] | None = None) -> list[int]:
-    """Every process below ``pid`` in the process tree."""
-    children: dict[int, list[int]] = {}
-    for p in pids if pids is not None else _all_pids():
-        parent = parent_of(p)
-        if parent is not None:
-            children.setdefault(parent, []).append(p)
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+    """The parent pid of ``pid``, or None when it is gone."""
+    info = proc_info(pid)
+    return info.ppid if info is not None else None
 
 
 def _is_ours(pid: int) -> bool:
@@ -123,7 +102,8 @@ def find_ranks(pids: list[int]) -> list[RankProcess]:
     """The ranks of one job: those among ``pids`` or below them (a torchrun agent's
     children), or with no pids every process with RANK and WORLD_SIZE in its environment.
     Raises UserError when there is no such process or there are several jobs."""
-    everyone = _all_pids()
+    table = scan()
+    everyone = sorted(table)
     if not pids:
         found = [rp for pid in everyone if not _is_ours(pid)
                  and (rp := rank_process(pid)) is not None]
@@ -140,7 +120,8 @@ def find_ranks(pids: list[int]) -> list[RankProcess]:
         if rp is not None:
             found.append(rp)
             continue
-        below = [r for p in descendants(pid, everyone) if (r := rank_process(p)) is not None]
+        below = [r for p in sorted(descendants(table, [pid]))
+                 if (r := rank_process(p)) is not None]
         if not below:
             raise UserError(f"PID {pid} is neither a rank (no RANK and WORLD_SIZE in its "
                             "environment) nor the launcher of any")

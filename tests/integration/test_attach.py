@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.attach.discover import descendants
-from ddpdoctor.proc.table import alive
+from ddpdoctor.proc.table import alive, descendants, scan
 from tests.conftest import JOBS, run_doctor
 
 pytestmark = pytest.mark.slow
@@ -49,7 +48,7 @@ def test_attach_names_rank_0_and_its_line_and_leaves_the_job_running(tmp_path):
             assert job.poll() is None, "the job ended before it hung"
             time.sleep(0.2)
         assert len(list(ready.iterdir())) == 2, "the ranks never reached the divergence"
-        tree |= set(descendants(job.pid))  # torchrun puts each rank in its own session
+        tree |= descendants(scan(), [job.pid])  # torchrun puts each rank in its own session
         assert len(tree) >= 3
 
         run_dir = tmp_path / "attach-1"
@@ -77,7 +76,7 @@ def test_attach_names_rank_0_and_its_line_and_leaves_the_job_running(tmp_path):
             time.sleep(0.2)
         assert living(tree) == set(), "--stop left processes of the job"
     finally:
-        for pid in living(tree | set(descendants(job.pid))):
+        for pid in living(tree | descendants(scan(), [job.pid])):
             os.kill(pid, signal.SIGKILL)
         job.wait(timeout=30)
     assert living(tree) == set()

@@ -20,10 +20,11 @@ from ddpdoctor.analysis.load import load_job
 from ddpdoctor.analysis.model import Severity
 from ddpdoctor.analysis.sources import FACTS_FILE, facts_of
 from ddpdoctor.attach.command import stuck_calls_only
-from ddpdoctor.attach.discover import RankProcess, descendants, find_ranks, rank_process
+from ddpdoctor.attach.discover import RankProcess, find_ranks, rank_process
 from ddpdoctor.attach.frames import place_of
 from ddpdoctor.attach.job import StackSample, ThreadActivity, build_job, rank_facts
 from ddpdoctor.errors import UserError
+from ddpdoctor.proc.table import descendants, scan
 from ddpdoctor.trace import layout as L
 from tests.unit.flight_recorder_factory import entry, write_dump
 
@@ -142,7 +143,7 @@ def fake_job():
     proc = subprocess.Popen(["sh", "-c", cmd], start_new_session=True)
     try:
         for _ in range(100):
-            found = [p for p in descendants(proc.pid) if rank_process(p)]
+            found = [p for p in sorted(descendants(scan(), [proc.pid])) if rank_process(p)]
             if len(found) == 2:
                 break
             time.sleep(0.05)
