@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from ddpdoctor.tui.model import OP_ABBREVIATIONS, RANK_STATES, STATE_STYLES
+from ddpdoctor.tui.styles import OP_ABBREVIATIONS, RANK_STATES, STATE_STYLES
 
 KEYS = (
     ("r t f p l", "show the Ranks, Timeline, Findings, Profile or Log tab (or click a tab)"),

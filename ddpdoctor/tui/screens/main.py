@@ -11,7 +11,8 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
-from ddpdoctor.tui.model import ReportView, iter_ranks
+from ddpdoctor.tui.model import ReportView
+from ddpdoctor.tui.rank_filter import iter_ranks
 from ddpdoctor.tui.widgets.findings_list import FindingsList
 from ddpdoctor.tui.widgets.log_pane import LogPane
 from ddpdoctor.tui.widgets.profile_table import ProfileTable

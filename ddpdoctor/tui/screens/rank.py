@@ -10,7 +10,8 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from ddpdoctor.tui.model import STATE_STYLES, RankView, ReportView, format_duration
+from ddpdoctor.tui.model import RankView, ReportView
+from ddpdoctor.tui.styles import STATE_STYLES, format_duration
 from ddpdoctor.tui.widgets.recent_table import RecentTable
 from ddpdoctor.tui.widgets.stack_view import StackView
 

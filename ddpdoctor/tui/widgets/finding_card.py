@@ -12,7 +12,8 @@ from textual import events
 from textual.widgets import Static
 
 from ddpdoctor.tui.messages import RankSelected
-from ddpdoctor.tui.model import SEVERITY_STYLES, FindingView
+from ddpdoctor.tui.model import FindingView
+from ddpdoctor.tui.styles import SEVERITY_STYLES
 
 BORDER_STYLES = {"error": "red", "warning": "yellow", "info": "blue"}
 

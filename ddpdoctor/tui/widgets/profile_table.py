@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ddpdoctor.tui.model import ProfileView, ReportView, matches_filter, RankView
+from ddpdoctor.tui.model import ProfileView, RankView, ReportView
+from ddpdoctor.tui.rank_filter import matches_filter
 from ddpdoctor.tui.widgets.synced_table import Cell, SyncedTable
 
 BAR_WIDTH = 40

@@ -6,13 +6,9 @@ from rich.text import Text
 from textual.binding import Binding
 
 from ddpdoctor.tui.messages import RankSelected
-from ddpdoctor.tui.model import (
-    STATE_STYLES,
-    RankView,
-    ReportView,
-    format_duration,
-    iter_ranks,
-)
+from ddpdoctor.tui.model import RankView, ReportView
+from ddpdoctor.tui.styles import STATE_STYLES, format_duration
+from ddpdoctor.tui.rank_filter import iter_ranks
 from ddpdoctor.tui.widgets.synced_table import Cell, SyncedTable
 
 #: Seconds in one collective after which "time in op" turns yellow, then red.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ddpdoctor.tui.model import Collective, RankView, ReportView, format_duration
+from ddpdoctor.tui.model import Collective, RankView, ReportView
+from ddpdoctor.tui.styles import format_duration
 from ddpdoctor.tui.widgets.synced_table import Cell, SyncedTable
 
 RECENT_LIMIT = 20

@@ -9,7 +9,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from ddpdoctor.tui.model import SEVERITY_STYLES, STATE_STYLES, ReportView, format_duration
+from ddpdoctor.tui.model import ReportView
+from ddpdoctor.tui.styles import SEVERITY_STYLES, STATE_STYLES, format_duration
 
 OUTCOME_STYLES = {
     "hung": "bold white on red",

@@ -15,7 +15,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ddpdoctor.tui.messages import RankSelected
-from ddpdoctor.tui.model import Collective, ReportView, abbreviate_op, iter_ranks
+from ddpdoctor.tui.model import Collective, ReportView
+from ddpdoctor.tui.styles import abbreviate_op
+from ddpdoctor.tui.rank_filter import iter_ranks
 
 LABEL_WIDTH = 7
 STYLE_HEADER = Style(bold=True, dim=True)

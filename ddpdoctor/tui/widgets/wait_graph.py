@@ -9,7 +9,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ddpdoctor.tui.model import SEVERITY_STYLES, STATE_STYLES, FindingView, RankView, ReportView, WaitEdge
+from ddpdoctor.tui.model import FindingView, RankView, ReportView, WaitEdge
+from ddpdoctor.tui.styles import SEVERITY_STYLES, STATE_STYLES
 
 
 class WaitGraph(VerticalScroll, can_focus=True):
