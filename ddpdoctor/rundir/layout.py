@@ -37,12 +37,16 @@ def make_run_dir(run_dir: Path | None, run_id: str) -> Path:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to ``path`` via a temporary file and rename: never a half-written file."""
+    write_bytes_atomic(path, (json.dumps(data, indent=2, default=str) + "\n").encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` (owner-only, 0600) via a temporary file and rename."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, default=str)
-            f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

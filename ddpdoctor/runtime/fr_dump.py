@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from ddpdoctor.runtime import recorder
+from ddpdoctor.rundir.layout import write_bytes_atomic
 from ddpdoctor.trace import fr_files
 
 POLL_S = 0.5
@@ -39,9 +40,7 @@ def dump_now(run_dir: Path) -> Path | None:
         return None
     data = dump(True, False)
     path = fr_files.dump_path(run_dir, dist.get_rank())
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data if isinstance(data, bytes) else str(data).encode())
-    os.replace(tmp, path)
+    write_bytes_atomic(path, data if isinstance(data, bytes) else str(data).encode())
     return path
 
 

@@ -59,6 +59,14 @@ def _install_excepthooks() -> None:
 
 
 def _at_exit() -> None:
+    try:
+        _say_exited()
+    except KeyboardInterrupt:
+        pass  # a second Ctrl-C while the rank exits: it ends anyway, without our traceback
+
+
+def _say_exited() -> None:
+    """Mark the header EXITED (unless FAILED) and flush the trace as the process ends."""
     rec = R.existing()
     if rec is None:
         return

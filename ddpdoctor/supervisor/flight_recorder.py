@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from ddpdoctor.rundir.layout import write_bytes_atomic
 from ddpdoctor.trace import fr_files
 
 WAIT_S = 2.0  # ranks poll every 0.5 s; a dump of a few thousand entries takes milliseconds
@@ -14,7 +15,7 @@ def request_dumps(run_dir: Path) -> float:
     """Touch the request file every rank watches; returns the request's time."""
     path = fr_files.request_path(run_dir)
     path.parent.mkdir(mode=0o700, exist_ok=True)
-    path.write_text(f"{time.time_ns()}\n")
+    write_bytes_atomic(path, f"{time.time_ns()}\n".encode())
     return path.stat().st_mtime
 
 

@@ -75,12 +75,14 @@ def test_slow_healthy_job_runs_to_its_end(doctor, bug):
 def teardown_abort_only(report: dict) -> bool:
     """torch 2.13's gloo sometimes aborts a rank at teardown after every collective completed
     (SIGABRT, "terminate called without an active exception"): tolerated only when the
-    report names exactly that (a rank_failed finding marked teardown) and nothing else."""
+    report names exactly that (a rank_failed finding marked teardown) and nothing else; the
+    other ranks may have been terminated by torchrun (SIGTERM) once the aborted one died."""
     serious = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
     failed = [r for r in report["ranks"] if r.get("exit_code") not in (0, None)]
-    return bool(serious) and bool(failed) and all(
+    codes = {r["exit_code"] for r in failed}
+    return bool(serious) and -6 in codes and codes <= {-6, -15} and all(
         f["kind"] == "rank_failed" and (f.get("evidence") or {}).get("teardown") is True
-        for f in serious) and all(r["exit_code"] == -6 for r in failed)
+        for f in serious)
 
 
 @ENTRIES
