@@ -31,6 +31,10 @@ def training(local_rank: int) -> None:
     trainer = create_supervised_trainer(model, opt, nn.CrossEntropyLoss())
     evaluator = create_supervised_evaluator(model, metrics={"acc": Accuracy()})
 
+    @trainer.on(Events.EPOCH_STARTED)
+    def reshuffle(engine) -> None:  # ignite leaves set_epoch to the user
+        train.sampler.set_epoch(engine.state.epoch - 1)
+
     @trainer.on(Events.EPOCH_COMPLETED)
     def validate(engine) -> None:
         if idist.get_rank() == 0:

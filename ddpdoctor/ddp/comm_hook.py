@@ -149,6 +149,8 @@ class _CommThread:
                     self._cond.wait()
                 job = self._jobs.pop(0)
             job.run()
+            del job  # hold no bucket or process group while idle (a PG outliving
+            # destroy_process_group is destroyed at interpreter exit, where gloo may abort)
 
 
 _comm = _CommThread()
