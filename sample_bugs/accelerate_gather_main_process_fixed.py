@@ -42,7 +42,8 @@ def main() -> None:
         all_correct = accelerator.gather(torch.cat(correct))  # FIX: on every rank
         if accelerator.is_main_process:
             print(f"epoch {epoch}: accuracy {all_correct.mean():.3f}", flush=True)
-    accelerator.end_training()
+    accelerator.wait_for_everyone()  # every rank is done before the group goes away
+    accelerator.end_training()  # destroys the process group
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ def main() -> None:
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False)
     trainer.fit(Model(), loader)
+    dist.barrier()  # every rank is done before the group goes away
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

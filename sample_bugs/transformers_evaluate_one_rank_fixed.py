@@ -62,6 +62,8 @@ def main() -> None:
                       callbacks=[callback])
     callback.trainer = trainer
     trainer.train()
+    dist.barrier()  # every rank is done before the group goes away
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

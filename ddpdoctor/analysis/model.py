@@ -12,6 +12,8 @@ from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace, TraceRecord
 
 NS = 1_000_000_000
+# exit statuses of a rank whose launcher signalled it after its program had returned
+CUT_SHORT = (-15, -2, -9, -1)  # SIGTERM, SIGINT, SIGKILL, SIGHUP
 
 
 class Severity(str, enum.Enum):
@@ -168,8 +170,11 @@ class RankRun:
         return max(candidates, key=lambda c: c.t_start) if candidates else None
 
     def exited_cleanly(self) -> bool:
+        """Its program returned: the header says EXITED, no exception, no fatal signal; a
+        launcher's SIGTERM (or SIGINT, SIGKILL) after that only cut its teardown short."""
         return (self.header.state == L.RankState.EXITED and not self.exception()
-                and not self.fault and (self.returncode in (None, 0)))
+                and not self.fault and (self.returncode in (None, 0) or
+                                        self.returncode in CUT_SHORT))
 
 
 @dataclass

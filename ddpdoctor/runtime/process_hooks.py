@@ -61,8 +61,13 @@ def _install_excepthooks() -> None:
 def _at_exit() -> None:
     try:
         _say_exited()
+        rec = R.existing()
+        if rec is not None:
+            rec.release_groups()
     except KeyboardInterrupt:
         pass  # a second Ctrl-C while the rank exits: it ends anyway, without our traceback
+    except Exception:  # noqa: BLE001, S110 - exiting must not be disturbed
+        pass
 
 
 def _say_exited() -> None:

@@ -71,23 +71,30 @@ class SupervisorWatch:
         return now - self._still_since >= self.hang_timeout
 
     def run(self) -> None:
-        try:
-            self._loop()
-        except Exception as e:  # noqa: BLE001 - the watch must never disturb the job
-            print(f"ddpdoctor: the supervisor watch stopped ({type(e).__name__}: {e})",
-                  file=sys.stderr)
-
-    def _loop(self) -> None:
+        """Check every CHECK_S until the job is ended; a failed check (a process read while
+        it vanished) is said once and the watch goes on."""
+        said = False
         while True:
             time.sleep(CHECK_S)
-            if not self.supervisor_gone():
-                self._last = ()
-                self._still_since = time.monotonic()
-                continue
-            if self.job_still(time.monotonic()):
-                end_job(f"the supervisor (pid {self.supervisor}) is gone and the job made "
-                        f"no progress for {self.hang_timeout:g} s")
-                return
+            try:
+                if self._check():
+                    return
+            except Exception as e:  # noqa: BLE001 - the watch must never disturb the job
+                if not said:
+                    said = True
+                    print(f"ddpdoctor: the supervisor watch failed a check "
+                          f"({type(e).__name__}: {e}); it goes on", file=sys.stderr)
+
+    def _check(self) -> bool:
+        if not self.supervisor_gone():
+            self._last = ()
+            self._still_since = time.monotonic()
+            return False
+        if self.job_still(time.monotonic()):
+            end_job(f"the supervisor (pid {self.supervisor}) is gone and the job made "
+                    f"no progress for {self.hang_timeout:g} s")
+            return True
+        return False
 
 
 def end_job(why: str) -> None:

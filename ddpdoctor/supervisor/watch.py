@@ -202,6 +202,10 @@ class LiveJob:
                 continue
             if not alive(p.header.pid):
                 p.gone = True
+                try:  # its last words (EXITED) may have come after the last poll
+                    p.header = p.file.header()
+                except (TraceError, ValueError, OSError):
+                    pass
                 p.exited_clean = p.header.state == L.RankState.EXITED
                 gone.append(p)
         return gone

@@ -297,3 +297,38 @@ def test_a_framework_call_names_the_users_line_that_made_it() -> None:
     found = check(job([r0, r1]), (1,), {0}, "missing_collective")
     assert "all_gather #2 at lightning/.../ddp.py:247, called from train.py:30" in \
         found[0].summary
+
+
+def test_a_rank_that_aborts_leaving_early_is_the_early_exit_not_a_crash() -> None:
+    # rank 0 ran out of batches, called destroy_process_group and gloo aborted it there;
+    # rank 1 waited in its 5th all_reduce and failed of rank 0's absence
+    r0 = rank(0, steps(4), step=4, returncode=-6, fault="Fatal Python error: Aborted",
+              meta=[{"event": "destroy", "t": T0 + 4 * NS}])
+    r1 = rank(1, steps(4) + [rec(4, t=5, dur=None)], step=4, returncode=-6,
+              fault="Fatal Python error: Aborted")
+    found = analyze(job([r0, r1], outcome="failed"), [])
+    errs = errors(found)
+    assert len(errs) == 1 and errs[0].ranks == (0,), found
+    assert errs[0].kind in ("uneven_batches", "missing_collective")
+    assert "died on its way out" in errs[0].detail
+    assert not [f for f in found if f.kind == "rank_failed" and f.severity == Severity.ERROR]
+
+
+def test_an_abort_outside_any_call_without_leaving_stays_a_crash() -> None:
+    r0 = rank(0, steps(6) + [rec(6, t=6, dur=None)], step=6)
+    r1 = rank(1, steps(6), returncode=-6, fault="Fatal Python error: Aborted\n  File "
+              "\"train.py\", line 40 in compute")
+    found = check(job([r0, r1]), (1,), {0}, "rank_failed")
+    assert "died on its way out" not in found[0].detail
+
+
+def test_a_rank_that_returned_then_got_the_launchers_sigterm_exited_cleanly() -> None:
+    # rank 1 returned after 2 steps (atexit ran: EXITED); rank 0 failed in step 3 and
+    # torchrun SIGTERMed rank 1 while its interpreter was still tearing down
+    r0 = rank(0, steps(2) + [rec(2, t=3, dur=0.5, flags=int(L.RecordFlag.FAILED))], step=2,
+              exception={"type": "RuntimeError", "message": "Connection closed by peer"})
+    r1 = rank(1, steps(2), L.RankState.EXITED, step=2, returncode=-15)
+    found = analyze(job([r0, r1], outcome="failed"), [])
+    errs = errors(found)
+    assert errs and errs[0].ranks == (1,), found
+    assert not [f for f in found if f.kind == "rank_failed" and 1 in f.ranks]

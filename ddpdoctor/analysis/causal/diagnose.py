@@ -104,12 +104,13 @@ def diagnose(job: JobView) -> Diagnosis:
         if b.root_of(target, []) is not None and s.kind != StateKind.DIED:
             b.explains[b.root_of(target, [])].update(w.rank for w in into)  # type: ignore
             continue
-        if s.kind == StateKind.DIED:
+        if s.kind == StateKind.DIED and not _left_early(s):
             continue  # its own finding below
         blocked_elsewhere = s.kind == StateKind.BLOCKED
         if blocked_elsewhere and b.roots:
             continue  # blocked in a call of its own that another root explains
-        f = F.exited_early(s, into, states, job) if s.kind == StateKind.EXITED else \
+        f = F.exited_early(s, into, states, job) if s.kind == StateKind.EXITED or \
+            _left_early(s) else \
             F.absent_rank(job, s, into, states)
         b.add(f, {w.rank for w in into})
     _deaths(job, states, judged, b, consequences)
@@ -147,6 +148,11 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
         if s.death.teardown:  # type: ignore[union-attr]
             b.add(F.teardown(s, _finished(s, states, waits)), set())
             continue
+        owner = _owner(s, b) if _left_early(s) else None
+        if owner is not None:  # it left early (a root names it): the abort is how it left
+            b.roots[owner] = F.died_leaving(b.roots[owner], s)
+            told.add(s.rank)
+            continue
         # ranks that failed the same way at about the same time share one finding
         same = [o for o in dead if o.rank not in told and not o.death.teardown and  # type: ignore
                 o.death.cause == s.death.cause and  # type: ignore[union-attr]
@@ -174,6 +180,16 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
             b.roots[i] = F.with_consequences(b.roots[i], sorted(ranks), states)
         else:
             consequences.append((F.consequence(sorted(ranks), states, b.roots[i], i), i))
+
+
+def _left_early(s: RankState) -> bool:
+    return s.death is not None and s.death.left_early and \
+        (s.call is None or not s.call.open)
+
+
+def _owner(s: RankState, b: _Builder) -> int | None:
+    """The root that names ``s.rank`` as its culprit, if any."""
+    return next((i for i, f in enumerate(b.roots) if s.rank in f.ranks), None)
 
 
 def _finished(dead: RankState, states: dict[int, RankState], waits: list[Wait]) -> bool:

@@ -108,6 +108,8 @@ def death_of(run: RankRun, stop_ns: int | None) -> Death | None:
                      name == "SIGABRT" and inside is None and _in_teardown(run))
     rc = run.returncode
     at = int(run.gone_at_ns or h.heartbeat_ns)
+    if run.exited_cleanly():
+        return None  # its program returned; a launcher's signal only cut teardown short
     if rc is not None and rc < 0:
         name = _signal_name(-rc)
         return Death(f"killed by {name}", at, "",
@@ -129,9 +131,16 @@ def death_of(run: RankRun, stop_ns: int | None) -> Death | None:
 
 def _in_teardown(run: RankRun) -> bool:
     """Did the rank die after its last call returned, in destroy_process_group or at exit?"""
-    if any(m.op == "destroy" for m in run.marks) or run.header.state == L.RankState.EXITED:
+    return _on_its_way_out(run) or bool(run.calls)
+
+
+def _on_its_way_out(run: RankRun) -> bool:
+    """Evidence that the rank was leaving: destroy_process_group, its exit, or teardown
+    words in its fault dump."""
+    if any(m.op == "destroy" for m in run.marks) or run.trace.meta_events("destroy") or \
+            run.header.state == L.RankState.EXITED:
         return True
-    return any(w in run.fault for w in TEARDOWN_WORDS) or bool(run.calls)
+    return any(w in run.fault for w in TEARDOWN_WORDS)
 
 
 def _open_mark(run: RankRun) -> TraceRecord | None:
@@ -185,7 +194,8 @@ def rank_states(job: JobView) -> dict[int, RankState]:
         states.setdefault(r, RankState(r, StateKind.NOT_ARRIVED))
     for r, s in states.items():
         if s.death is not None and s.death.teardown and _behind(job.ranks[r], job):
-            states[r] = replace(s, death=replace(s.death, teardown=False))
+            states[r] = replace(s, death=replace(s.death, teardown=False,
+                                                 left_early=_on_its_way_out(job.ranks[r])))
     return dict(sorted(states.items()))
 
 

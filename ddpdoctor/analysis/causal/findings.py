@@ -70,6 +70,8 @@ def whereabouts(s: RankState) -> str:
     if s.kind == StateKind.PEER_FAILED and s.call is not None:
         return (f"was elsewhere{at or ' (no stack)'}: it entered {s.call.describe()} "
                 f"(seq {s.call.seq}) at {s.call.short_site} only later")
+    if s.kind == StateKind.DIED and s.death is not None and s.death.left_early:
+        return f"left {_after(s)} and died on its way out: {s.death.cause}"
     if s.kind in (StateKind.DIED, StateKind.PEER_FAILED) and s.death is not None:
         return f"died: {s.death.cause}"
     if s.kind == StateKind.BLOCKED and s.call is not None:
@@ -248,6 +250,17 @@ def skipped(breakers: list[int], cycle: tuple[int, ...], waits: dict[int, Wait],
     return Finding("missing_collective", Severity.ERROR, tuple(sorted(breakers)),
                    waits[breakers[0]].seq, summary, "\n".join(lines), ORDER_FIX + " " + fix,
                    {"cycle": list(cycle), "groups": sorted({waits[r].group for r in cycle})})
+
+
+def died_leaving(root: Finding, s: RankState) -> Finding:
+    """A root that names a rank which left early, told how that rank then died."""
+    d = s.death
+    assert d is not None
+    then = (f"Rank {s.rank} then died on its way out (destroy_process_group or interpreter "
+            f"exit): {d.cause}; a consequence of leaving while its peers still called "
+            "collectives, not a separate bug.")
+    return replace(root, detail=f"{root.detail}\n{then}", evidence={
+        **root.evidence, "died_leaving": {str(s.rank): d.cause}})
 
 
 def with_consequences(root: Finding, ranks: list[int], states: dict[int, RankState]) -> Finding:

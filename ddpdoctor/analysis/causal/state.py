@@ -29,6 +29,8 @@ class Death:
     peer_absence: the error was raised by a peer's absence (connection closed or reset by
     peer, a gloo/NCCL timeout, the watchdog's abort while waiting).  teardown: it died in
     destroy_process_group or at interpreter exit after its collectives completed.
+    left_early: it died on its way out (destroy_process_group, interpreter exit) while its
+    peers still called collectives: it left early, and the abort is how it left.
     """
 
     cause: str
@@ -38,6 +40,7 @@ class Death:
     signal: str | None = None
     peer_absence: bool = False
     teardown: bool = False
+    left_early: bool = False
 
 
 @dataclass(frozen=True)
