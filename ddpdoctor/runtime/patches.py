@@ -19,21 +19,6 @@ from ddpdoctor.trace import layout as L
 # ``_coalescing_manager`` (value: the batch that collects its calls into one record).
 _inside: dict[int, list | None] = {}
 _get_ident = threading.get_ident
-# The arguments of the last few recorded calls, kept alive a little longer.  torch 2.13's gloo
-# frees a finished Work on its worker thread; when the Python tensors of that Work died first
-# (the rank's function returned), that free needs the GIL, which the main thread holds while it
-# destroys the ProcessGroup and joins that very worker: the rank never exits.  Holding the last
-# calls' tensors here keeps the Work's free a plain decrement (the tensors go at exit, after
-# the groups).
-_HELD = 4
-_held: list[Any] = [None] * _HELD
-_held_next = [0]
-
-
-def _hold(args: tuple, kwargs: dict) -> None:
-    i = _held_next[0]
-    _held[i] = (args, kwargs)
-    _held_next[0] = (i + 1) % _HELD
 _ASYNC = int(L.RecordFlag.ASYNC)
 _OBJECT = int(L.RecordFlag.OBJECT)
 _SEND = int(L.RecordFlag.SEND)
@@ -208,7 +193,6 @@ def _call_recorded(rec: R.Recorder, fn: Callable, args: tuple, kwargs: dict, han
         _track_async(rec, result, handle)
     else:
         rec.end(handle)
-    _hold(args, kwargs)
     return result
 
 
