@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
     try:
-        from ddpdoctor.plugins import add_cli_commands
+        from ddpdoctor.plugin_commands import add_cli_commands
     except ImportError:
         return
     add_cli_commands(sub)
