@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ddpdoctor.analysis.fast import RECORD_DTYPE  # noqa: E402
+from ddpdoctor.analysis.fast_files import RECORD_DTYPE  # noqa: E402
 from ddpdoctor.trace import layout as L  # noqa: E402
 
 BUDGET_S = 5.0

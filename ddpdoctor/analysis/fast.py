@@ -16,39 +16,25 @@ per rank 12 bytes a collective.  ``Recorder``/``TraceWriter`` layout: see trace/
 
 from __future__ import annotations
 
-import json
-import os
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ddpdoctor.analysis.fast_files import (WORDS, Buffer, RankFile, group_names, load_words,
+                                           rank_files)
 from ddpdoctor.analysis.matcher import Divergence, find_divergence, fingerprint
 from ddpdoctor.analysis.model import Call
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import (MAX_META_BYTES, TraceError, TraceHeader, decode_record,
-                                    meta_path_for, read_header)
+from ddpdoctor.trace.reader import decode_record
 
-RECORD_DTYPE = np.dtype({
-    "names": list(L.RECORD_FIELDS),
-    "formats": ["<i8", "u1", "u1", "u1", "u1", "<i4", "<i8", "<i8", "<i8", "<i8", "<i4",
-                "<i4", "<i8", "<i8", f"S{L.TEXT_SIZE}"],
-    "offsets": [0, 8, 9, 10, 11, 12, 16, 24, 32, 40, 48, 52, 56, 64, 72],
-    "itemsize": L.RECORD_SIZE,
-})
-"""One trace record as a numpy structured dtype (the same bytes as ``layout.RECORD``)."""
-
-WORDS = L.RECORD_SIZE // 8  # a record as 32 little-endian uint64 words
 _W_OPS, _W_SEQ, _W_PEER, _W_TEXT = 1, 2, 6, 9  # word 1: kind, op, reduce op, flags, group
 _OPS_MASK = np.uint64(0x0000_0000_00FF_FFFF)  # kind, op, reduce op (not flags, not group)
 _PEER_MASK = np.uint64(0x0000_0000_FFFF_FFFF)  # peer (not aux)
 KEY_WORDS = 2 + (WORDS - _W_TEXT)  # ops, peer, 23 words of text
 MAX_SEQ_SPAN = 1 << 20  # seqs of one group farther apart than this are not compared
 _PIPE = ord("|")
-_KIND_COLL = int(L.RecordKind.COLLECTIVE)
 
-assert RECORD_DTYPE.itemsize == L.RECORD_SIZE and L.RECORD_SIZE % 8 == 0
 assert (WORDS - _W_TEXT) * 8 == L.TEXT_SIZE
 
 
@@ -84,28 +70,6 @@ class _Reference:
         self.lo, self.rows, self.has = lo, rows, has
 
 
-@dataclass
-class _RankFile:
-    """One rank's trace file and, after the scan, where each of its collectives lives:
-    per group either a contiguous run (first seq, first slot, length) or arrays."""
-
-    path: Path
-    header: TraceHeader
-    runs: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    seqs: dict[str, np.ndarray] = field(default_factory=dict)
-    slots: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def slot_of(self, group: str, seq: int) -> int | None:
-        run = self.runs.get(group)
-        if run is not None:
-            first_seq, first_slot, n = run
-            return first_slot + seq - first_seq if 0 <= seq - first_seq < n else None
-        seqs = self.seqs.get(group)
-        if seqs is None:
-            return None
-        hit = np.flatnonzero(seqs == seq)
-        return int(self.slots[group][hit[-1]]) if hit.size else None
-
 
 @dataclass
 class FastScan:
@@ -117,114 +81,6 @@ class FastScan:
     problems: list[str]
 
 
-def _read_header(path: Path) -> TraceHeader:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(L.HEADER_SIZE)
-    except OSError as e:
-        raise TraceError(f"{path}: {e.strerror or e}") from None
-    return read_header(head, path)
-
-
-def _rank_files(run_dirs: list[Path], problems: list[str]) -> list[_RankFile]:
-    """The newest process of every rank (a restarted rank replaces the old one)."""
-    newest: dict[int, _RankFile] = {}
-    for run_dir in run_dirs:
-        for path in sorted((Path(run_dir) / "traces").glob("pid-*.ring")):
-            try:
-                h = _read_header(path)
-            except TraceError as e:
-                problems.append(str(e))
-                continue
-            if h.rank < 0:
-                continue  # a launcher
-            old = newest.get(h.rank)
-            if old is None or h.started_ns > old.header.started_ns:
-                newest[h.rank] = _RankFile(path, h)
-    return [newest[r] for r in sorted(newest)]
-
-
-# The writer's own spelling of a group event (json.dumps of Recorder's keyword order);
-# anything else is parsed as JSON.
-_GROUP_LINE = re.compile(rb'^\{"index": (\d+), "name": ("(?:[^"\\]|\\.)*")')
-
-
-def _group_names(path: Path, problems: list[str]) -> dict[int, str]:
-    """Local group index -> name, from the meta log's ``group`` events."""
-    names: dict[int, str] = {}
-    try:
-        with open(meta_path_for(path), "rb") as f:
-            data = f.read(MAX_META_BYTES)
-    except FileNotFoundError:
-        return names
-    except OSError as e:
-        problems.append(f"{path.name}: meta log unreadable ({e.strerror or e})")
-        return names
-    for line in data.splitlines():
-        if b'"group"' not in line:
-            continue
-        m = _GROUP_LINE.match(line)
-        try:
-            if m is not None:
-                names[int(m[1])] = str(json.loads(m[2]))
-                continue
-            ev = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(ev, dict) and ev.get("event") == "group" and \
-                isinstance(ev.get("index"), int):
-            names[ev["index"]] = str(ev.get("name", ev["index"]))
-    return names
-
-
-class _Buffer:
-    """One reusable read buffer (a rank's records are consumed before the next is read)."""
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-        self._aranges: dict[int, np.ndarray] = {}
-
-    def read(self, path: Path, nbytes: int) -> memoryview:
-        if len(self._buf) < nbytes:
-            self._buf = bytearray(nbytes)
-        view = memoryview(self._buf)[:nbytes]
-        with open(path, "rb", buffering=0) as f:
-            f.seek(L.HEADER_SIZE)
-            got = f.readinto(view)
-        return view[:got or 0]
-
-    def arange(self, n: int) -> np.ndarray:
-        a = self._aranges.get(n)
-        if a is None:
-            a = self._aranges[n] = np.arange(n, dtype=np.int64)
-        return a
-
-
-def _load_words(rf: _RankFile, buf: _Buffer) -> tuple[np.ndarray, np.ndarray | None]:
-    """The rank's valid collective records as (words (n, 32) uint64, slots or None when
-    they are the slots 0..n-1 themselves).  The words may live in ``buf``."""
-    h = rf.header
-    cap, count = h.capacity, h.count
-    size = os.path.getsize(rf.path)
-    avail = max(0, (size - L.HEADER_SIZE) // L.RECORD_SIZE)
-    used = min(cap, count, avail)
-    if used <= 0:
-        return np.zeros((0, WORDS), np.uint64), None
-    raw = buf.read(rf.path, used * L.RECORD_SIZE)
-    n = len(raw) // L.RECORD_SIZE
-    words = np.frombuffer(raw, np.uint64, n * WORDS).reshape(n, WORDS)
-    slot = buf.arange(n)
-    first = max(0, count - cap)
-    index = slot if first == 0 else first + (slot - first % cap) % cap
-    commits = words[:, 0].view(np.int64)
-    if first == 0 and commits[0] == 1 and commits[-1] == n:
-        valid = commits == slot + 1
-    else:
-        valid = commits == index + 1
-    valid &= (words[:, _W_OPS] & np.uint64(0xFF)) == np.uint64(_KIND_COLL)
-    if valid.all():
-        return words, None
-    return words[valid], slot[valid]
 
 
 def _key_columns(rows: np.ndarray) -> np.ndarray:
@@ -357,13 +213,13 @@ def _compare_rows(rows: np.ndarray, seqs: np.ndarray, ref: _Reference,
     return _first_difference(rows[known], ref.rows[off[known]], seqs[known], prints)
 
 
-def _scan_rank(rf: _RankFile, buf: _Buffer, refs: dict[str, _Reference],
+def _scan_rank(rf: RankFile, buf: Buffer, refs: dict[str, _Reference],
                prints: _Fingerprints, first: dict[str, int], problems: list[str]) -> int:
     """Compare one rank with the references; returns how many collectives it has."""
-    words, slots = _load_words(rf, buf)
+    words, slots = load_words(rf, buf)
     if not len(words):
         return 0
-    names = _group_names(rf.path, problems)
+    names = group_names(rf.path, problems)
     w1 = words[:, _W_OPS]
     local = (w1 >> np.uint64(32)).astype(np.int64)
     local = np.where(local >= 1 << 31, local - (1 << 32), local)
@@ -401,7 +257,7 @@ def _scan_rank(rf: _RankFile, buf: _Buffer, refs: dict[str, _Reference],
     return len(words)
 
 
-def _call_at(rf: _RankFile, group: str, seq: int) -> Call | None:
+def _call_at(rf: RankFile, group: str, seq: int) -> Call | None:
     slot = rf.slot_of(group, seq)
     if slot is None:
         return None
@@ -420,11 +276,11 @@ def _call_at(rf: _RankFile, group: str, seq: int) -> Call | None:
 def scan(run_dirs: list[Path]) -> FastScan:
     """Compare every rank's collectives in ``run_dirs`` (one per node); see the module doc."""
     problems: list[str] = []
-    files = _rank_files([Path(d) for d in run_dirs], problems)
+    files = rank_files([Path(d) for d in run_dirs], problems)
     refs: dict[str, _Reference] = {}
     first: dict[str, int] = {}
     prints = _Fingerprints()
-    buf = _Buffer()
+    buf = Buffer()
     total = 0
     for rf in files:
         try:
