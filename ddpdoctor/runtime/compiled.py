@@ -71,10 +71,9 @@ def _reduce_text(op: Any) -> str:
     return REDUCE_OP_TO_STR[op]
 
 
-@torch._dynamo.assume_constant_result
-def _traced_user_site() -> str:
+def _user_site_being_traced() -> str:
     """The user's line Dynamo is tracing (``path:line|``), baked into the graph as a
-    constant; "" when it cannot be told."""
+    constant (``_traced_user_site``); "" when it cannot be told."""
     from ddpdoctor.runtime.callsites import is_user_file
 
     ctx = torch._guards.TracingContext.try_get()
@@ -84,6 +83,9 @@ def _traced_user_site() -> str:
         if frame.filename and frame.lineno and is_user_file(frame.filename):
             return f"{frame.filename}:{frame.lineno}|"
     return ""
+
+
+_traced_user_site: Callable[[], str] = _user_site_being_traced  # made constant on activation
 
 
 def _group_text(group: Any) -> str:
@@ -155,12 +157,33 @@ REMAPS: dict[str, Callable] = {
 
 
 def install(wrappers: dict[str, Callable]) -> None:
-    """Give each recording wrapper in ``wrappers`` (name -> wrapper) a traceable remap."""
+    """Give each recording wrapper in ``wrappers`` (name -> wrapper) a traceable remap, once
+    Dynamo is imported (importing it costs seconds of CPU in every rank; a job that never
+    compiles never pays it)."""
+    from ddpdoctor.runtime.import_hooks import after_import
+
+    after_import("torch._dynamo", lambda _module: _activate(wrappers))
+
+
+def _activate(wrappers: dict[str, Callable]) -> None:
+    try:
+        _install_remaps(wrappers)
+    except (ImportError, AttributeError, RuntimeError, TypeError, ValueError) as e:
+        from ddpdoctor.runtime import recorder as R
+
+        rec = R.active()
+        if rec is not None:
+            rec.note_error("recording compiled collectives", e)
+
+
+def _install_remaps(wrappers: dict[str, Callable]) -> None:
+    global _traced_user_site
     import torch.distributed._functional_collectives as funcol
 
     remaps = getattr(funcol, "traceable_collective_remaps", None)
     if remaps is None or not hasattr(torch.library, "custom_op"):
         return
+    _traced_user_site = torch._dynamo.assume_constant_result(_user_site_being_traced)
     if not hasattr(torch.ops.ddpdoctor, "collective"):
         _register_op()
     from ddpdoctor.runtime.callsites import mark_traced
