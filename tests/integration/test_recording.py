@@ -123,3 +123,23 @@ def test_base_ops_named_p2p_peers_right_coalesced_batch_one_record(doctor):
         p2p = [(c.op, c.peer) for c in r.p2p]
         assert p2p == [("isend", 1 - rank), ("irecv", 1 - rank)], p2p
         assert all(not c.open for c in r.p2p)
+
+
+def test_an_instrumented_process_does_not_import_dynamo_until_the_job_does(tmp_path: Path):
+    """Importing Dynamo costs seconds of CPU: a rank or launcher that never compiles (and
+    never runs a DDP step, which imports it) must not pay it for ddpdoctor's remaps."""
+    import subprocess
+
+    bootstrap = Path(__file__).resolve().parents[2] / "ddpdoctor" / "launch" / "bootstrap"
+    env = {**os.environ, "DDPDOCTOR_RUN_DIR": str(tmp_path / "run"),
+           "PYTHONPATH": str(bootstrap)}
+    probe = ("import sys, torch, torch.distributed as dist\n"
+             "print(getattr(dist, '__ddpdoctor_patched__', False), "
+             "'torch._dynamo' in sys.modules)\n"
+             "import torch._dynamo\n"
+             "import torch.distributed._functional_collectives as funcol\n"
+             "print(dist.all_reduce in funcol.traceable_collective_remaps)\n")
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "False", "True"], done.stdout + done.stderr[-2000:]
