@@ -74,7 +74,7 @@ class Bug:
     culprit_ranks: tuple[int, ...]
     source: str
     fix: str
-    hang_timeout: float = 10.0
+    hang_timeout: float = 6.0
     finishes: bool = False
 
     def __post_init__(self) -> None:
@@ -88,7 +88,7 @@ class Bug:
 
 
 def _bug(name: str, nproc: int, launch: Launch, symptom: str, kind: str,
-         culprits: tuple[int, ...], source: str, fix: str, hang_timeout: float = 10.0,
+         culprits: tuple[int, ...], source: str, fix: str, hang_timeout: float = 6.0,
          finishes: bool = False) -> Bug:
     return Bug(name, f"{name}.py", f"{name}_fixed.py", nproc, launch, symptom, kind, culprits,
                source, fix, hang_timeout, finishes)
@@ -332,24 +332,24 @@ FRAMEWORK_BUGS: tuple[Bug, ...] = (
          "collective_mismatch", (0,),
          "Lightning-AI/pytorch-lightning#16541 and #20683",
          "call self.all_gather on every rank; keep only the print under is_global_zero",
-         hang_timeout=15.0),
+         hang_timeout=10.0),
     _bug("accelerate_gather_main_process", 2, Launch.TORCHRUN,
          "hangs after the first epoch: accelerator.gather runs under is_main_process",
          "collective_mismatch", (0,),
          "huggingface/accelerate#2785 and #2733; huggingface/transformers#31532",
          "call accelerator.gather on every rank; keep only the print under is_main_process",
-         hang_timeout=15.0),
+         hang_timeout=10.0),
     _bug("ignite_evaluator_rank0", 2, Launch.TORCHRUN,
          "hangs after the first epoch: the evaluator (its metric all-reduces) runs on rank 0",
          "collective_mismatch", (0,),
          "pytorch-ignite docs (metrics sync across ranks); huggingface/transformers#31532",
          "run the evaluator on every rank; keep only the print on rank 0",
-         hang_timeout=15.0),
+         hang_timeout=10.0),
     _bug("transformers_evaluate_one_rank", 2, Launch.TORCHRUN,
          "hangs after the first epoch: a callback runs trainer.evaluate() on rank 0 only",
          "collective_mismatch", (0,),
          "huggingface/transformers#31532",
          "call trainer.evaluate() on every rank; keep only the print on rank 0",
-         hang_timeout=15.0),
+         hang_timeout=10.0),
 )
 CATALOGUE = CATALOGUE + FRAMEWORK_BUGS

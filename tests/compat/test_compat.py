@@ -31,7 +31,10 @@ JOBS = {
     "ignite": ("torchrun", "ignite_job.py"),
     "transformers": ("torchrun", "transformers_job.py"),
 }
-MODES = ["ring", "torch"]
+# The default (ring) path runs under every framework; --ddp torch (torch's own DDP, its
+# buckets recorded) under one launcher-driven framework and the torch feature job.
+CASES = [(job, "ring") for job in JOBS] + [("torch_features", "torch"),
+                                           ("lightning_torchrun", "torch")]
 
 
 def command(job: str, out: Path) -> list[str]:
@@ -67,8 +70,7 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
                 if x.is_floating_point()), default=0.0)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("job", list(JOBS))
+@pytest.mark.parametrize("job,mode", CASES)
 def test_trains_as_without_ddpdoctor(job: str, mode: str, tmp_path: Path,
                                      tmp_path_factory: pytest.TempPathFactory) -> None:
     plain = plain_run(job, tmp_path_factory)

@@ -34,6 +34,9 @@ def run_bug(doctor, form: str, bug: str, nranks: int = 2, culprit: int | None = 
     return doctor(["run", "--hang-timeout", str(timeout), *command(form, nranks)], env=env)
 
 
+# Launch-specific behaviour (a clean exit, an exception, a signal) runs in every launch form;
+# a diagnosis does not depend on the launcher, so each of those scenarios runs in one form,
+# the forms taken in turn (the causal model itself is unit-tested without processes).
 FORMS = ["script", "torchrun", "spawn"]
 
 
@@ -50,7 +53,7 @@ def test_healthy_job_runs_clean(doctor, form):
     assert all(r["last_seq"] == 7 for r in report["ranks"])
 
 
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("form", ["script"])
 def test_shape_mismatch_in_all_reduce(doctor, form):
     run = run_bug(doctor, form, "shape")
     assert run.returncode != 0
@@ -60,7 +63,7 @@ def test_shape_mismatch_in_all_reduce(doctor, form):
     assert f["evidence"]["calls"]["1"]["shapes"] == [[11]]
 
 
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("form", ["torchrun"])
 def test_dtype_mismatch(doctor, form):
     run = run_bug(doctor, form, "dtype")
     assert run.returncode != 0
@@ -69,7 +72,7 @@ def test_dtype_mismatch(doctor, form):
     assert f["evidence"]["calls"]["1"]["dtypes"] == ["float64"]
 
 
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("form", ["spawn"])
 def test_op_mismatch_is_a_hang_reported_before_the_timeout(doctor, form):
     run = run_bug(doctor, form, "op", timeout=60)
     assert run.returncode == 124
@@ -96,7 +99,7 @@ def test_op_mismatch_is_a_hang_reported_before_the_timeout(doctor, form):
         [("collective_mismatch", [1], 6)]
 
 
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("form", ["script"])
 def test_rank_conditional_collective(doctor, form):
     run = run_bug(doctor, form, "conditional")
     assert run.returncode != 0
@@ -105,7 +108,7 @@ def test_rank_conditional_collective(doctor, form):
     assert "rank == culprit" in f["detail"]
 
 
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("form", ["torchrun"])
 def test_barrier_inside_if_rank_0(doctor, form):
     run = run_bug(doctor, form, "barrier_rank0")
     assert run.returncode != 0
