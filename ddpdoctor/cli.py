@@ -64,6 +64,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    "instrumented ring-allreduce DDP; torch: torch's DDP, its buckets "
                    "recorded (default: ring)")
     p.add_argument("--ui", action="store_true", help="show the live terminal UI")
+    p.add_argument("--doctor-store", metavar="HOST:PORT",
+                   help="many nodes: where the nodes' supervisors meet (node 0 hosts a "
+                   "c10d TCPStore there; default: the rendezvous host, its port + 1)")
     launcher = p.add_argument_group("passed to torch.distributed.run (script form)")
     for name, takes_value in LAUNCHER_OPTIONS:
         if takes_value:
@@ -144,7 +147,10 @@ def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from ddpdoctor.config import DdpMode, OnHang, RunConfig
+    from ddpdoctor.host import apply_clock_shift
     from ddpdoctor.launch.run import run_job
+
+    apply_clock_shift()  # tests of skewed hosts only
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -164,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
                         "in your own torchrun command after --)", EXIT_USAGE)
     config = RunConfig(tuple(command), args.nproc_per_node, args.hang_timeout,
                        OnHang(args.on_hang), args.report, args.run_dir, DdpMode(args.ddp),
-                       args.ui, tuple(launcher_args))
+                       args.ui, tuple(launcher_args), args.doctor_store)
     return run_job(config)
 
 

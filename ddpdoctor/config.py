@@ -35,6 +35,7 @@ class RunConfig:
     ddp: which DDP the user's script gets.
     ui: show the live terminal UI.
     launcher_args: torchrun options passed through (--nnodes, --node-rank, --rdzv-*, ...).
+    doctor_store: HOST:PORT where the supervisors of a many-node job meet (node 0 hosts it).
     """
 
     command: tuple[str, ...]
@@ -46,12 +47,17 @@ class RunConfig:
     ddp: DdpMode = DdpMode.RING
     ui: bool = False
     launcher_args: tuple[str, ...] = field(default_factory=tuple)
+    doctor_store: str | None = None
 
     def __post_init__(self) -> None:
         if not self.command:
             raise UserError("no command to run: give a script or `-- COMMAND ...`")
         if self.nproc_per_node is not None and self.nproc_per_node < 1:
             raise UserError(f"--nproc-per-node must be at least 1, not {self.nproc_per_node}")
+        if self.doctor_store is not None:
+            host, _, port = self.doctor_store.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise UserError(f"--doctor-store wants HOST:PORT, not {self.doctor_store!r}")
         if not self.hang_timeout > 0:
             raise UserError(f"--hang-timeout must be a positive number of seconds, "
                             f"not {self.hang_timeout}")

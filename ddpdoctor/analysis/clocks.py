@@ -35,7 +35,8 @@ def same_host(job: JobView, a: int, b: int) -> bool:
 
 def host_now(job: JobView, rank: int) -> int:
     """"Now" on the rank's own clock: the job's now when every rank shares one host (the
-    supervisor's or analyser's host), else the newest stamp that rank's host wrote."""
+    supervisor's or analyser's host); for a node whose clock skew node 0 measured through
+    the store, the job's now plus that skew; else the newest stamp that host wrote."""
     nows = job.__dict__.get("_host_nows")  # computed once per view: reports ask per rank
     if nows is None:
         nows = job.__dict__["_host_nows"] = _host_nows(job)
@@ -48,6 +49,12 @@ def _host_nows(job: JobView) -> dict[str, int]:
     nows: dict[str, int] = {}
     for r, run in job.ranks.items():
         host = host_of(job, r)
+        node = job.nodes.get(host)
+        if node is not None and node.skew_ns is not None:
+            nows[host] = job.now_ns + node.skew_ns
+            continue
+        if job.live and job.nodes and host not in job.nodes:
+            continue  # node 0's own host, judged live: the job's now is its clock
         stamps = [run.header.heartbeat_ns] + [max(c[-1].t_start, c[-1].t_end)
                                               for c in run.calls.values() if c]
         nows[host] = max([nows.get(host, 0)] + stamps)

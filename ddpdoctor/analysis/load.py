@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.analysis import flight_recorder, sources
-from ddpdoctor.analysis.model import NS, Call, JobView, RankRun
+from ddpdoctor.analysis.model import NS, Call, JobView, NodeFacts, RankRun
 from ddpdoctor.errors import UserError
+from ddpdoctor.host import host_name
 from ddpdoctor.rundir.attempts import is_attempt_dir
 from ddpdoctor.rundir.layout import is_run_dir, read_run_file
+from ddpdoctor.rundir.nodes import read_node_file, with_mirrors
 from ddpdoctor.proc.table import alive, proc_state
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace, TraceError, read_meta, read_trace
@@ -124,18 +126,22 @@ def _iso_ns(text: Any) -> int | None:
 
 def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | None = None,
              stacks: bool = True, tail: int | None = None) -> JobView:
-    """Read every trace of the run dirs (each rank's newest ``tail`` records if given).
-    Raises UserError for a path that is no run dir."""
-    started: list[int] = []
-    problems: list[str] = []
-    ranks: dict[int, RankRun] = {}
-    launchers: list[RankTrace] = []
-    sup_events: list[dict[str, Any]] = []
-    command: list[str] = []
-    timeout = hang_timeout
+    """Read every trace of the run dirs (each rank's newest ``tail`` records if given), and
+    of the other nodes' mirrors that node 0 keeps inside them.  Raises UserError for a path
+    that is no run dir."""
     for run_dir in run_dirs:
         if not run_dir.exists():
             raise UserError(f"no such run dir: {run_dir}")
+    started: list[int] = []
+    problems: list[str] = []
+    ranks: dict[int, RankRun] = {}
+    sup_events: list[dict[str, Any]] = []
+    command: list[str] = []
+    timeout = hang_timeout
+    nodes: dict[str, NodeFacts] = {}
+    all_launchers: list[RankTrace] = []
+    here = host_name()
+    for run_dir in with_mirrors(run_dirs):
         if run_dir.is_dir() and not is_run_dir(run_dir) and \
                 flight_recorder.is_dump_dir(run_dir):
             fr_runs, _ = flight_recorder.rank_runs(flight_recorder.load_dump_dir(run_dir))
@@ -153,36 +159,66 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
             command = [str(c) for c in info["command"]]
         if timeout is None and isinstance(info.get("hang_timeout"), (int, float)):
             timeout = float(info["hang_timeout"])
+        node = _node_facts(run_dir)
+        if node is not None:
+            nodes.setdefault(node.host, node)
         events, bad = read_meta(run_dir / SUPERVISOR_LOG)
         sup_events += events
         problems += bad
-        for trace in _read_traces(run_dir, problems, tail):
-            problems += trace.problems
-            if trace.header.rank < 0:
-                launchers.append(trace)
-                continue
-            old = ranks.get(trace.header.rank)
-            if old is not None and old.trace.header.started_ns > trace.header.started_ns:
-                continue  # an earlier incarnation (a restart): keep the newest
-            run = rank_run(trace)
-            run.fault = _fault_text(trace)
-            if stacks:
-                run.stack, run.stack_error = load_stack(
-                    run_dir / "stacks" / f"pid-{trace.header.pid}.json")
-            ranks[trace.header.rank] = run
-        if is_attempt_dir(run_dir):  # torchrun's agent (the launcher) spans the attempts
-            launchers += [t for t in _read_traces(run_dir.parent, problems, tail)
-                          if t.header.rank < 0]
+        here_ranks, launchers = _load_dir(run_dir, ranks, problems, tail, stacks)
+        all_launchers += launchers
+        _attach_exits(here_ranks, launchers, events,
+                      live and (node is None or node.host == here))
         for rank, run in sources.load_facts(run_dir, problems).items():
             ranks.setdefault(rank, run)  # ranks ddpdoctor attach saw
         problems += flight_recorder.join_run_dir_dumps(run_dir, ranks)
-    _attach_exits(ranks, launchers, sup_events, live)
     world = max([r.header.world_size for r in ranks.values()] + [len(ranks)]) if ranks else 0
     outcome = next((e.get("outcome") for e in reversed(sup_events)
                     if e.get("event") == "outcome"), None)
-    return JobView(list(run_dirs), ranks, world, time.time_ns(), timeout or 60.0, live,
-                   launchers, problems, sup_events, command, outcome,
-                   min(started) if started else None, None if live else _ended(ranks, sup_events))
+    job = JobView(list(run_dirs), ranks, world, time.time_ns(), timeout or 60.0, live,
+                  all_launchers, problems, sup_events, command, outcome,
+                  min(started) if started else None, None if live else _ended(ranks, sup_events))
+    job.nodes = nodes
+    return job
+
+
+def _node_facts(run_dir: Path) -> NodeFacts | None:
+    """A node mirror's facts from its node.json (None for a node's own run dir)."""
+    info = read_node_file(run_dir)
+    if not info or not isinstance(info.get("host"), str):
+        return None
+    skew = info.get("clock_skew_ns")
+    lost_at = info.get("lost_at_ns")
+    return NodeFacts(str(info.get("node", info["host"])), info["host"],
+                     skew if type(skew) is int else None, info.get("lost") is True,
+                     lost_at if type(lost_at) is int else None)
+
+
+def _load_dir(run_dir: Path, ranks: dict[int, RankRun], problems: list[str],
+              tail: int | None, stacks: bool) -> tuple[list[RankRun], list[RankTrace]]:
+    """The ranks of one run dir into ``ranks`` (a rank already read from an earlier dir, or
+    an older incarnation of it, is not replaced); returns them and the dir's launchers."""
+    launchers: list[RankTrace] = []
+    mine: list[RankRun] = []
+    for trace in _read_traces(run_dir, problems, tail):
+        problems += trace.problems
+        if trace.header.rank < 0:
+            launchers.append(trace)
+            continue
+        old = ranks.get(trace.header.rank)
+        if old is not None and old.trace.header.started_ns >= trace.header.started_ns:
+            continue  # read already, or an earlier incarnation (a restart): keep the newest
+        run = rank_run(trace)
+        run.fault = _fault_text(trace)
+        if stacks:
+            run.stack, run.stack_error = load_stack(
+                run_dir / "stacks" / f"pid-{trace.header.pid}.json")
+        ranks[trace.header.rank] = run
+        mine.append(run)
+    if is_attempt_dir(run_dir):  # torchrun's agent (the launcher) spans the attempts
+        launchers += [t for t in _read_traces(run_dir.parent, problems, tail)
+                      if t.header.rank < 0]
+    return mine, launchers
 
 
 def _ended(ranks: dict[int, RankRun], sup_events: list[dict[str, Any]]) -> int | None:
@@ -213,9 +249,14 @@ def _attach_progress(ranks: dict[int, RankRun], sup_events: list[dict[str, Any]]
             run.cpu_busy = fact["cpu_busy"]
 
 
-def _attach_exits(ranks: dict[int, RankRun], launchers: list[RankTrace],
+def _attach_exits(runs: list[RankRun], launchers: list[RankTrace],
                   sup_events: list[dict[str, Any]], live: bool) -> None:
-    by_pid = {run.pid: run for run in ranks.values()}
+    """Exit codes, vanishings, stops and progress of one run dir's ranks, from that dir's
+    launchers and supervisor log (pids and clocks are those of the dir's host)."""
+    by_pid = {run.pid: run for run in runs}
+    stop = next((e.get("t") for e in sup_events if e.get("event") == "stop"), None)
+    for run in runs:
+        run.stop_ns = stop if type(stop) is int else None
 
     def run_of(ev: dict[str, Any]) -> RankRun | None:
         pid = ev.get("pid")
@@ -235,9 +276,9 @@ def _attach_exits(ranks: dict[int, RankRun], launchers: list[RankTrace],
             run.gone_at_ns = ev["t"]
         if ev.get("event") == "rank_stopped":
             run.proc_state = "T"
-    _attach_progress(ranks, sup_events)
+    _attach_progress({run.rank: run for run in runs}, sup_events)
     if live:
-        for run in ranks.values():
+        for run in runs:
             run.alive = alive(run.pid)
             if run.alive:
                 run.proc_state = proc_state(run.pid)

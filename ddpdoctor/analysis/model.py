@@ -132,6 +132,7 @@ class RankRun:
     marks: list[TraceRecord] = field(default_factory=list)  # init / new_group / destroy
     progress_ns: int | None = None  # live: wall time of the last observed progress
     cpu_busy: bool | None = None  # live: CPU time advanced in the last sampling window
+    stop_ns: int | None = None  # when ddpdoctor stopped this rank's node (its own clock)
 
     @property
     def pid(self) -> int:
@@ -177,6 +178,18 @@ class RankRun:
                                         self.returncode in CUT_SHORT))
 
 
+@dataclass(frozen=True)
+class NodeFacts:
+    """What node 0 knew of another node: its host, how far its clock runs ahead of node
+    0's (``skew_ns``, measured through the store), and whether it was lost."""
+
+    node: str
+    host: str
+    skew_ns: int | None = None
+    lost: bool = False
+    lost_at_ns: int | None = None  # node 0's clock
+
+
 @dataclass
 class JobView:
     """All ranks of a job at one moment (live) or after it ended (offline)."""
@@ -195,6 +208,7 @@ class JobView:
     started_ns: int | None = None  # when `ddpdoctor run` started the job (run.json)
     ended_ns: int | None = None  # offline: when the job ended (the supervisor's last word)
     big: bool = False  # only each rank's newest records were loaded: match with analysis.fast
+    nodes: dict[str, NodeFacts] = field(default_factory=dict)  # other nodes, by host
 
     def group_members(self, group: str) -> list[int]:
         for run in self.ranks.values():

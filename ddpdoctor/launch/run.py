@@ -22,6 +22,7 @@ from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
+from ddpdoctor.supervisor.node_store import node_setup
 
 
 def _check_report_path(path: Path) -> None:
@@ -64,6 +65,7 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
         proc = start_job(argv, restarts_env(argv, job_env(run_dir, run_id, config)), log)
         supervisor = make_supervisor(argv, config, run_dir, proc, report_path, console,
                                      started)
+        supervisor.open_nodes(node_setup(argv, config.doctor_store))
         if config.ui:
             return _run_with_ui(supervisor, run_dir)
         return supervisor.run()

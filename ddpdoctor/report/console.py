@@ -12,7 +12,8 @@ from rich.text import Text
 
 STATE_STYLE = {"computing": "green", "in_collective": "cyan", "waiting": "yellow",
                "exited": "dim", "failed": "bold red", "hung": "bold magenta",
-               "stopped": "bold yellow", "killed": "bold red", "starting": "dim"}
+               "stopped": "bold yellow", "killed": "bold red", "starting": "dim",
+               "unreachable": "bold yellow"}
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
 OUTCOME_STYLE = {"completed": "bold green", "failed": "bold red", "hung": "bold magenta"}
 MAX_RANK_ROWS = 16

@@ -15,7 +15,8 @@ notices: [{"text", "ranks"}]: what ddpdoctor could not honour in this job (e.g. 
 
 ranks[i]:
   rank, host, pid; state: starting | computing | in_collective | waiting | exited | failed |
-  hung | stopped | killed; exit_code: the process's status when known (negative: signal);
+  hung | stopped | killed | unreachable (its node was lost); exit_code: the process's status
+  when known (negative: signal);
   step: optimizer steps taken; epoch; last_seq: last collective seq on the default group;
   current: the collective the rank is inside (seq, op, shapes, dtypes, since, callsite,
   group) or null; stack: py-spy frames innermost first ({name, filename, line}) or null,
@@ -71,6 +72,14 @@ def _entry(c: Call) -> dict[str, Any]:
             "end": None if c.open else c.t_end / NS}
 
 
+def _membership(job: JobView) -> dict[str, Any]:
+    """``membership``: the nodes and world size as first seen and at every change."""
+    events = [{k: e.get(k) for k in ("nodes", "world_size", "attempt", "members")} |
+              {"at": iso(e["t"]) if type(e.get("t")) is int else None}
+              for e in job.supervisor_events if e.get("event") == "membership"]
+    return {"membership": events} if events else {}
+
+
 def rank_state(run: RankRun, job: JobView) -> str:
     """The rank's state as the report shows it (see the module docstring)."""
     h = run.header
@@ -79,6 +88,9 @@ def rank_state(run: RankRun, job: JobView) -> str:
         return "failed"
     if h.state == L.RankState.EXITED:
         return "exited" if run.returncode in (None, 0) else "failed"
+    node = job.nodes.get(str(h.host))
+    if node is not None and node.lost:
+        return "unreachable"  # its node was lost: what it last did is stale
     if run.returncode is not None and run.returncode < 0 or (job.live and run.alive is False):
         return "killed"
     if run.proc_state == "T":
@@ -174,4 +186,5 @@ def build(job: JobView, findings: list[Finding], outcome: str,
         "problems": list(dict.fromkeys(job.problems)),
         "notices": notices(job),
         "ddpdoctor_version": ddpdoctor.__version__,
+        **_membership(job),
     }

@@ -62,16 +62,22 @@ def _takes_value(option: str) -> bool:
                                                  "-m", "--module", "--run-path", "--run_path")
 
 
-def max_restarts(argv: Sequence[str]) -> int:
-    """torchrun's --max-restarts in a job's argv (0 when absent, unreadable or no torchrun)."""
+def launcher_option(argv: Sequence[str], names: Sequence[str]) -> str | None:
+    """The value of one of torchrun's options (any spelling in ``names``) in a job's argv."""
     args = list(_launcher_args(argv))
     for i, arg in enumerate(args):
-        name, _, value = arg.partition("=")
-        if name in _MAX_RESTARTS:
-            if not value and i + 1 < len(args):
+        name, eq, value = arg.partition("=")
+        if name in names:
+            if not eq and i + 1 < len(args):
                 value = args[i + 1]
-            try:
-                return max(0, int(value))
-            except ValueError:
-                return 0
-    return 0
+            return value
+    return None
+
+
+def max_restarts(argv: Sequence[str]) -> int:
+    """torchrun's --max-restarts in a job's argv (0 when absent, unreadable or no torchrun)."""
+    value = launcher_option(argv, _MAX_RESTARTS)
+    try:
+        return max(0, int(value)) if value is not None else 0
+    except ValueError:
+        return 0

@@ -64,8 +64,13 @@ def is_run_dir(path: Path) -> bool:
 
 def read_run_file(run_dir: Path) -> dict[str, Any]:
     """The run's run.json, or {} when it is missing or unreadable."""
+    return read_json_object(run_dir / RUN_FILE)
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``, or {} when it is missing, unreadable or not an object."""
     try:
-        data = json.loads((run_dir / RUN_FILE).read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -37,7 +37,7 @@ class JobEnding:
     live view, log and console)."""
 
     def _capture(self, why: str) -> None:
-        ranks = {r: p for r, p in self.live.ranks().items() if not p.gone}
+        ranks = {r: p for r, p in self.live.local_ranks().items() if not p.gone}
         live_pids = [p.header.pid for p in ranks.values()]
         # only a rank that has run a collective has a process group, so a dump to wait for
         live = [r for r, p in ranks.items() if p.hi or p.groups]
@@ -48,6 +48,7 @@ class JobEnding:
         missing = wait_for_dumps(self.run_dir, live, asked)
         self.log("flight_recorder", ranks=sorted(set(live) - set(missing)), missing=missing,
                  seconds=round(time.monotonic() - t0, 3))
+        self.remote_stacks(None)  # node 0 of many: the other nodes' stacks too
 
     def _write(self, outcome: str | None, exit_code: int | None, live: bool) -> dict[str, Any]:
         if outcome is not None:
@@ -93,9 +94,15 @@ class JobEnding:
             self.log("progress", ranks=self.progress.event())
         for p in self.live.check_processes():
             self.log("rank_gone", pid=p.header.pid, rank=p.rank, clean=p.exited_clean)
+        if self.follow_end(code):
+            return code  # node 0 wrote the job's report
+        self.wait_nodes_done()
         outcome = "completed" if code == 0 else "failed"
         report = self._write(outcome, code, live=False)
         changed = self._add_stop(report)
+        if self.leader is not None:
+            self.end_nodes(report)
+            changed = True
         if code == 0 and any(f.get("severity") == "error" for f in report["findings"]):
             report["outcome"] = "failed"
             self.log("outcome", outcome="failed", exit_code=code)
@@ -123,6 +130,8 @@ class JobEnding:
     def _finish_verdict(self, verdict: Verdict) -> int:
         self.say(verdict.message, "bold magenta" if verdict.reason != "interrupt" else "")
         self.log("verdict", reason=verdict.reason, message=verdict.message)
+        if verdict.reason == "node0":
+            return self._follow_verdict()
         self._capture(verdict.reason)
         interrupted = verdict.reason == "interrupt"
         if not interrupted and self._ends_by_itself():
@@ -136,6 +145,8 @@ class JobEnding:
             if report["outcome"] == "completed":
                 report["outcome"] = "failed"
         stop = interrupted or self.config.on_hang == OnHang.STOP
+        self.publish_verdict(verdict.reason, verdict.message, stop,
+                             EXIT_INTERRUPTED if interrupted else EXIT_HUNG)
         summarized = not stop
         if stop:
             code, exit_code = self._stop(verdict.reason, interrupted)
@@ -157,10 +168,26 @@ class JobEnding:
         report["job_exit_code"] = code
         report["live"] = False  # the job is over: stopped, or ended while ddpdoctor waited
         self._add_stop(report)
+        self.end_nodes(report)
         if self.report_path is not None:
             write_json_atomic(self.report_path, report)
         self.log("outcome", outcome=report["outcome"], exit_code=exit_code)
         if not summarized:
+            self._summary(report)
+        return exit_code
+
+    def _follow_verdict(self) -> int:
+        """Node 0 found the job hung and wrote the report: stop this node's ranks too."""
+        assert self.follower is not None and self.follower.verdict is not None
+        exit_code = self.follower.verdict.get("exit_code")
+        exit_code = exit_code if type(exit_code) is int else EXIT_HUNG
+        code, _ = self._stop("node0", exit_code == EXIT_INTERRUPTED)
+        if not self.follow_end(None):  # node 0 went quiet: this node's own report
+            report = self._write("hung", exit_code, live=False)
+            report["job_exit_code"] = code
+            self._add_stop(report)
+            if self.report_path is not None:
+                write_json_atomic(self.report_path, report)
             self._summary(report)
         return exit_code
 

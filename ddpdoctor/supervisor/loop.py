@@ -19,6 +19,7 @@ from ddpdoctor.config import RunConfig
 from ddpdoctor.proc.control import JobTree
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.supervisor.ending import POLL_SECONDS, JobEnding, Verdict
+from ddpdoctor.supervisor.nodes import NodesMixin
 from ddpdoctor.supervisor.progress import ProgressTracker
 from ddpdoctor.supervisor.stacks import capture_stacks
 from ddpdoctor.supervisor.watch import LiveJob
@@ -32,7 +33,7 @@ MISMATCH_SETTLE_S = 0.25  # a divergent collective blocked this long will never 
 TREE_CHECK_EVERY = 10  # polls between two looks at the job's process tree
 
 
-class Supervisor(JobEnding):
+class Supervisor(JobEnding, NodesMixin):
     """Runs beside the job (the job is ``proc``, its own process group)."""
 
     def __init__(self, config: RunConfig, run_dir: Path, proc: subprocess.Popen,
@@ -60,6 +61,7 @@ class Supervisor(JobEnding):
         self._next_judge = 0.0
         self._stacks_early = False
         self._stragglers_said: set[tuple[int, ...]] = set()
+        self._membership: tuple[int, int] | None = None
 
     # -- supervisor.jsonl -----------------------------------------------------------
     def log(self, event: str, **fields: Any) -> None:
@@ -127,13 +129,25 @@ class Supervisor(JobEnding):
         self._tick += 1
         if self._tick % TREE_CHECK_EVERY == 1:
             self.tree.snapshot()  # every process of the job, remembered for the stop
+            self._check_membership()
         if self._tick % PROGRESS_EVERY == 0:
             self._sample_progress()
         if self._tick % PROCESS_CHECK_EVERY == 0:
             verdict = self._check_processes()
             if verdict is not None:
                 return verdict
+        if self.follower is not None:
+            self.serve_nodes()
+            if self.following:
+                return self._node0_verdict()
         return self._check_traces()
+
+    def _node0_verdict(self) -> Verdict | None:
+        """A follower's verdict is node 0's: stop when node 0 stops the job."""
+        v = self.follower.verdict if self.follower is not None else None
+        if not isinstance(v, dict) or not v.get("stop"):
+            return None
+        return Verdict("node0", f"node 0: {v.get('message', 'the job is stopped')}")
 
     def _check_processes(self) -> Verdict | None:
         """Ranks that died or were stopped (read from /proc a few times a second)."""
@@ -179,9 +193,30 @@ class Supervisor(JobEnding):
             return Verdict("hang", "a rank died and the job did not end")
         return None
 
+    def _check_membership(self) -> None:
+        """Nodes and world size: recorded when first known and at every change (an elastic
+        job's node joining or leaving, a restart with another world size)."""
+        if self.follower is not None and self.follower.linked:
+            return  # node 0 records it for the whole job
+        ranks = [p for p in self.live.ranks().values() if not p.gone]
+        world = max((p.header.world_size for p in ranks), default=0)
+        if world <= 0:
+            return
+        members = self.leader.members() if self.leader is not None else None
+        now = (len(members) if members else 1, world)
+        if now == self._membership:
+            return
+        if self._membership is not None:
+            self.say(f"membership changed: {now[0]} node(s), world size {world} (was "
+                     f"{self._membership[0]} node(s), world size {self._membership[1]})",
+                     "yellow")
+        self._membership = now
+        self.log("membership", nodes=now[0], world_size=world,
+                 attempt=getattr(self, "attempt", 0), members=members or ["0"])
+
     def _sample_progress(self) -> None:
         self.progress.sample((p.rank, p.header.pid, p.header.count)
-                             for p in self.live.ranks().values() if not p.gone)
+                             for p in self.live.local_ranks().values() if not p.gone)
 
     def _needs_judging(self) -> bool:
         """Build the full job view only when a rank has been blocked (in a call or in the
@@ -209,6 +244,7 @@ class Supervisor(JobEnding):
             job = load_job([self.run_dir], live=True, hang_timeout=self.config.hang_timeout,
                            tail=LIVE_TAIL)
             self.progress.apply(job)
+            self.nodes_progress(job)
             found = judge(job, self.config.hang_timeout)
             if found is None and not self._stacks_early:
                 found = judge(job, self.config.hang_timeout / 2)  # halfway: where are they?
@@ -239,14 +275,16 @@ class Supervisor(JobEnding):
         from ddpdoctor.analysis.load import load_job
         from ddpdoctor.report.build import LIVE_TAIL
 
-        live = self.live.ranks()
+        live = self.live.local_ranks()
         pids = [live[r].header.pid for r in found.ranks if r in live]
         capture_stacks(pids, self.run_dir / "stacks")
         self.log("stacks", why="straggler", pids=pids)
+        self.remote_stacks(list(found.ranks))
         try:
             job = load_job([self.run_dir], live=True, hang_timeout=self.config.hang_timeout,
                            tail=LIVE_TAIL)
             self.progress.apply(job)
+            self.nodes_progress(job)
             again = judge(job, self.config.hang_timeout)
         except Exception as e:  # noqa: BLE001 - the first notice is still worth saying
             self.live.problems.append(f"straggler check failed: {type(e).__name__}: {e}")
@@ -256,11 +294,12 @@ class Supervisor(JobEnding):
     def _capture_absent(self, ranks: tuple[int, ...]) -> None:
         """Stacks of the ranks others wait on, taken before the verdict."""
         self._stacks_early = True
-        live = self.live.ranks()
+        live = self.live.local_ranks()
         pids = [live[r].header.pid for r in ranks if r in live and not live[r].gone]
         if pids:
             capture_stacks(pids, self.run_dir / "stacks")
             self.log("stacks", why="absent", pids=pids)
+        self.remote_stacks(list(ranks))
 
     def _predict(self) -> None:
         """Once a second: do the ranks' loaders already promise uneven batch counts?"""

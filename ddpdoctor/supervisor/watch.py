@@ -12,6 +12,7 @@ from typing import Any
 from ddpdoctor.analysis.matcher import Divergence, find_divergence, fingerprint
 from ddpdoctor.analysis.model import NS, Call
 from ddpdoctor.proc.table import alive, proc_state
+from ddpdoctor.rundir.nodes import node_dirs
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import (TraceError, TraceFile, TraceHeader, decode_text,
                                     meta_path_for, read_meta)
@@ -66,6 +67,7 @@ class LiveRank:
     gone: bool = False
     exited_clean: bool = False
     stop_logged: bool = False  # the supervisor has said this rank is SIGSTOPped
+    remote: bool = False  # another node's rank, read from node 0's copy of its trace
 
     @property
     def rank(self) -> int:
@@ -149,6 +151,7 @@ class LiveJob:
     """Every rank of the running job: discovery, polling, hang and mismatch checks."""
 
     def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
         self.trace_dir = run_dir / "traces"
         self.procs: dict[Path, LiveRank] = {}
         self.bad: set[Path] = set()
@@ -157,12 +160,14 @@ class LiveJob:
         self._polls = 0
 
     def discover(self) -> None:
-        for path in self.trace_dir.glob("pid-*.ring"):
+        mirrored = [(p, True) for m in node_dirs(self.run_dir)
+                    for p in (m / "traces").glob("pid-*.ring")]
+        for path, remote in [(p, False) for p in self.trace_dir.glob("pid-*.ring")] + mirrored:
             if path in self.procs or path in self.bad:
                 continue
             try:
                 f = TraceFile(path)
-                self.procs[path] = LiveRank(f, f.header())
+                self.procs[path] = LiveRank(f, f.header(), remote=remote)
             except FileNotFoundError:
                 continue
             except (TraceError, OSError, ValueError) as e:
@@ -191,14 +196,24 @@ class LiveJob:
                 out[r] = p
         return out
 
+    def local_ranks(self) -> dict[int, LiveRank]:
+        """The ranks of this node (their pids are this host's)."""
+        return {r: p for r, p in self.ranks().items() if not p.remote}
+
     def pids(self) -> list[int]:
-        return [p.header.pid for p in self.ranks().values()]
+        return [p.header.pid for p in self.local_ranks().values()]
 
     def check_processes(self) -> list[LiveRank]:
-        """Ranks that vanished since the last call (each reported once)."""
+        """Ranks that vanished since the last call (each reported once); another node's
+        rank is gone when its copied header says it ended."""
         gone = []
         for p in self.ranks().values():
             if p.gone:
+                continue
+            if p.remote:
+                if p.header.state in (L.RankState.EXITED, L.RankState.FAILED):
+                    p.gone, p.exited_clean = True, p.header.state == L.RankState.EXITED
+                    gone.append(p)
                 continue
             if not alive(p.header.pid):
                 p.gone = True
@@ -211,7 +226,7 @@ class LiveJob:
         return gone
 
     def stopped(self) -> list[LiveRank]:
-        return [p for p in self.ranks().values() if not p.gone and
+        return [p for p in self.local_ranks().values() if not p.gone and
                 proc_state(p.header.pid) == "T"]
 
     def blocked(self, div: Divergence, min_ns: int) -> bool:

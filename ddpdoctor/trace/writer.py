@@ -7,12 +7,12 @@ import itertools
 import json
 import mmap
 import os
-import socket
 import struct
 import time
 from pathlib import Path
 from typing import Any
 
+from ddpdoctor.host import host_name
 from ddpdoctor.trace import layout as L
 
 _I32 = struct.Struct("<i")
@@ -71,7 +71,7 @@ class TraceWriter:
             raise
         os.close(fd)
         now = time.time_ns()
-        host = socket.gethostname().encode()[:64]
+        host = host_name().encode()[:64]
         L.HEADER.pack_into(
             self._map, 0, L.MAGIC, L.VERSION, L.RECORD_SIZE, capacity, self.pid, -1, -1, -1,
             int(L.RankState.STARTING), -1 << 31, -1, -1, 0, now, -1, now, host,

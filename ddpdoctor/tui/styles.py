@@ -13,6 +13,7 @@ RANK_STATES: tuple[str, ...] = (
     "failed",
     "stopped",
     "killed",
+    "unreachable",
 )
 
 #: The Rich style of each state in the rank table.
@@ -26,6 +27,7 @@ STATE_STYLES: dict[str, str] = {
     "failed": "bold red",
     "stopped": "magenta",
     "killed": "bold magenta",
+    "unreachable": "bold yellow on grey23",
 }
 
 #: The Rich style of each finding severity.

@@ -1,13 +1,17 @@
 """Many nodes: two `ddpdoctor run --nnodes 2` on loopback (2 ranks each) through torch's c10d
-rendezvous; each node writes its own run dir; `ddpdoctor analyze` merges them into the job."""
+rendezvous, passing for two hosts (a test host name each; node 1's clock shifted).  Node 0's
+supervisor hosts a c10d TCPStore; node 1's copies its run dir there and follows node 0's
+verdict; node 0 writes the one report; `ddpdoctor analyze node0 node1` agrees with it."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,8 @@ import pytest
 pytestmark = pytest.mark.slow
 
 JOB = Path(__file__).resolve().parent / "jobs" / "collectives.py"
+HOSTS = ("node-a", "node-b")
+SHIFT_S = "7"  # node 1's clock runs 7 s ahead
 
 
 def _free_port() -> int:
@@ -23,18 +29,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_nodes(tmp_path: Path, env: dict[str, str], hang_timeout: str = "8"):
-    port = _free_port()
+def _start_nodes(tmp_path: Path, env: dict[str, str], hang_timeout: str = "6",
+                 shift: str = SHIFT_S) -> list[subprocess.Popen]:
+    port, store = _free_port(), _free_port()
     procs = []
     for node in (0, 1):
         argv = [sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir",
                 str(tmp_path / f"node{node}"), "--hang-timeout", hang_timeout,
+                "--doctor-store", f"127.0.0.1:{store}",
                 "--nnodes", "2", "--node-rank", str(node), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"mn-{port}",
                 "--nproc-per-node", "2", str(JOB)]
-        procs.append(subprocess.Popen(argv, env={**os.environ, **env}, cwd=tmp_path,
+        node_env = {**os.environ, **env, "DDPDOCTOR_TEST_HOSTNAME": HOSTS[node]}
+        if node == 1:
+            node_env.update(DDPDOCTOR_TEST_CLOCK_SHIFT_S=shift, NODE_TAG="1")
+        procs.append(subprocess.Popen(argv, env=node_env, cwd=tmp_path,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))
+    return procs
+
+
+def _finish(procs: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
     results = []
     for p in procs:
         try:
@@ -56,50 +71,108 @@ def _analyze(tmp_path: Path) -> dict:
     return json.loads(merged.read_text())
 
 
-def test_two_nodes_healthy(tmp_path):
-    results = _run_nodes(tmp_path, {"BUG": "none"})
+def _report(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "node0" / "report.json").read_text())
+
+
+def _errors(report: dict) -> list[dict]:
+    return [f for f in report["findings"] if f["severity"] == "error"]
+
+
+def test_two_nodes_healthy_one_report(tmp_path):
+    results = _finish(_start_nodes(tmp_path, {"BUG": "none"}))
     for node, (code, out, err) in enumerate(results):
         assert code == 0, f"node {node}: {err[-3000:]}"
-    node_ranks = []
-    for node in (0, 1):
-        report = json.loads((tmp_path / f"node{node}" / "report.json").read_text())
-        assert report["outcome"] == "completed"
-        assert report["world_size"] == 4
-        node_ranks.append({r["rank"] for r in report["ranks"]})
-    assert node_ranks[0] | node_ranks[1] == {0, 1, 2, 3}
-    assert not node_ranks[0] & node_ranks[1]  # each node reports its own ranks
+    assert not (tmp_path / "node1" / "report.json").exists()  # one report: node 0's
+    assert "the job's report is on node 0 (host node-a)" in " ".join(results[1][2].split())
+    report = _report(tmp_path)
+    assert report["outcome"] == "completed" and report["world_size"] == 4
+    assert {(r["rank"] // 2, r["host"]) for r in report["ranks"]} <= \
+        {(0, "node-a"), (0, "node-b"), (1, "node-a"), (1, "node-b")}
+    assert sorted(r["host"] for r in report["ranks"]) == ["node-a"] * 2 + ["node-b"] * 2
+    assert {r["state"] for r in report["ranks"]} == {"exited"}
+    assert not _errors(report)
+    [node1] = [n for n in report["nodes"] if n["node"] == "1"]
+    assert node1["host"] == "node-b" and abs(node1["clock_skew_s"] - float(SHIFT_S)) < 0.5
+    assert report["membership"][-1]["nodes"] == 2
+    assert report["membership"][-1]["world_size"] == 4
+    from ddpdoctor.report.build import build_report
+
+    live_view = build_report(tmp_path / "node0", live=True)  # what node 0's UI shows
+    assert sorted(r["host"] for r in live_view["ranks"]) == sorted(
+        r["host"] for r in report["ranks"])
     merged = _analyze(tmp_path)
-    assert merged["outcome"] == "completed"
-    assert merged["world_size"] == 4
+    assert merged["outcome"] == "completed" and not _errors(merged)
     assert [r["rank"] for r in merged["ranks"]] == [0, 1, 2, 3]
-    assert {r["state"] for r in merged["ranks"]} == {"exited"}
-    assert not [f for f in merged["findings"] if f["severity"] == "error"]
-    assert len({r["pid"] for r in merged["ranks"]}) == 4
 
 
-def _report(tmp_path: Path, node: int) -> dict:
-    return json.loads((tmp_path / f"node{node}" / "report.json").read_text())
-
-
-def test_two_nodes_mismatch_on_the_second_node(tmp_path):
-    """Rank 3 calls broadcast where ranks 0-2 all-reduce.  (c10d's rendezvous hands out
-    ranks in order of arrival, not by --node-rank: the node holding rank 3 is found.)"""
-    results = _run_nodes(tmp_path, {"BUG": "op", "CULPRIT": "3"})
+def test_a_barrier_on_node_1_with_its_clock_shifted(tmp_path):
+    """The second rank of node 1 calls a barrier the others do not: one report, on node 0,
+    names it and its host; both nodes stop (124); `analyze` over both dirs agrees."""
+    results = _finish(_start_nodes(tmp_path, {"BUG": "barrier_node1"}))
     for node, (code, out, err) in enumerate(results):
-        assert code != 0, f"node {node} ended as if healthy"
-        assert (tmp_path / f"node{node}" / "report.json").is_file(), err[-3000:]
-    reports = [_report(tmp_path, n) for n in (0, 1)]
-    [culprit_node] = [n for n in (0, 1) if 3 in {r["rank"] for r in reports[n]["ranks"]}]
-    own = reports[culprit_node]
-    assert own["outcome"] == "hung"
-    assert any(f["kind"] == "collective_mismatch" and f["ranks"] == [3]
-               for f in own["findings"]), own["findings"]
-    other = reports[1 - culprit_node]
-    assert other["outcome"] in ("hung", "failed")
-    assert [f for f in other["findings"] if f["severity"] == "error"]
+        assert code == 124, f"node {node} ended {code}: {err[-3000:]}"
+    assert not (tmp_path / "node1" / "report.json").exists()
+    report = _report(tmp_path)
+    hosts = {r["rank"]: r["host"] for r in report["ranks"]}
+    assert sorted(hosts.values()) == ["node-a"] * 2 + ["node-b"] * 2
+    first = _errors(report)[0]
+    assert first["kind"] == "collective_mismatch", first
+    [culprit] = first["ranks"]
+    assert hosts[culprit] == "node-b"
+    assert report["ranks"][culprit]["current"]["op"] == "barrier"
+    assert all(r["stack"] for r in report["ranks"]), "node 1's stacks, captured on demand"
+    assert len(_errors(report)) == 1  # the ranks that waited are not blamed
     merged = _analyze(tmp_path)
-    assert [r["rank"] for r in merged["ranks"]] == [0, 1, 2, 3]
-    [mismatch] = [f for f in merged["findings"] if f["kind"] == "collective_mismatch"]
-    assert mismatch["ranks"] == [3] and mismatch["seq"] == 6, mismatch
-    assert mismatch["evidence"]["calls"]["3"]["op"] == "broadcast"
-    assert merged["findings"][0]["kind"] == "collective_mismatch"  # the root cause first
+    assert [(f["kind"], f["ranks"], f["seq"]) for f in _errors(merged)] == \
+        [(f["kind"], f["ranks"], f["seq"]) for f in _errors(report)]
+
+
+def _node1_ranks_running(tmp_path: Path) -> bool:
+    """Both ranks of node 1 have made collectives (their group events are written)."""
+    metas = list((tmp_path / "node1" / "traces").glob("pid-*.meta.jsonl"))
+    return sum(1 for m in metas if '"event": "group"' in m.read_text()) >= 2
+
+
+def test_a_lost_node_is_named_not_blamed(tmp_path):
+    """SIGKILL of node 1's supervisor while the job runs: its ranks go on, node 0 hears
+    nothing more from them; its report names them unreachable (node_lost), and no rank of
+    node 0 is at fault."""
+    procs = _start_nodes(tmp_path, {"BUG": "long", "STEPS": "120"}, hang_timeout="8",
+                         shift="-5")
+    deadline = time.monotonic() + 120
+    while not _node1_ranks_running(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2.0)
+    os.kill(procs[1].pid, signal.SIGKILL)
+    results = _finish(procs)
+    code, out, err = results[0]
+    assert code == 0, err[-3000:]
+    assert "lost contact with node 1 (host node-b)" in " ".join(err.split())
+    report = _report(tmp_path)
+    [lost] = [f for f in report["findings"] if f["kind"] == "node_lost"]
+    node_b = sorted(r["rank"] for r in report["ranks"] if r["host"] == "node-b")
+    assert lost["ranks"] == node_b and len(node_b) == 2
+    assert {r["state"] for r in report["ranks"] if r["host"] == "node-b"} == {"unreachable"}
+    assert not [f for f in _errors(report) if set(f["ranks"]) - set(node_b)]
+    _wait_gone(tmp_path / "node1")
+
+
+def _wait_gone(run_dir: Path) -> None:
+    """Node 1's job outlived its supervisor: let it end (120 steps), then kill leftovers."""
+    pids = [int(p.name.split("-")[1].split(".")[0]) for p in
+            (run_dir / "traces").glob("pid-*.ring")]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.5)
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True

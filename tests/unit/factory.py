@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,10 @@ def rank(r: int, records: list[TraceRecord] = (), state: L.RankState = L.RankSta
          step: int = 0, exception: dict[str, Any] | None = None, fault: str = "",
          returncode: int | None = None, stack: list[dict[str, Any]] | None = None,
          cpu_busy: bool | None = None, world: int = 2, meta: list[dict[str, Any]] = (),
-         groups: dict[int, list[int]] | None = None, init: bool = True) -> RankRun:
-    """One rank: its records, header state, exception (type, message), fault text, stack."""
+         groups: dict[int, list[int]] | None = None, init: bool = True,
+         host: str = "h", shift: float = 0.0) -> RankRun:
+    """One rank: its records, header state, exception (type, message), fault text, stack;
+    ``host`` it ran on, whose clock runs ``shift`` seconds ahead of the analyser's."""
     groups = groups or {0: list(range(world))}
     events = [{"event": "group", "index": i, "name": str(i), "ranks": members,
                "default": i == 0} for i, members in groups.items()]
@@ -62,9 +65,14 @@ def rank(r: int, records: list[TraceRecord] = (), state: L.RankState = L.RankSta
                        "traceback": [{"filename": "train.py", "line": 30, "name": "main"}],
                        **exception})
     records = ([mark("init")] if init else []) + list(records)
+    if shift:
+        d = int(shift * NS)
+        records = [replace(x, t_start=x.t_start + d, t_end=x.t_end + d if x.t_end else 0)
+                   for x in records]
     header = TraceHeader(pid=1000 + r, rank=r, world_size=world, local_rank=r, state=state,
                          exit_code=0, step=step, epoch=0, count=len(records),
-                         heartbeat_ns=NOW - NS, last_seq=0, started_ns=T0, host="h",
+                         heartbeat_ns=NOW - NS + int(shift * NS), last_seq=0,
+                         started_ns=T0 + int(shift * NS), host=host,
                          run_id="x", capacity=4096)
     run = rank_run(RankTrace(Path(f"/nonexistent/pid-{1000 + r}.ring"), header, records,
                              events + list(meta)))

@@ -9,7 +9,7 @@ from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.graph import Wait, cycles, reachable, sinks, wait_for_graph
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
 from ddpdoctor.analysis.causal.state import RankState, StateKind
-from ddpdoctor.analysis.clocks import ordered, same_host
+from ddpdoctor.analysis.clocks import host_now, ordered, same_host
 from ddpdoctor.analysis.model import NS, Finding, JobView, Severity
 
 
@@ -29,7 +29,7 @@ def _judged(job: JobView, states: dict[int, RankState], w: Wait) -> bool:
     if not job.live or job.outcome is not None:
         return True
     since = states[w.rank].since_ns
-    return since is not None and job.now_ns - since >= job.hang_timeout * NS
+    return since is not None and host_now(job, w.rank) - since >= job.hang_timeout * NS
 
 
 SAME_FAILURE_NS = 5 * NS
@@ -109,10 +109,17 @@ def diagnose(job: JobView) -> Diagnosis:
         blocked_elsewhere = s.kind == StateKind.BLOCKED
         if blocked_elsewhere and b.roots:
             continue  # blocked in a call of its own that another root explains
+        if s.kind == StateKind.UNREACHABLE:
+            _lost(job, states, target, judged, b)
+            continue
         f = F.exited_early(s, into, states, job) if s.kind == StateKind.EXITED or \
             _left_early(s) else \
             F.absent_rank(job, s, into, states)
         b.add(f, {w.rank for w in into})
+    for node in job.nodes.values():  # lost nodes nobody waited on: said all the same
+        lost = _lost_ranks(job, states, node.host)
+        if node.lost and lost and all(b.root_of(r, []) is None for r in lost):
+            _lost(job, states, lost[0], judged, b)
     _deaths(job, states, judged, b, consequences)
     if not b.roots:
         stall = _stalled(job, states)
@@ -180,6 +187,20 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
             b.roots[i] = F.with_consequences(b.roots[i], sorted(ranks), states)
         else:
             consequences.append((F.consequence(sorted(ranks), states, b.roots[i], i), i))
+
+
+def _lost_ranks(job: JobView, states: dict[int, RankState], host: str) -> list[int]:
+    return [r for r, s in states.items() if s.kind == StateKind.UNREACHABLE and
+            r in job.ranks and str(job.ranks[r].header.host) == host]
+
+
+def _lost(job: JobView, states: dict[int, RankState], target: int, waits: list[Wait],
+          b: _Builder) -> None:
+    """One node_lost root for the lost node of ``target``, naming all its unreachable ranks."""
+    host = str(job.ranks[target].header.host)
+    ranks = _lost_ranks(job, states, host)
+    into = [w for w in waits if set(w.waits_for) & set(ranks)]
+    b.add(F.node_lost(job.nodes[host], ranks, into, states), {w.rank for w in into})
 
 
 def _left_early(s: RankState) -> bool:

@@ -52,6 +52,12 @@ def stop_time(job: JobView) -> int | None:
                 None)
 
 
+def _stop_of(run: RankRun, job: JobView) -> int | None:
+    """When ddpdoctor stopped this rank's node, on the rank's own clock: the stop event of
+    its own run dir; a rank built without one (tests, attach) falls back on the job's."""
+    return run.stop_ns if run.stop_ns is not None else stop_time(job)
+
+
 def _signal_name(num: int) -> str:
     try:
         return signal.Signals(num).name
@@ -163,6 +169,9 @@ def rank_state(run: RankRun, job: JobView, stop_ns: int | None) -> RankState:
                        death=death)
     if run.exited_cleanly():
         return replace(base, kind=StateKind.EXITED)
+    node = job.nodes.get(str(run.header.host or ""))
+    if node is not None and node.lost:
+        return replace(base, kind=StateKind.UNREACHABLE, since_ns=node.lost_at_ns)
     if run.proc_state == "T":
         return replace(base, kind=StateKind.STOPPED)
     mark = _open_mark(run)
@@ -187,8 +196,7 @@ def _last_call(run: RankRun) -> Call | None:
 
 def rank_states(job: JobView) -> dict[int, RankState]:
     """Every rank of the world: its state; a rank with no trace has not arrived."""
-    stop_ns = stop_time(job)
-    states = {r: rank_state(run, job, stop_ns) for r, run in job.ranks.items()}
+    states = {r: rank_state(run, job, _stop_of(run, job)) for r, run in job.ranks.items()}
     members = {m for g in job.groups() for m in job.group_members(g)}
     for r in set(range(job.world_size)) | members:
         states.setdefault(r, RankState(r, StateKind.NOT_ARRIVED))

@@ -8,7 +8,7 @@ from dataclasses import replace
 from ddpdoctor.analysis.causal.graph import Wait
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.clocks import host_now, ordered
-from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
+from ddpdoctor.analysis.model import Call, Finding, JobView, NodeFacts, Severity
 from ddpdoctor.analysis.source import rank_condition, source_line
 from ddpdoctor.trace import layout as L
 
@@ -64,6 +64,9 @@ def whereabouts(s: RankState) -> str:
         return f"exited cleanly {_after(s)}"
     if s.kind == StateKind.STOPPED:
         return f"is stopped (SIGSTOP){at}"
+    if s.kind == StateKind.UNREACHABLE:
+        return "is unreachable: its node was lost (" + \
+            (f"last seen {_after(s)}" if s.call else "no collective seen") + ")"
     if s.kind == StateKind.NOT_ARRIVED:
         return f"has not joined the process group{at}" if at or s.steps or s.frame else \
             "has not joined the process group (no trace of it, or still starting)"
@@ -283,3 +286,27 @@ def consequence(ranks: list[int], states: dict[int, RankState], root: Finding,
                    f"Fix the root cause (finding {root_index}): {root.summary}",
                    {"consequence": True, "causes": {str(r): states[r].death.cause  # type: ignore
                                                     for r in ranks}}, caused_by=root_index)
+
+
+def node_lost(node: NodeFacts, ranks: list[int], waits: list[Wait],
+              states: dict[int, RankState]) -> Finding:
+    """A node whose supervisor stopped answering: its ranks are unreachable, what they did
+    after is unknown; the ranks that wait on them are not at fault."""
+    waiting = sorted({w.rank for w in waits} - set(ranks))
+    last = [f"rank {r} last seen {_after(states[r])}" for r in ranks if r in states]
+    summary = (f"node {node.node} (host {node.host}, {ranks_text(ranks)}) was lost: its "
+               "supervisor stopped answering" +
+               (f"; {ranks_text(waiting)} wait{'s' if len(waiting) == 1 else ''} for it"
+                if waiting else "; what its ranks did after that is unknown"))
+    detail = "\n".join([f"Node 0 lost contact with node {node.node} (host {node.host}): no "
+                        "message through the store since then, so its ranks are "
+                        "unreachable, not at fault for what followed."] + last +
+                       [wait_text(w, states[w.rank].call) for w in waits[:16]
+                        if w.rank not in ranks])
+    fix = (f"Find out what happened to host {node.host} (machine down, network, the "
+           "supervisor killed or out of memory); its own run dir, if it survived, holds "
+           "its traces: pass it to `ddpdoctor analyze` with node 0's.")
+    return Finding("node_lost", Severity.ERROR if waiting else Severity.WARNING,
+                   tuple(sorted(ranks)), None, summary, detail, fix,
+                   {"node": node.node, "host": node.host, "lost_at_ns": node.lost_at_ns,
+                    "waiting": waiting})

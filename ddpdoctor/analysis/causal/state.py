@@ -20,6 +20,7 @@ class StateKind(str, enum.Enum):
     DIED = "died"  # killed by a signal or its own exception
     PEER_FAILED = "peer_failed"  # raised because a peer was absent (closed, timeout, abort)
     STOPPED = "stopped"  # SIGSTOPped
+    UNREACHABLE = "unreachable"  # on a node that was lost: last seen state is stale
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.findings import frame_text, ranks_text, wait_text
 from ddpdoctor.analysis.causal.graph import Wait, reachable, wait_for_graph
 from ddpdoctor.analysis.causal.state import RankState, StateKind
+from ddpdoctor.analysis.clocks import host_now
 from ddpdoctor.analysis.model import NS, JobView
 
 WORKING = (StateKind.COMPUTING, StateKind.DATA_LOADING, StateKind.NOT_ARRIVED)
@@ -44,12 +45,12 @@ def judge(job: JobView, hang_timeout: float) -> HangVerdict | Straggling | None:
     states = rank_states(job)
     waits = wait_for_graph(job, states)
     limit = int(hang_timeout * NS)
-    live = {r for r, s in states.items() if progressing(s, job.now_ns, limit)}
+    live = {r for r, s in states.items() if progressing(s, host_now(job, r), limit)}
     hopeless, behind = [], set()
     for w in waits:
         since = states[w.rank].since_ns
         if states[w.rank].kind == StateKind.PEER_FAILED or since is None or \
-                job.now_ns - since < limit:
+                host_now(job, w.rank) - since < limit:
             continue
         ahead = reachable(w.rank, waits) & live
         if ahead:
@@ -59,7 +60,8 @@ def judge(job: JobView, hang_timeout: float) -> HangVerdict | Straggling | None:
     if hopeless:
         w = hopeless[0]
         absent = sorted({t for h in hopeless for t in h.waits_for} - {h.rank for h in hopeless})
-        waited = (job.now_ns - (states[w.rank].since_ns or job.now_ns)) / NS
+        now = host_now(job, w.rank)
+        waited = (now - (states[w.rank].since_ns or now)) / NS
         msg = f"{wait_text(w, states[w.rank].call)} for {waited:.1f} s"
         if absent:
             msg += f"; {ranks_text(absent)} made no progress"

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddpdoctor.analysis.clocks import host_now
 from ddpdoctor.analysis.model import NS, Finding, JobView, RankRun, Severity
 
 FIX = ("Give every rank the same number of batches: use DistributedSampler (it pads the "
@@ -293,7 +294,7 @@ def _waiting(job: JobView) -> dict[int, Any]:
     open_calls = {r: c for r, run in job.ranks.items() if (c := run.open_call()) is not None}
     if job.live and job.outcome is None:  # still running: only calls past the timeout
         limit = job.hang_timeout * NS
-        return {r: c for r, c in open_calls.items() if job.now_ns - c.t_start >= limit}
+        return {r: c for r, c in open_calls.items() if host_now(job, r) - c.t_start >= limit}
     return open_calls
 
 

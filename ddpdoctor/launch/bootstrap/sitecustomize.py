@@ -20,6 +20,9 @@ def _activate() -> None:
         print(f"ddpdoctor: cannot instrument {sys.executable} ({e})", file=sys.stderr)
         return
     try:
+        from ddpdoctor.host import apply_clock_shift
+
+        apply_clock_shift()  # tests of skewed hosts only; before any stamp is taken
         activate()
     except Exception as e:  # noqa: BLE001 - the user's program must start regardless
         print(f"ddpdoctor: instrumentation failed ({type(e).__name__}: {e}); the job "

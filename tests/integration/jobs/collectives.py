@@ -39,6 +39,13 @@ def main() -> None:
     if bug == "barrier_rank0":
         if rank == 0:
             dist.barrier()
+    if bug == "barrier_node1":  # the second rank of the node started with NODE_TAG=1
+        if os.environ.get("NODE_TAG") == "1" and os.environ.get("LOCAL_RANK") == "1":
+            dist.barrier()
+    if bug == "long":  # a steady job: STEPS all_reduces, 0.1 s apart
+        for _ in range(int(os.environ.get("STEPS", "100"))):
+            dist.all_reduce(torch.ones(10))
+            time.sleep(0.1)
     if bug == "conditional":
         if rank == culprit:
             dist.all_reduce(torch.ones(3))

@@ -1,0 +1,217 @@
+"""Node 0's side of a many-node job: mirror the other nodes, measure their clocks, decide.
+
+A thread drains each node's queue in the store into RUN_DIR/nodes/<node>/ (a run dir of
+the same layout, so the one causal model reads the whole job), estimates each node's clock
+skew from its messages' stamps, and marks a node lost when it stops sending.  The
+supervisor asks it for stacks, and publishes the verdict and the report through it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ddpdoctor.analysis.model import JobView
+from ddpdoctor.rundir.layout import write_json_atomic
+from ddpdoctor.rundir.nodes import NODE_FILE, node_dir
+from ddpdoctor.supervisor.node_store import NodeStore
+from ddpdoctor.trace.sync import apply_delta
+
+TICK_S = 0.1
+SKEW_CHANGE_NS = 50_000_000  # node.json is rewritten when the skew estimate moves this much
+
+
+@dataclass
+class NodeView:
+    """What node 0 knows of one other node."""
+
+    node: str
+    host: str = ""
+    skew_ns: int | None = None  # its clock minus node 0's (max of sent - received)
+    written_skew: int | None = None
+    last_seen: float = field(default_factory=time.monotonic)
+    lost: bool = False
+    lost_at_ns: int | None = None
+    acked: int = 0  # the newest stack request it answered
+    done: bool = False  # its job ended and its last copy arrived
+    exit_code: int | None = None
+    attempt: int = 0
+    progress: dict[str, Any] = field(default_factory=dict)
+    ranks: set[int] = field(default_factory=set)
+
+
+class NodeLeader:
+    """The link of node 0's supervisor to the other nodes (a daemon thread)."""
+
+    def __init__(self, store: NodeStore, run_dir_of: Callable[[int], Path],
+                 say: Callable[[str, str], None], log: Callable[..., None],
+                 lost_after_s: float):
+        self.store = store
+        self.run_dir_of = run_dir_of  # attempt -> the run dir its mirrors go into
+        self.say = say
+        self.log = log
+        self.lost_after_s = lost_after_s
+        self.nodes: dict[str, NodeView] = {}
+        self.problems: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ddpdoctor-nodes", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2.0)
+
+    # -- the thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception as e:  # noqa: BLE001 - a store hiccup: said once, try again
+                if len(self.problems) < 5:
+                    self.problems.append(f"node link: {type(e).__name__}: {e}")
+            self._stop.wait(TICK_S)
+
+    def tick(self) -> None:
+        """Join new nodes, drain their queues into the mirrors, notice lost nodes."""
+        self.store.set("leader/beat", time.time_ns())
+        joined = self.store.add("nodes/count", 0)
+        while len(self.nodes) < joined:
+            node = self.store.get(f"nodes/{len(self.nodes)}")
+            if node is None:
+                break  # registered a moment ago: its name comes next tick
+            self.nodes[str(node)] = NodeView(str(node))
+            self.log("node_joined", node=str(node))
+            self.say(f"node {node} joined")
+        for view in list(self.nodes.values()):
+            for item in self.store.pop_all(f"node/{view.node}/q"):
+                self._take(view, item)
+            if not view.lost and not view.done and \
+                    time.monotonic() - view.last_seen > self.lost_after_s:
+                self._lose(view)
+
+    def _take(self, view: NodeView, item: dict[str, Any]) -> None:
+        received = time.time_ns()
+        sent = item.get("t")
+        if type(sent) is int:
+            sample = sent - received  # its clock minus ours, less the message's delay
+            view.skew_ns = sample if view.skew_ns is None else max(view.skew_ns, sample)
+        view.host = str(item.get("host") or view.host)
+        attempt = item.get("attempt")
+        view.attempt = attempt if type(attempt) is int else view.attempt
+        mirror = node_dir(self.run_dir_of(view.attempt), view.node)
+        delta = item.get("delta")
+        if isinstance(delta, dict):
+            self.problems += apply_delta(mirror, delta)[:3]
+        with self._lock:
+            if isinstance(item.get("progress"), dict):
+                view.progress = item["progress"]
+            acks = [a for a in item.get("acks") or [] if type(a) is int]
+            view.acked = max([view.acked] + acks)
+            ranks = item.get("ranks")
+            if isinstance(ranks, list):
+                view.ranks = {r for r in ranks if type(r) is int}
+            view.last_seen = time.monotonic()
+            if item.get("done") is True:
+                view.done = True
+                view.exit_code = item.get("exit_code")
+        if view.lost:
+            view.lost = False
+            self.say(f"node {view.node} (host {view.host}) answers again", "yellow")
+            self.log("node_back", node=view.node)
+        if view.written_skew is None or view.skew_ns is None or \
+                abs(view.skew_ns - view.written_skew) > SKEW_CHANGE_NS or item.get("done"):
+            self._write_node(view, mirror)
+
+    def _write_node(self, view: NodeView, mirror: Path) -> None:
+        mirror.mkdir(parents=True, exist_ok=True)
+        view.written_skew = view.skew_ns
+        write_json_atomic(mirror / NODE_FILE, {
+            "node": view.node, "host": view.host, "clock_skew_ns": view.skew_ns,
+            "lost": view.lost, "lost_at_ns": view.lost_at_ns, "done": view.done,
+            "exit_code": view.exit_code, "attempt": view.attempt})
+
+    def _lose(self, view: NodeView) -> None:
+        view.lost, view.lost_at_ns = True, time.time_ns()
+        self._write_node(view, node_dir(self.run_dir_of(view.attempt), view.node))
+        ranks = f" (ranks {', '.join(map(str, sorted(view.ranks)))})" if view.ranks else ""
+        self.say(f"lost contact with node {view.node} (host {view.host or '?'}){ranks}: no "
+                 f"message for {self.lost_after_s:.0f} s; its ranks are unreachable", "red")
+        self.log("node_lost", node=view.node, host=view.host, ranks=sorted(view.ranks))
+
+    def members(self) -> list[str]:
+        """The nodes in the job now: node 0 and every other node not lost."""
+        return ["0"] + sorted(v.node for v in list(self.nodes.values()) if not v.lost)
+
+    # -- for the supervisor ---------------------------------------------------------------
+    def apply_progress(self, job: JobView) -> None:
+        """The other nodes' progress facts (on their own clocks) onto their ranks."""
+        with self._lock:
+            facts = {h: v.progress for v in self.nodes.values() for h in [v.host]}
+        for run in job.ranks.values():
+            fact = facts.get(str(run.header.host), {}).get(str(run.rank))
+            if isinstance(fact, dict):
+                if type(fact.get("progress_ns")) is int:
+                    run.progress_ns = fact["progress_ns"]
+                if type(fact.get("cpu_busy")) is bool:
+                    run.cpu_busy = fact["cpu_busy"]
+
+    def request_stacks(self, ranks: list[int] | None) -> int:
+        """Ask the other nodes for their ranks' stacks (all ranks when None)."""
+        n = self.store.add("stacks/asked", 1)
+        self.store.set(f"stacks/ask/{n}", {"ranks": ranks})
+        return n
+
+    def wait_acks(self, n: int, timeout_s: float) -> list[str]:
+        """Wait until every node still there answered request ``n``; the nodes that did not."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                late = [v.node for v in self.nodes.values()
+                        if not v.lost and not v.done and v.acked < n]
+            if not late or time.monotonic() > deadline:
+                return late
+            time.sleep(0.05)
+
+    def wait_done(self, timeout_s: float) -> list[str]:
+        """Wait until every node still there sent its last copy; the nodes that did not."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                late = [v.node for v in self.nodes.values() if not v.lost and not v.done]
+            if not late or time.monotonic() > deadline:
+                return late
+            time.sleep(0.1)
+
+    def mark_lost(self, nodes: list[str]) -> None:
+        """Nodes that sent no last word in time: unreachable from now on."""
+        for node in nodes:
+            view = self.nodes.get(node)
+            if view is not None and not view.lost:
+                self._lose(view)
+
+    def publish_verdict(self, reason: str, message: str, stop: bool, exit_code: int) -> None:
+        self.store.set("verdict", {"reason": reason, "message": message, "stop": stop,
+                                   "exit_code": exit_code})
+
+    def publish_final(self, report: str | None, outcome: str | None, host: str) -> None:
+        """Tell the other nodes where the report is; wait (2 s at most) until they read it:
+        the store goes with this process."""
+        self.store.set("final", {"report": report, "outcome": outcome, "host": host})
+        with self._lock:
+            there = sum(1 for v in self.nodes.values() if not v.lost)
+        deadline = time.monotonic() + 2.0
+        while self.store.add("final/read", 0) < there and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """The nodes as the report lists them."""
+        with self._lock:
+            return [{"node": v.node, "host": v.host, "lost": v.lost, "done": v.done,
+                     "exit_code": v.exit_code, "clock_skew_s": None if v.skew_ns is None else
+                     round(v.skew_ns / 1e9, 3)} for v in self.nodes.values()]

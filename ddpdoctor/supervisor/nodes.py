@@ -1,0 +1,163 @@
+"""The Supervisor's part in a many-node job: lead (node 0) or follow, or decide alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.analysis.model import JobView
+from ddpdoctor.host import host_name
+from ddpdoctor.supervisor.node_follower import NodeFollower
+from ddpdoctor.supervisor.node_leader import NodeLeader
+from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore, this_node_id
+from ddpdoctor.supervisor.stacks import capture_stacks
+
+STACKS_WAIT_S = 15.0  # py-spy on the other nodes, then their copy
+MIN_LOST_S = 5.0
+
+
+class NodesMixin:
+    """Mixed into the Supervisor (uses its config, run_dir, live view, log and say)."""
+
+    leader: NodeLeader | None = None
+    follower: NodeFollower | None = None
+    _follow_said = False
+
+    def open_nodes(self, setup: NodeSetup | None) -> None:
+        """Join the other nodes' supervisors (nothing for a one-node job)."""
+        if setup is None:
+            return
+        lost_after = max(MIN_LOST_S, self.config.hang_timeout / 2)  # type: ignore[attr-defined]
+        lead = setup.leader
+        if lead is not False:
+            try:
+                store = NodeStore.open(setup, True, 30.0)
+            except Exception as e:  # noqa: BLE001 - the port is taken: another node leads
+                if lead is True:
+                    self._alone(f"cannot host the nodes' store at {setup.address} "
+                                f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})")
+                    return
+            else:
+                self.leader = NodeLeader(store, self._run_dir_of, self.say,  # type: ignore
+                                         self.log, lost_after)  # type: ignore[attr-defined]
+                self.leader.start()
+                self.say(f"node 0 of {setup.nnodes}: the other nodes report here through "  # type: ignore
+                         f"{setup.address}; the job's one report is written here")
+                return
+        self.follower = NodeFollower(setup, this_node_id(setup, False), self._watched,
+                                     lost_after)
+        self.follower.start()
+        self.say(f"following node 0 through {setup.address}: it decides and writes the "  # type: ignore
+                 "job's one report")
+
+    def _run_dir_of(self, attempt: int) -> Path:
+        base = getattr(self, "base_dir", None)
+        if base is None:
+            return self.run_dir  # type: ignore[attr-defined]
+        from ddpdoctor.rundir.attempts import make_attempt_dir
+
+        return make_attempt_dir(base, attempt)
+
+    def _watched(self) -> tuple[int, Path]:
+        return getattr(self, "attempt", 0), self.run_dir  # type: ignore[attr-defined]
+
+    def _alone(self, why: str) -> None:
+        self.say(f"{why}; this node decides alone and writes its own report", "yellow")  # type: ignore
+        self.live.problems.append(f"many nodes: {why}; this report covers this node only")  # type: ignore
+
+    @property
+    def following(self) -> bool:
+        """Does node 0 decide for this node now?"""
+        f = self.follower
+        if f is None:
+            return False
+        if not f.linked and not self._follow_said:
+            self._follow_said = True
+            self._alone(f.failed or "lost node 0")
+        return f.linked
+
+    def serve_nodes(self) -> None:
+        """Each poll: hand this node's progress to the link, answer node 0's stack asks."""
+        f = self.follower
+        if f is None or not f.linked:
+            return
+        local = self.live.local_ranks()  # type: ignore[attr-defined]
+        f.ranks = sorted(local)
+        f.progress = self.progress.event()  # type: ignore[attr-defined]
+        while f.asks:
+            n, ranks = f.asks.pop(0)
+            pids = [p.header.pid for r, p in local.items()
+                    if not p.gone and (ranks is None or r in ranks)]
+            if pids:
+                capture_stacks(pids, self.run_dir / "stacks")  # type: ignore[attr-defined]
+                self.log("stacks", why="node 0 asked", pids=pids)  # type: ignore
+            f.answered(n)
+
+    def remote_stacks(self, ranks: list[int] | None) -> None:
+        """Node 0: the other nodes' stacks (of ``ranks``, or all), copied here."""
+        if self.leader is None:
+            return
+        local = set(self.live.local_ranks())  # type: ignore[attr-defined]
+        if ranks is not None:
+            ranks = [r for r in ranks if r not in local]
+            if not ranks:
+                return
+        try:
+            late = self.leader.wait_acks(self.leader.request_stacks(ranks), STACKS_WAIT_S)
+        except Exception as e:  # noqa: BLE001 - the report goes on without them
+            late = [f"({type(e).__name__})"]
+        if late:
+            self.log("stacks_missing", nodes=late)
+
+    def nodes_progress(self, job: JobView) -> None:
+        if self.leader is not None:
+            self.leader.apply_progress(job)
+
+    def publish_verdict(self, reason: str, message: str, stop: bool, exit_code: int) -> None:
+        if self.leader is not None:
+            try:
+                self.leader.publish_verdict(reason, message, stop, exit_code)
+            except Exception as e:  # noqa: BLE001
+                self.live.problems.append(f"could not tell the other nodes: {e}")  # type: ignore
+
+    def wait_nodes_done(self) -> None:
+        """Node 0, its job ended: the other nodes' last copies before the report."""
+        if self.leader is None:
+            return
+        late = self.leader.wait_done(max(10.0, self.config.hang_timeout))  # type: ignore
+        if late:
+            self.leader.mark_lost(late)  # the report names their ranks unreachable
+
+    def end_nodes(self, report: dict[str, Any] | None) -> None:
+        """Node 0: the report is written; tell the others where, and list the nodes in it."""
+        if self.leader is None:
+            return
+        if report is not None:
+            report["nodes"] = [{"node": "0", "host": host_name(), "lost": False}] + \
+                self.leader.summary()
+            report["problems"] = list(dict.fromkeys(report.get("problems", []) +
+                                                    self.leader.problems))
+        path = str(self.report_path) if self.report_path is not None else None  # type: ignore
+        try:
+            self.leader.publish_final(path, report.get("outcome") if report else None,
+                                      host_name())
+        except Exception:  # noqa: BLE001 - nobody to tell
+            pass
+        self.leader.close()
+
+    def follow_end(self, exit_code: int | None) -> bool:
+        """A follower whose job ended (or was stopped): send the last copy and wait for node
+        0's report.  True when node 0 wrote it (this node writes none)."""
+        f = self.follower
+        if f is None or not f.linked:
+            return False
+        self.serve_nodes()
+        final = f.finish(exit_code, self.config.hang_timeout + 30.0)  # type: ignore
+        f.close()
+        if final is None:
+            self._alone(f.failed or "node 0 sent no report in time")
+            return False
+        self.log("report_on_node_0", **final)  # type: ignore[attr-defined]
+        self.say(f"the job's report is on node 0 (host {final.get('host')}): "  # type: ignore
+                 f"{final.get('report')}")
+        return True
