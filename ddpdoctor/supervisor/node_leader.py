@@ -105,6 +105,8 @@ class NodeLeader:
         attempt = item.get("attempt")
         view.attempt = attempt if type(attempt) is int else view.attempt
         mirror = node_dir(self.run_dir_of(view.attempt), view.node)
+        if not (mirror / NODE_FILE).exists():
+            self._write_node(view, mirror)  # before its traces: they are read as another host's
         delta = item.get("delta")
         if isinstance(delta, dict):
             self.problems += apply_delta(mirror, delta)[:3]

@@ -1,0 +1,112 @@
+"""The link between node 0's supervisor and another node's, over a real c10d TCPStore in one
+process: copies, stack requests, the verdict, the final word, a lost node, no node 0."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.rundir.nodes import node_dir, read_node_file
+from ddpdoctor.supervisor import node_follower
+from ddpdoctor.supervisor.node_follower import NodeFollower
+from ddpdoctor.supervisor.node_leader import NodeLeader
+from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore, node_setup, parse_store
+from ddpdoctor.trace.reader import read_trace
+from tests.unit.test_nodes import _write_trace
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _until(what, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_node_setup_from_the_command():
+    argv = ["torchrun", "--nnodes", "2", "--node-rank=1", "--rdzv-endpoint", "h0:29400",
+            "--nproc-per-node", "2", "train.py", "--nnodes", "9"]
+    setup = node_setup(argv, None)
+    assert setup == NodeSetup("h0", 29401, 2, 1) and setup.leader is False
+    assert node_setup(["torchrun", "--nnodes", "1:2", "t.py"], None).nnodes == 2
+    assert node_setup(["torchrun", "--nnodes", "1", "t.py"], None) is None
+    assert node_setup(["python", "t.py"], None) is None
+    assert node_setup(argv, "store:1234").address == "store:1234"
+    with pytest.raises(ValueError):
+        parse_store("nohost")
+
+
+def test_copies_stacks_verdict_and_final_word(tmp_path):
+    setup = NodeSetup("127.0.0.1", _port(), 2, None)
+    said: list[str] = []
+    leader = NodeLeader(NodeStore.open(setup, True, 10), lambda attempt: tmp_path / "node0",
+                        lambda text, style="": said.append(text), lambda *a, **k: None, 1.5)
+    leader.start()
+    node1 = tmp_path / "node1"
+    (node1 / "traces").mkdir(parents=True)
+    (node1 / "stacks").mkdir()
+    w = _write_trace(node1 / "traces", 3)
+    follower = NodeFollower(setup, "1", lambda: (0, node1), 5.0)
+    follower.start()
+    mirror = node_dir(tmp_path / "node0", "1")
+    assert _until(lambda: (mirror / "traces" / w.ring_path.name).exists())
+    assert _until(lambda: len(read_trace(mirror / "traces" / w.ring_path.name).records) == 3)
+    assert read_node_file(mirror)["host"] and follower.linked
+    n = leader.request_stacks([2])
+    assert _until(lambda: bool(follower.asks)) and follower.asks[0] == (n, [2])
+    (node1 / "stacks" / "pid-7.json").write_text('{"frames": []}')
+    follower.answered(follower.asks.pop(0)[0])
+    assert leader.wait_acks(n, 5.0) == []
+    assert (mirror / "stacks" / "pid-7.json").exists()  # copied before the answer came
+    leader.publish_verdict("hang", "rank 2 waits", True, 124)
+    assert _until(lambda: follower.verdict is not None) and follower.verdict["stop"]
+    leader.publish_final("/r/report.json", "hung", "h0")
+    assert follower.finish(124, 5.0)["report"] == "/r/report.json"
+    assert leader.wait_done(5.0) == []  # its last copy arrived
+    follower.close()
+    leader.close()
+
+
+def test_a_silent_node_is_lost(tmp_path):
+    setup = NodeSetup("127.0.0.1", _port(), 2, None)
+    said: list[str] = []
+    leader = NodeLeader(NodeStore.open(setup, True, 10), lambda attempt: tmp_path,
+                        lambda text, style="": said.append(text), lambda *a, **k: None, 1.0)
+    leader.start()
+    (tmp_path / "n1" / "traces").mkdir(parents=True)
+    follower = NodeFollower(setup, "1", lambda: (0, tmp_path / "n1"), 5.0)
+    follower.start()
+    assert _until(lambda: "1" in leader.nodes and leader.nodes["1"].host != "")
+    follower.close()  # its supervisor is gone
+    assert _until(lambda: leader.nodes["1"].lost, 5.0)
+    assert read_node_file(node_dir(tmp_path, "1"))["lost"] is True
+    assert any("lost contact with node 1" in s for s in said)
+    assert leader.members() == ["0"]
+    leader.close()
+
+
+def test_no_node_0_means_deciding_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(node_follower, "CONNECT_S", 1.0)
+    setup = NodeSetup("127.0.0.1", _port(), 2, 1)  # nobody listens there
+    follower = NodeFollower(setup, "1", lambda: (0, tmp_path), 5.0)
+    follower.start()
+    assert _until(lambda: not follower.linked, 15.0)
+    assert "cannot reach node 0's store at 127.0.0.1:" in (follower.failed or "")
+
+
+def test_a_taken_port_cannot_be_hosted_twice():
+    setup = NodeSetup("127.0.0.1", _port(), 2, 0)
+    first = NodeStore.open(setup, True, 5)
+    with pytest.raises(Exception):
+        NodeStore.open(setup, True, 5)
+    del first
