@@ -7,6 +7,7 @@ from typing import Any
 
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.host import host_name
+from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
 from ddpdoctor.supervisor.node_follower import NodeFollower
 from ddpdoctor.supervisor.node_leader import NodeLeader
 from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore, this_node_id
@@ -88,9 +89,14 @@ class NodesMixin:
             n, ranks = f.asks.pop(0)
             pids = [p.header.pid for r, p in local.items()
                     if not p.gone and (ranks is None or r in ranks)]
+            # node 0's verdict (all ranks asked): the flight recorder dumps too
+            asked = request_dumps(self.run_dir) if ranks is None else None  # type: ignore
             if pids:
                 capture_stacks(pids, self.run_dir / "stacks")  # type: ignore[attr-defined]
                 self.log("stacks", why="node 0 asked", pids=pids)  # type: ignore
+            if asked is not None:
+                grouped = [r for r, p in local.items() if not p.gone and (p.hi or p.groups)]
+                wait_for_dumps(self.run_dir, grouped, asked)  # type: ignore[attr-defined]
             f.answered(n)
 
     def remote_stacks(self, ranks: list[int] | None) -> None:

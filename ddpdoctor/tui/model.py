@@ -2,68 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Mapping
 
 from ddpdoctor.tui.styles import SEVERITY_ORDER
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value):
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
-
-
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def parse_time(value: Any) -> float | None:
-    """Unix seconds from an ISO 8601 string or a number, None if neither."""
-    number = _float(value)
-    if number is not None:
-        return number
-    text = _str(value)
-    if text is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment.timestamp()
-
-
-def format_shapes(shapes: Any) -> str:
-    """`[[10, 4], [3]]` as `10x4,3`; empty when unknown."""
-    parts: list[str] = []
-    for shape in _list(shapes):
-        if isinstance(shape, list):
-            parts.append("x".join(str(d) for d in shape) if shape else "scalar")
-    return ",".join(parts)
+from ddpdoctor.tui.values import (as_dict, as_float, as_int, as_list, as_str, format_shapes,
+                                   parse_time)
 
 
 @dataclass(frozen=True)
@@ -113,12 +57,12 @@ class Collective:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Collective:
         return cls(
-            seq=_int(data.get("seq")),
-            op=_str(data.get("op")) or "?",
+            seq=as_int(data.get("seq")),
+            op=as_str(data.get("op")) or "?",
             group=str(data.get("group")) if data.get("group") is not None else "0",
             shapes=format_shapes(data.get("shapes")),
-            dtypes=",".join(str(d) for d in _list(data.get("dtypes"))),
-            callsite=_str(data.get("callsite")) or "",
+            dtypes=",".join(str(d) for d in as_list(data.get("dtypes"))),
+            callsite=as_str(data.get("callsite")) or "",
             start=parse_time(data.get("start", data.get("since"))),
             end=parse_time(data.get("end")),
         )
@@ -149,27 +93,27 @@ class RankView:
         if isinstance(stack, list):
             frames = tuple(
                 Frame(
-                    name=_str(f.get("name")) or "?",
-                    filename=_str(f.get("filename")) or "?",
-                    line=_int(f.get("line")),
+                    name=as_str(f.get("name")) or "?",
+                    filename=as_str(f.get("filename")) or "?",
+                    line=as_int(f.get("line")),
                 )
                 for f in stack
                 if isinstance(f, dict)
             )
-        rank = _int(data.get("rank"))
+        rank = as_int(data.get("rank"))
         return cls(
             rank=rank if rank is not None else index,
-            host=_str(data.get("host")) or "",
-            pid=_int(data.get("pid")),
-            state=_str(data.get("state")) or "starting",
-            exit_code=_int(data.get("exit_code")),
-            step=_int(data.get("step")),
-            epoch=_int(data.get("epoch")),
-            last_seq=_int(data.get("last_seq")),
+            host=as_str(data.get("host")) or "",
+            pid=as_int(data.get("pid")),
+            state=as_str(data.get("state")) or "starting",
+            exit_code=as_int(data.get("exit_code")),
+            step=as_int(data.get("step")),
+            epoch=as_int(data.get("epoch")),
+            last_seq=as_int(data.get("last_seq")),
             current=Collective.from_dict(current) if isinstance(current, dict) else None,
             stack=frames,
-            stack_error=_str(data.get("stack_error")) or "",
-            recent=(parser or CollectiveParser()).entries(_list(data.get("recent"))),
+            stack_error=as_str(data.get("stack_error")) or "",
+            recent=(parser or CollectiveParser()).entries(as_list(data.get("recent"))),
         )
 
 
@@ -190,18 +134,18 @@ class FindingView:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], index: int | None = None) -> FindingView:
-        severity = _str(data.get("severity")) or "info"
+        severity = as_str(data.get("severity")) or "info"
         return cls(
-            kind=_str(data.get("kind")) or "finding",
+            kind=as_str(data.get("kind")) or "finding",
             severity=severity if severity in SEVERITY_ORDER else "info",
-            ranks=tuple(r for r in (_int(x) for x in _list(data.get("ranks"))) if r is not None),
-            seq=_int(data.get("seq")),
-            summary=_str(data.get("summary")) or "",
-            detail=_str(data.get("detail")) or "",
-            fix=_str(data.get("fix")) or "",
-            evidence=_dict(data.get("evidence")),
+            ranks=tuple(r for r in (as_int(x) for x in as_list(data.get("ranks"))) if r is not None),
+            seq=as_int(data.get("seq")),
+            summary=as_str(data.get("summary")) or "",
+            detail=as_str(data.get("detail")) or "",
+            fix=as_str(data.get("fix")) or "",
+            evidence=as_dict(data.get("evidence")),
             index=index,
-            caused_by=_int(data.get("caused_by")),
+            caused_by=as_int(data.get("caused_by")),
         )
 
 
@@ -217,16 +161,16 @@ class WaitEdge:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> WaitEdge | None:
-        rank = _int(data.get("rank"))
+        rank = as_int(data.get("rank"))
         if rank is None:
             return None
         group = data.get("group")
         return cls(
             rank=rank,
-            waits_for=tuple(r for r in (_int(x) for x in _list(data.get("waits_for"))) if r is not None),
+            waits_for=tuple(r for r in (as_int(x) for x in as_list(data.get("waits_for"))) if r is not None),
             group=str(group) if group is not None else "0",
-            seq=_int(data.get("seq")),
-            op=_str(data.get("op")) or "",
+            seq=as_int(data.get("seq")),
+            op=as_str(data.get("op")) or "",
         )
 
 
@@ -272,36 +216,36 @@ class ReportView:
         parser = parser if parser is not None else CollectiveParser()
         ranks = tuple(
             RankView.from_dict(r, i, parser)
-            for i, r in enumerate(_list(data.get("ranks")))
+            for i, r in enumerate(as_list(data.get("ranks")))
             if isinstance(r, dict)
         )
         findings = tuple(
             sorted(
-                (FindingView.from_dict(f, i) for i, f in enumerate(_list(data.get("findings"))) if isinstance(f, dict)),
+                (FindingView.from_dict(f, i) for i, f in enumerate(as_list(data.get("findings"))) if isinstance(f, dict)),
                 key=lambda f: SEVERITY_ORDER.get(f.severity, 3),
             )
         )
         view = cls(
-            outcome=_str(data.get("outcome")) or "",
-            command=tuple(str(c) for c in _list(data.get("command"))),
-            world_size=_int(data.get("world_size")),
+            outcome=as_str(data.get("outcome")) or "",
+            command=tuple(str(c) for c in as_list(data.get("command"))),
+            world_size=as_int(data.get("world_size")),
             started_at=parse_time(data.get("started_at")),
             ended_at=parse_time(data.get("ended_at")),
-            run_dir=_str(data.get("run_dir")) or "",
+            run_dir=as_str(data.get("run_dir")) or "",
             live=bool(data.get("live", False)),
             ranks=tuple(sorted(ranks, key=lambda r: r.rank)),
             findings=findings,
-            timeline=parser.timeline(_dict(data.get("timeline"))),
-            profile=_profile(_dict(data.get("profile"))),
-            problems=tuple(str(p) for p in _list(data.get("problems"))),
+            timeline=parser.timeline(as_dict(data.get("timeline"))),
+            profile=_profile(as_dict(data.get("profile"))),
+            problems=tuple(str(p) for p in as_list(data.get("problems"))),
             waits=tuple(
-                e for e in (WaitEdge.from_dict(w) for w in _list(data.get("waits")) if isinstance(w, dict)) if e is not None
+                e for e in (WaitEdge.from_dict(w) for w in as_list(data.get("waits")) if isinstance(w, dict)) if e is not None
             ),
-            attempt=_int(data.get("attempt")),
+            attempt=as_int(data.get("attempt")),
             attempts=tuple(
-                (a, _str(e.get("outcome")) or "", _str(e.get("report")) or "")
-                for e in _list(data.get("attempts"))
-                if isinstance(e, dict) and (a := _int(e.get("attempt"))) is not None
+                (a, as_str(e.get("outcome")) or "", as_str(e.get("report")) or "")
+                for e in as_list(data.get("attempts"))
+                if isinstance(e, dict) and (a := as_int(e.get("attempt"))) is not None
             ),
         )
         parser.done()
@@ -367,7 +311,7 @@ class CollectiveParser:
     def timeline(self, data: Mapping[str, Any]) -> dict[int, tuple[Collective, ...]]:
         out: dict[int, tuple[Collective, ...]] = {}
         for key, raw in data.items():
-            rank = _int(key)
+            rank = as_int(key)
             if rank is not None and isinstance(raw, list):
                 out[rank] = self.entries(raw)
         return out
@@ -396,12 +340,12 @@ def _entry_key(raw: Any) -> tuple[Any, ...]:
 def _profile(data: Mapping[str, Any]) -> dict[int, ProfileView]:
     out: dict[int, ProfileView] = {}
     for key, entry in data.items():
-        rank = _int(key)
+        rank = as_int(key)
         if rank is None or not isinstance(entry, dict):
             continue
         out[rank] = ProfileView(
-            compute_s=_float(entry.get("compute_s")) or 0.0,
-            wait_s=_float(entry.get("wait_s")) or 0.0,
-            collectives=_int(entry.get("collectives")),
+            compute_s=as_float(entry.get("compute_s")) or 0.0,
+            wait_s=as_float(entry.get("wait_s")) or 0.0,
+            collectives=as_int(entry.get("collectives")),
         )
     return out
