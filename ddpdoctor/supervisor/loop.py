@@ -136,6 +136,8 @@ class Supervisor(JobEnding, NodesMixin):
             verdict = self._check_processes()
             if verdict is not None:
                 return verdict
+        if self.leader is not None:
+            self.check_leader()
         if self.follower is not None:
             self.serve_nodes()
             if self.following:

@@ -46,10 +46,13 @@ class NodeView:
 class NodeLeader:
     """The link of node 0's supervisor to the other nodes (a daemon thread)."""
 
-    def __init__(self, store: NodeStore, run_dir_of: Callable[[int], Path],
-                 say: Callable[[str, str], None], log: Callable[..., None],
-                 lost_after_s: float):
-        self.store = store
+    def __init__(self, store: NodeStore | Callable[[], NodeStore],
+                 run_dir_of: Callable[[int], Path], say: Callable[[str, str], None],
+                 log: Callable[..., None], lost_after_s: float, expected: int = 0):
+        self._open = store if callable(store) else None  # hosted in the thread: no wait
+        self.store: NodeStore = None if callable(store) else store  # type: ignore
+        self.failed: str | None = None  # why the store could not be hosted
+        self.expected = expected  # other nodes the job needs (--nnodes N: N - 1)
         self.run_dir_of = run_dir_of  # attempt -> the run dir its mirrors go into
         self.say = say
         self.log = log
@@ -69,6 +72,12 @@ class NodeLeader:
 
     # -- the thread ---------------------------------------------------------------------
     def _run(self) -> None:
+        if self._open is not None:
+            try:
+                self.store = self._open()
+            except Exception as e:  # noqa: BLE001 - the port is taken, or no network
+                self.failed = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+                return
         while not self._stop.is_set():
             try:
                 self.tick()
@@ -186,7 +195,8 @@ class NodeLeader:
         while True:
             with self._lock:
                 late = [v.node for v in self.nodes.values() if not v.lost and not v.done]
-            if not late or time.monotonic() > deadline:
+                missing = self.expected - len(self.nodes)
+            if (not late and missing <= 0) or time.monotonic() > deadline or self.failed:
                 return late
             time.sleep(0.1)
 

@@ -32,6 +32,7 @@ class NodeSetup:
     port: int
     nnodes: int
     node_rank: int | None
+    min_nodes: int = 0  # --nnodes MIN:MAX (or N): the nodes the job needs to start
 
     @property
     def leader(self) -> bool | None:
@@ -64,9 +65,10 @@ def node_setup(argv: Sequence[str], store: str | None) -> NodeSetup | None:
     if nnodes_text is None:
         return None
     try:
-        nnodes = max(int(part) for part in nnodes_text.split(":"))
+        counts = [int(part) for part in nnodes_text.split(":")]
     except ValueError:
         return None
+    nnodes = max(counts)
     if nnodes <= 1:
         return None
     rank_text = launcher_option(argv, ("--node-rank", "--node_rank"))
@@ -82,7 +84,7 @@ def node_setup(argv: Sequence[str], store: str | None) -> NodeSetup | None:
             mport = launcher_option(argv, ("--master-port", "--master_port"))
             host, port = _port_after(f"{addr}:{mport}" if mport else addr,
                                      DEFAULT_MASTER_PORT)
-    return NodeSetup(host, port, nnodes, node_rank)
+    return NodeSetup(host, port, nnodes, node_rank, min(counts))
 
 
 class NodeStore:

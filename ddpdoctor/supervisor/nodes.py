@@ -30,26 +30,38 @@ class NodesMixin:
             return
         lost_after = max(MIN_LOST_S, self.config.hang_timeout / 2)  # type: ignore[attr-defined]
         lead = setup.leader
-        if lead is not False:
+        if lead is None:  # no node rank: whoever binds the port first leads
             try:
                 store = NodeStore.open(setup, True, 30.0)
-            except Exception as e:  # noqa: BLE001 - the port is taken: another node leads
-                if lead is True:
-                    self._alone(f"cannot host the nodes' store at {setup.address} "
-                                f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})")
-                    return
-            else:
-                self.leader = NodeLeader(store, self._run_dir_of, self.say,  # type: ignore
-                                         self.log, lost_after)  # type: ignore[attr-defined]
-                self.leader.start()
-                self.say(f"node 0 of {setup.nnodes}: the other nodes report here through "  # type: ignore
-                         f"{setup.address}; the job's one report is written here")
+            except Exception:  # noqa: BLE001 - the port is taken: another node leads
+                store = None
+            if store is not None:
+                self._lead(setup, store, lost_after)
                 return
+        elif lead:
+            self._lead(setup, lambda: NodeStore.open(setup, True, 30.0), lost_after)
+            return
         self.follower = NodeFollower(setup, this_node_id(setup, False), self._watched,
                                      lost_after)
         self.follower.start()
         self.say(f"following node 0 through {setup.address}: it decides and writes the "  # type: ignore
                  "job's one report")
+
+    def _lead(self, setup: NodeSetup, store: Any, lost_after: float) -> None:
+        self.leader = NodeLeader(store, self._run_dir_of, self.say,  # type: ignore[arg-type]
+                                 self.log, lost_after,  # type: ignore[attr-defined]
+                                 expected=max(0, setup.min_nodes - 1))
+        self.leader.start()
+        self.nodes_address = setup.address
+        self.say(f"node 0 of {setup.nnodes}: the other nodes report here through "  # type: ignore
+                 f"{setup.address}; the job's one report is written here")
+
+    def check_leader(self) -> None:
+        """Node 0 whose store could not be hosted: said once; it decides for itself."""
+        if self.leader is not None and self.leader.failed is not None:
+            why = self.leader.failed
+            self.leader = None
+            self._alone(f"cannot host the nodes' store at {self.nodes_address} ({why})")
 
     def _run_dir_of(self, attempt: int) -> Path:
         base = getattr(self, "base_dir", None)

@@ -37,8 +37,9 @@ def test_node_setup_from_the_command():
     argv = ["torchrun", "--nnodes", "2", "--node-rank=1", "--rdzv-endpoint", "h0:29400",
             "--nproc-per-node", "2", "train.py", "--nnodes", "9"]
     setup = node_setup(argv, None)
-    assert setup == NodeSetup("h0", 29401, 2, 1) and setup.leader is False
-    assert node_setup(["torchrun", "--nnodes", "1:2", "t.py"], None).nnodes == 2
+    assert setup == NodeSetup("h0", 29401, 2, 1, 2) and setup.leader is False
+    elastic = node_setup(["torchrun", "--nnodes", "1:2", "t.py"], None)
+    assert (elastic.nnodes, elastic.min_nodes, elastic.port) == (2, 1, 29501)
     assert node_setup(["torchrun", "--nnodes", "1", "t.py"], None) is None
     assert node_setup(["python", "t.py"], None) is None
     assert node_setup(argv, "store:1234").address == "store:1234"
@@ -49,8 +50,10 @@ def test_node_setup_from_the_command():
 def test_copies_stacks_verdict_and_final_word(tmp_path):
     setup = NodeSetup("127.0.0.1", _port(), 2, None)
     said: list[str] = []
-    leader = NodeLeader(NodeStore.open(setup, True, 10), lambda attempt: tmp_path / "node0",
-                        lambda text, style="": said.append(text), lambda *a, **k: None, 1.5)
+    leader = NodeLeader(lambda: NodeStore.open(setup, True, 10),  # opened in its thread
+                        lambda attempt: tmp_path / "node0",
+                        lambda text, style="": said.append(text), lambda *a, **k: None, 1.5,
+                        expected=1)
     leader.start()
     node1 = tmp_path / "node1"
     (node1 / "traces").mkdir(parents=True)
@@ -109,4 +112,8 @@ def test_a_taken_port_cannot_be_hosted_twice():
     first = NodeStore.open(setup, True, 5)
     with pytest.raises(Exception):
         NodeStore.open(setup, True, 5)
+    leader = NodeLeader(lambda: NodeStore.open(setup, True, 5), lambda a: Path("/nonexistent"),
+                        lambda *a: None, lambda *a, **k: None, 1.0)
+    leader.start()
+    assert _until(lambda: leader.failed is not None, 10.0)  # said, not raised
     del first
