@@ -212,12 +212,12 @@ class NodeLeader:
                                    "exit_code": exit_code})
 
     def publish_final(self, report: str | None, outcome: str | None, host: str) -> None:
-        """Tell the other nodes where the report is; wait (2 s at most) until they read it:
-        the store goes with this process."""
+        """Tell the other nodes where the report is; wait (10 s at most: a loaded node reads
+        it in milliseconds) until they read it: the store goes with this process."""
         self.store.set("final", {"report": report, "outcome": outcome, "host": host})
         with self._lock:
             there = sum(1 for v in self.nodes.values() if not v.lost)
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + 10.0
         while self.store.add("final/read", 0) < there and time.monotonic() < deadline:
             time.sleep(0.05)
 
