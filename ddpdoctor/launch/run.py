@@ -23,6 +23,7 @@ from ddpdoctor.redact import redact_argv
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
 from ddpdoctor.supervisor.node_store import node_setup
+from ddpdoctor.supervisor.node_store import preload as preload_store
 
 
 def _check_report_path(path: Path) -> None:
@@ -59,13 +60,16 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     if config.ui:
         log = open(run_dir / "job.log", "ab", buffering=0,  # noqa: SIM115
                    opener=lambda path, flags: os.open(path, flags, 0o600))  # owner only
+    nodes = node_setup(argv, config.doctor_store)
+    if nodes is not None:
+        preload_store()
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         become_subreaper()  # orphans of the job come back here, not to init
         proc = start_job(argv, restarts_env(argv, job_env(run_dir, run_id, config)), log)
         supervisor = make_supervisor(argv, config, run_dir, proc, report_path, console,
                                      started)
-        supervisor.open_nodes(node_setup(argv, config.doctor_store))
+        supervisor.open_nodes(nodes)
         if config.ui:
             return _run_with_ui(supervisor, run_dir)
         return supervisor.run()

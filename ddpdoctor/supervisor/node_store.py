@@ -87,6 +87,20 @@ def node_setup(argv: Sequence[str], store: str | None) -> NodeSetup | None:
     return NodeSetup(host, port, nnodes, node_rank, min(counts))
 
 
+def preload() -> None:
+    """Import torch's store before the job starts: under load the import takes seconds,
+    which must not delay the nodes' first contact once the job runs."""
+    key = "TORCH_CPP_LOG_LEVEL"  # connection retries: ddpdoctor says it once, itself
+    ours = key not in os.environ
+    if ours:
+        os.environ[key] = "FATAL"
+    try:
+        import torch.distributed  # noqa: F401
+    finally:
+        if ours:
+            del os.environ[key]  # the job's environment stays the user's
+
+
 class NodeStore:
     """JSON over a TCPStore, every key under ddpdoctor/."""
 
@@ -96,7 +110,7 @@ class NodeStore:
     @classmethod
     def open(cls, setup: NodeSetup, leader: bool, connect_s: float) -> "NodeStore":
         """Host the store (leader) or connect to it; raises OSError/RuntimeError on failure."""
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")  # connection retries: said once by us
+        preload()
         from torch.distributed import TCPStore
 
         store = TCPStore(setup.host, setup.port, None, leader,  # the server binds every address

@@ -153,8 +153,11 @@ class NodesMixin:
         if report is not None:
             report["nodes"] = [{"node": "0", "host": host_name(), "lost": False}] + \
                 self.leader.summary()
+            missing = self.leader.expected - len(self.leader.nodes)
+            unheard = [f"{missing} node(s) the job needs (--nnodes) never reached node 0's "
+                       "store: their ranks are not in this report"] if missing > 0 else []
             report["problems"] = list(dict.fromkeys(report.get("problems", []) +
-                                                    self.leader.problems))
+                                                    self.leader.problems + unheard))
         path = str(self.report_path) if self.report_path is not None else None  # type: ignore
         try:
             self.leader.publish_final(path, report.get("outcome") if report else None,
