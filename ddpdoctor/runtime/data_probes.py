@@ -37,13 +37,15 @@ from __future__ import annotations
 
 import collections
 import functools
-import json
 import os
 import sys
-import time
-from typing import Any, Callable
+from typing import Any
 
+from ddpdoctor.runtime import fetch_probes
 from ddpdoctor.runtime import loader_facts as F
+from ddpdoctor.runtime.fetch_probes import armed as _armed
+from ddpdoctor.runtime.fetch_probes import fetch_prints as _fetch_prints
+from ddpdoctor.runtime.fetch_probes import last_index as _last_index
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.runtime.data_fingerprints import (_MASK, batch_size, indices_fingerprint,
                                                  rng_fingerprints, seeding_framework,
@@ -55,14 +57,11 @@ FIRST_FPS = 8  # first batches of an epoch whose contents are fingerprinted (kep
 CONTENT_EPOCHS = 2  # epochs of each loader whose first batches' contents are fingerprinted
 _BATCH = int(L.RecordKind.BATCH)
 
-_on = {"batch": True, "rng": True, "set_epoch": True, "worker": True}
+_on = {"batch": True, "rng": True, "set_epoch": True}
 _epochs: dict[int, int] = {}  # loader id -> epochs started
 _rng_points_left = list(RNG_AT_BATCHES)
 _rng_loader: tuple[int, int] | None = None  # (loader, epoch) whose batches get RNG prints
 _installed = False
-_armed = [False]  # the next main-process fetch fingerprints the RNGs around itself
-_fetch_prints: list[dict[str, Any]] = []  # [before, after] of the last armed fetch
-_last_index: list[Any] = [None]  # the indices of the last fetch in this process
 
 
 def _recorder() -> R.Recorder | None:
@@ -340,79 +339,6 @@ def _patch_set_epoch(cls: Any) -> None:
     cls.set_epoch = set_epoch
 
 
-# -- DataLoader workers ----------------------------------------------------------------
-class _WorkerProbe:
-    """Inside a DataLoader worker: did fetching its first batch consume randomness?  Told
-    once, by a line in the parent rank's meta log (a worker has no trace of its own)."""
-
-    done = False
-
-
-def _worker_note(info: Any, consumed: list[str], before: dict[str, Any]) -> None:
-    run_dir = os.environ.get(R.ENV_RUN_DIR)
-    if not run_dir:
-        return
-    path = os.path.join(run_dir, "traces", f"pid-{os.getppid()}.meta.jsonl")
-    line = json.dumps({"event": "worker_rng", "t": time.time_ns(), "pid": os.getpid(),
-                       "worker": info.id, "seed": info.seed, "consumed": consumed,
-                       "state": {k: before[k] for k in consumed if k in before}}) + "\n"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # the parent's log, never created
-    except OSError:
-        return
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
-
-
-def _fetch_between_prints(original: Callable[..., Any], fetcher: Any, index: Any) -> Any:
-    """One main-process fetch with the RNGs fingerprinted before and after it."""
-    _armed[0] = False
-    try:
-        before = rng_fingerprints()
-    except Exception as e:  # noqa: BLE001 - the rng probe alone goes off
-        _disable("rng", "rng fingerprint", e)
-        return original(fetcher, index)
-    data = original(fetcher, index)
-    try:
-        _fetch_prints[:] = [before, rng_fingerprints()]
-    except Exception as e:  # noqa: BLE001
-        _disable("rng", "rng fingerprint", e)
-    return data
-
-
-def _patch_fetcher(cls: Any, get_info: Callable[[], Any]) -> None:
-    original = cls.fetch
-
-    @functools.wraps(original)
-    def fetch(self: Any, possibly_batched_index: Any) -> Any:
-        _last_index[0] = possibly_batched_index
-        if _armed[0]:
-            return _fetch_between_prints(original, self, possibly_batched_index)
-        if _WorkerProbe.done or not _on["worker"]:
-            return original(self, possibly_batched_index)
-        _WorkerProbe.done = True
-        try:
-            info = get_info()
-            before = rng_fingerprints() if info is not None else None
-        except Exception:  # noqa: BLE001 - a worker has no log of its own to tell
-            _on["worker"] = False
-            before = None
-        data = original(self, possibly_batched_index)
-        if before is not None:
-            try:
-                after = rng_fingerprints()
-                _worker_note(info, [k for k in ("torch", "numpy", "python")
-                                    if k in after and before.get(k) != after[k]], before)
-            except Exception:  # noqa: BLE001
-                _on["worker"] = False
-        return data
-
-    fetch.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
-    cls.fetch = fetch
-
-
 def install() -> None:
     """Patch DataLoader iteration, DistributedSampler.set_epoch and the dataset fetchers
     (once per process)."""
@@ -432,11 +358,6 @@ def install() -> None:
     _patch_next(base)
     _patch_set_epoch(DistributedSampler)
     for cls in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
-        _patch_fetcher(cls, get_worker_info)
+        fetch_probes.patch_fetcher(cls, get_worker_info, _disable)
     if os.register_at_fork is not None:
-        os.register_at_fork(after_in_child=_after_fork)
-
-
-def _after_fork() -> None:
-    """A forked process (a DataLoader worker) starts its worker probe afresh."""
-    _WorkerProbe.done = False
+        os.register_at_fork(after_in_child=fetch_probes.after_fork)

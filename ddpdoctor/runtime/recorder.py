@@ -20,12 +20,12 @@ from typing import Any, Callable, Sequence
 
 from ddpdoctor.runtime import callsites
 from ddpdoctor.runtime.record_text import describe
+from ddpdoctor.runtime.fault_injection import injected_fault
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.writer import TraceWriter
 
 ENV_RUN_DIR = "DDPDOCTOR_RUN_DIR"
 ENV_RUN_ID = "DDPDOCTOR_RUN_ID"
-ENV_TEST_FAULT = "DDPDOCTOR_TEST_FAULT"  # tests only: "begin[:N][@RANK]", see _TestFault
 
 _time_ns = time.time_ns
 _OP = L.OP_CODES
@@ -49,30 +49,6 @@ def call_sites(depth: int = 2) -> str:
     """``user_site|framework_site`` of the calling frame ``depth`` levels up (the record
     text's last two parts; the framework part is empty when the user called torch)."""
     return callsites.sites_text(sys._getframe(depth))
-
-
-class _TestFault:
-    """A fault injected by tests through DDPDOCTOR_TEST_FAULT="where[:N][@RANK]": the Nth
-    call (default the first) of ``where`` on rank RANK (default any) raises RuntimeError."""
-
-    def __init__(self, spec: str):
-        where, _, rank = spec.partition("@")
-        self.where, _, nth = where.partition(":")
-        self.nth = int(nth) if nth.isdigit() else 1
-        self.rank = int(rank) if rank.lstrip("-").isdigit() else None
-        self.calls = 0
-
-    def check(self, where: str, rank: int) -> None:
-        if where != self.where or (self.rank is not None and rank != self.rank):
-            return
-        self.calls += 1
-        if self.calls == self.nth:
-            raise RuntimeError(f"injected test fault in {where} (DDPDOCTOR_TEST_FAULT)")
-
-
-def _test_fault() -> _TestFault | None:
-    spec = os.environ.get(ENV_TEST_FAULT, "")
-    return _TestFault(spec) if spec else None
 
 
 class Recorder:
@@ -99,7 +75,7 @@ class Recorder:
         self.rank = -1
         self.steps = 0  # optimizer steps taken (the header's step)
         self._heartbeat_due = 0  # wall time (ns) after which a record refreshes heartbeat_ns
-        self._fault = _test_fault()
+        self._fault = injected_fault()
         from ddpdoctor.redact import redact_argv
 
         self.writer.meta("process", pid=os.getpid(), ppid=os.getppid(),
