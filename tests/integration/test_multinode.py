@@ -174,8 +174,9 @@ def _wait_gone(run_dir: Path) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Is ``pid`` still one of node 1's job processes (not a recycled pid)?"""
     try:
-        os.kill(pid, 0)
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return True
+    return b"collectives.py" in cmdline
