@@ -23,6 +23,14 @@ class DdpMode(str, enum.Enum):
     TORCH = "torch"  # torch's own DDP, its buckets recorded through a comm hook
 
 
+def parse_store(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` of --doctor-store -> (host, port); a UserError otherwise."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"--doctor-store wants HOST:PORT, not {text!r}")
+    return host, int(port)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Args:
@@ -55,9 +63,7 @@ class RunConfig:
         if self.nproc_per_node is not None and self.nproc_per_node < 1:
             raise UserError(f"--nproc-per-node must be at least 1, not {self.nproc_per_node}")
         if self.doctor_store is not None:
-            host, _, port = self.doctor_store.rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise UserError(f"--doctor-store wants HOST:PORT, not {self.doctor_store!r}")
+            parse_store(self.doctor_store)
         if not self.hang_timeout > 0:
             raise UserError(f"--hang-timeout must be a positive number of seconds, "
                             f"not {self.hang_timeout}")

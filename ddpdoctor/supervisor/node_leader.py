@@ -46,11 +46,11 @@ class NodeView:
 class NodeLeader:
     """The link of node 0's supervisor to the other nodes (a daemon thread)."""
 
-    def __init__(self, store: NodeStore | Callable[[], NodeStore],
+    def __init__(self, open_store: Callable[[], NodeStore],
                  run_dir_of: Callable[[int], Path], say: Callable[[str, str], None],
                  log: Callable[..., None], lost_after_s: float, expected: int = 0):
-        self._open = store if callable(store) else None  # hosted in the thread: no wait
-        self.store: NodeStore = None if callable(store) else store  # type: ignore
+        self._open = open_store  # called in the thread: the supervisor does not wait
+        self.store: NodeStore = None  # type: ignore[assignment]  # set once hosted
         self.failed: str | None = None  # why the store could not be hosted
         self.expected = expected  # other nodes the job needs (--nnodes N: N - 1)
         self.run_dir_of = run_dir_of  # attempt -> the run dir its mirrors go into
@@ -72,12 +72,11 @@ class NodeLeader:
 
     # -- the thread ---------------------------------------------------------------------
     def _run(self) -> None:
-        if self._open is not None:
-            try:
-                self.store = self._open()
-            except Exception as e:  # noqa: BLE001 - the port is taken, or no network
-                self.failed = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-                return
+        try:
+            self.store = self._open()
+        except Exception as e:  # noqa: BLE001 - the port is taken, or no network
+            self.failed = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+            return
         while not self._stop.is_set():
             try:
                 self.tick()
@@ -163,7 +162,7 @@ class NodeLeader:
     def apply_progress(self, job: JobView) -> None:
         """The other nodes' progress facts (on their own clocks) onto their ranks."""
         with self._lock:
-            facts = {h: v.progress for v in self.nodes.values() for h in [v.host]}
+            facts = {v.host: v.progress for v in self.nodes.values()}
         for run in job.ranks.values():
             fact = facts.get(str(run.header.host), {}).get(str(run.rank))
             if isinstance(fact, dict):

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ddpdoctor.config import parse_store
 from ddpdoctor.host import host_name
 from ddpdoctor.rundir.attempts import launcher_option
 
@@ -49,14 +50,6 @@ def _port_after(endpoint: str, default: int) -> tuple[str, int]:
         return host or endpoint, int(port) + 1 if port else default + 1
     except ValueError:
         return host or endpoint, default + 1
-
-
-def parse_store(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` -> (host, port); ValueError with the reason otherwise."""
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--doctor-store wants HOST:PORT, not {text!r}")
-    return host, int(port)
 
 
 def node_setup(argv: Sequence[str], store: str | None) -> NodeSetup | None:
@@ -148,8 +141,8 @@ class NodeStore:
         return out
 
 
-def this_node_id(setup: NodeSetup, leader: bool) -> str:
-    """A node's name in messages and mirror dirs: its node rank, else host-pid."""
+def this_node_id(setup: NodeSetup) -> str:
+    """A following node's name in messages and mirror dirs: its node rank, else host-pid."""
     if setup.node_rank is not None:
         return str(setup.node_rank)
-    return "0" if leader else f"{host_name()}-{os.getpid()}"
+    return f"{host_name()}-{os.getpid()}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.host import host_name
@@ -36,19 +36,20 @@ class NodesMixin:
             except Exception:  # noqa: BLE001 - the port is taken: another node leads
                 store = None
             if store is not None:
-                self._lead(setup, store, lost_after)
+                self._lead(setup, lambda: store, lost_after)
                 return
         elif lead:
             self._lead(setup, lambda: NodeStore.open(setup, True, 30.0), lost_after)
             return
-        self.follower = NodeFollower(setup, this_node_id(setup, False), self._watched,
+        self.follower = NodeFollower(setup, this_node_id(setup), self._watched,
                                      lost_after)
         self.follower.start()
         self.say(f"following node 0 through {setup.address}: it decides and writes the "  # type: ignore
                  "job's one report")
 
-    def _lead(self, setup: NodeSetup, store: Any, lost_after: float) -> None:
-        self.leader = NodeLeader(store, self._run_dir_of, self.say,  # type: ignore[arg-type]
+    def _lead(self, setup: NodeSetup, open_store: Callable[[], NodeStore],
+              lost_after: float) -> None:
+        self.leader = NodeLeader(open_store, self._run_dir_of, self.say,  # type: ignore[arg-type]
                                  self.log, lost_after,  # type: ignore[attr-defined]
                                  expected=max(0, setup.min_nodes - 1))
         self.leader.start()

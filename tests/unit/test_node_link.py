@@ -13,7 +13,9 @@ from ddpdoctor.rundir.nodes import node_dir, read_node_file
 from ddpdoctor.supervisor import node_follower
 from ddpdoctor.supervisor.node_follower import NodeFollower
 from ddpdoctor.supervisor.node_leader import NodeLeader
-from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore, node_setup, parse_store
+from ddpdoctor.config import parse_store
+from ddpdoctor.errors import UserError
+from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore, node_setup
 from ddpdoctor.trace.reader import read_trace
 from tests.unit.test_nodes import _write_trace
 
@@ -43,7 +45,7 @@ def test_node_setup_from_the_command():
     assert node_setup(["torchrun", "--nnodes", "1", "t.py"], None) is None
     assert node_setup(["python", "t.py"], None) is None
     assert node_setup(argv, "store:1234").address == "store:1234"
-    with pytest.raises(ValueError):
+    with pytest.raises(UserError):
         parse_store("nohost")
 
 
@@ -83,7 +85,8 @@ def test_copies_stacks_verdict_and_final_word(tmp_path):
 def test_a_silent_node_is_lost(tmp_path):
     setup = NodeSetup("127.0.0.1", _port(), 2, None)
     said: list[str] = []
-    leader = NodeLeader(NodeStore.open(setup, True, 10), lambda attempt: tmp_path,
+    store = NodeStore.open(setup, True, 10)
+    leader = NodeLeader(lambda: store, lambda attempt: tmp_path,
                         lambda text, style="": said.append(text), lambda *a, **k: None, 1.0)
     leader.start()
     (tmp_path / "n1" / "traces").mkdir(parents=True)
