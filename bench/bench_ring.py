@@ -2,11 +2,12 @@
 
     python bench/bench_ring.py [--sizes-mb 0.25 1 4 25 100] [--worlds 2 4] [--pairs 15]
 
-Both run in the same processes, alternating (a batch of gloo calls, then a batch of ring
-calls, the order swapped every pair) so that noise from other jobs on the machine hits
-both alike.  Every call is timed on its own; a batch counts by its median call (a few
-calls of any batch wait milliseconds for a core to be scheduled, the median does not),
-and the ratio is the median over the pairs of ring batch / gloo batch.
+Both run in the same processes, call by call alternating (gloo, ring, gloo, ring, ...;
+the order swapped every pair), so that noise from other jobs on the machine, and the
+phases in which many calls of both wait ~4 ms for a core to be woken (a 2-vCPU VM
+does that to any all-reduce, gloo's too), hit both alike.  Every call is timed on its
+own; a pair counts each side by its median call, and the ratio is the median over the
+pairs of ring / gloo.
 """
 
 from __future__ import annotations
@@ -45,17 +46,21 @@ class RingRow:
 
 def calls_per_batch(mb: float) -> int:
     """Enough calls for a steady median on small tensors, few on large ones."""
-    return max(2, min(15, int(16 / mb)))
+    return max(3, min(21, int(32 / mb)))
 
 
-def _batch_ms(fn: Callable[[], object], calls: int) -> float:
+def _pair_ms(fns: dict[str, Callable[[], object]], order: tuple[str, ...],
+             calls: int) -> dict[str, float]:
+    """Median ms of each function over ``calls`` calls of each, called in turn."""
     dist.barrier()
-    times = []
+    times: dict[str, list[float]] = {name: [] for name in order}
+    clock = time.perf_counter
     for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+        for name in order:
+            t0 = clock()
+            fns[name]()
+            times[name].append(clock() - t0)
+    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
 
 
 def _agrees(numel: int, world: int) -> bool:
@@ -86,12 +91,11 @@ def _rank(rank: int, world: int, port: int, sizes_mb: list[float], pairs: int,
         t = torch.randn(numel)
         fns = {"gloo": lambda: dist.all_reduce(t), "ring": lambda: ring.all_reduce(t)}
         calls = calls_per_batch(mb)
-        for fn in fns.values():  # warm up: buffers, connections
-            _batch_ms(fn, 2)
+        _pair_ms(fns, ("gloo", "ring"), 2)  # warm up: buffers, connections
         gloo_ms, ring_ms = [], []
         for i in range(pairs):
             order = ("gloo", "ring") if i % 2 == 0 else ("ring", "gloo")
-            got = {name: _batch_ms(fns[name], calls) for name in order}
+            got = _pair_ms(fns, order, calls)
             gloo_ms.append(got["gloo"])
             ring_ms.append(got["ring"])
         ratios = sorted(r / g for g, r in zip(gloo_ms, ring_ms))

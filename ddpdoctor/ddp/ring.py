@@ -5,11 +5,12 @@ own I/O thread; never ``torch.distributed.send``, so the runtime that records th
 user's point-to-point calls does not see them; each one is recorded as a ring step of
 the collective that owns it instead):
 
-- the gather ring, for small tensors (``uses_gather``): in ``n - 1`` steps every rank
-  passes the whole tensor it last received (its own first) to its right neighbour, then
-  reduces the ``n`` tensors in rank order, the same operations on every rank, so the
-  same bits everywhere.  Half the steps of the other ring: on small tensors each step's
-  latency (gloo's send/recv handshake, a thread wake-up), not the bytes, is the cost.
+- the gather ring, for small tensors (``uses_gather``; on two ranks up to 8 MB): in
+  ``n - 1`` steps every rank passes the whole tensor it last received (its own first) to
+  its right neighbour, one message a step, then reduces the ``n`` tensors in rank order,
+  the same operations on every rank, so the same bits everywhere.  Half the steps of the
+  other ring and a quarter of its messages: up to several MB each message's latency
+  (gloo's send/recv handshake, thread wake-ups), not the bytes, is the cost.
 - the segmented ring, for the rest: a reduce-scatter (``n - 1`` steps: each rank sends
   one chunk to its right neighbour, receives another from its left one and reduces it
   into its own copy) followed by an all-gather (``n - 1`` steps passing the reduced
@@ -34,10 +35,10 @@ import torch.distributed as dist
 from ddpdoctor.runtime import recorder
 
 SEGMENT_BYTES = int(os.environ.get("DDPDOCTOR_RING_SEGMENT_BYTES", 4 << 20))
-# Tensors up to this size take the gather ring (n - 1 steps of whole tensors) instead of
-# reduce-scatter + all-gather (2 (n - 1) steps of chunks): on small tensors each step's
-# latency, not the bytes, is the cost.
-GATHER_BYTES = int(os.environ.get("DDPDOCTOR_RING_GATHER_BYTES", 1 << 20))
+# Tensors up to this size, on two ranks, take the gather ring (n - 1 steps of one whole
+# tensor) instead of reduce-scatter + all-gather (2 (n - 1) steps of segmented chunks):
+# each message's latency (thread hand-offs), not the bytes, is the cost up to several MB.
+GATHER_BYTES = int(os.environ.get("DDPDOCTOR_RING_GATHER_BYTES", 8 << 20))
 MIN_SPLIT_BYTES = 256 << 10  # chunks below twice this travel as one segment
 TAG_BASE = 1 << 30  # far above the tags users pick, below gloo's 2**31 limit
 _TAG_CALLS = 256  # calls whose tags differ before they repeat
@@ -158,9 +159,10 @@ def _next_tag_base(pg: Any) -> int:
 
 def uses_gather(nbytes: int, n: int, gather_bytes: int = GATHER_BYTES) -> bool:
     """Whether a tensor of ``nbytes`` on ``n`` ranks takes the gather ring: on two ranks
-    both rings move the same bytes and the gather ring needs half the steps; on more
-    ranks it moves ``n / 2`` times the bytes, so its limit shrinks with ``n``."""
-    return nbytes * n <= 2 * gather_bytes
+    both rings move the same bytes and the gather ring sends one message a rank where the
+    other sends four or more; on more ranks it moves ``n / 2`` times the bytes in ``n - 1``
+    times the messages, so its limit shrinks as ``n (n - 1)``."""
+    return nbytes * n * (n - 1) <= 2 * gather_bytes
 
 
 def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
@@ -199,45 +201,35 @@ def _gather_ring(flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
     operations on every rank, so the same result bits everywhere.
 
     Every receive is posted first, so the neighbours hear early that this rank is ready
-    for each message.  Step 0 goes in two halves, the second sent once the first half
-    from the left has arrived: by then the right neighbour's readiness for it is known
-    here too, and gloo writes it at once from this thread instead of handing it to its
-    I/O thread, which meanwhile reads what comes in."""
+    for each message, and each step is one message: on this path a message's cost is its
+    hand-offs between threads (gloo's I/O thread, this one), each a chance to wait for a
+    core, not its bytes, so a step is never cut in parts."""
     n, r = pg.size(), pg.rank()
     right, left = (r + 1) % n, (r - 1) % n
     numel, esize = flat.numel(), flat.element_size()
+    nbytes = numel * esize
     base = _next_tag_base(pg)
     rows = scratch(flat.dtype, (n - 1) * numel).view(n - 1, numel)  # row k: rank r-k-1
-    h = numel // 2
-    first = [(0, h), (h, numel)] if h else [(0, numel)]
-    recvs: list[list[tuple[Any, int]]] = []
+    recvs: list[tuple[Any, int]] = []
     sends: list[tuple[Any, int]] = []
-
-    def send(k: int, part: int, src: torch.Tensor) -> None:
-        sends.append((pg.send([src], right, base + 2 * k + part),
-                      trace.start(True, src.numel() * esize, k, part) if trace else -1))
-
-    def wait(work: Any, handle: int) -> None:
-        work.wait()
-        if trace:
-            trace.done(handle)
-
     try:
         for k in range(n - 1):  # distinct buffers and tags: post every receive at once
-            recvs.append([(pg.recv([rows[k][a:b]], left, base + 2 * k + part),
-                           trace.start(False, (b - a) * esize, k, part) if trace else -1)
-                          for part, (a, b) in enumerate(first if k == 0 else [(0, numel)])])
-        send(0, 0, flat[first[0][0]:first[0][1]])
+            recvs.append((pg.recv([rows[k]], left, base + k),
+                          trace.start(False, nbytes, k, 0) if trace else -1))
+        src = flat
         for k in range(n - 1):
-            for part, (work, handle) in enumerate(recvs[k]):
-                wait(work, handle)
-                if k == 0 and part == 0 and len(first) == 2:
-                    send(0, 1, flat[h:])
-            if k < n - 2:
-                send(k + 1, 0, rows[k])
+            sends.append((pg.send([src], right, base + k),
+                          trace.start(True, nbytes, k, 0) if trace else -1))
+            work, handle = recvs[k]
+            work.wait()
+            if trace:
+                trace.done(handle)
+            src = rows[k]
     finally:
         for work, handle in sends:  # flat and the rows are read until their sends are done
-            wait(work, handle)
+            work.wait()
+            if trace:
+                trace.done(handle)
 
     def row(q: int) -> torch.Tensor:
         return flat if q == r else rows[(r - q - 1) % n]

@@ -34,8 +34,9 @@ def test_small_tensors_take_the_gather_ring_and_its_limit_shrinks_with_the_world
     limit = 1 << 20
     assert ring.uses_gather(limit, 2, limit)
     assert not ring.uses_gather(limit + 1, 2, limit)
-    assert ring.uses_gather(limit // 2, 4, limit)
-    assert not ring.uses_gather(limit, 4, limit)
+    assert ring.uses_gather(limit // 6, 4, limit)  # 4 ranks: a sixth of the two-rank limit
+    assert not ring.uses_gather(limit // 6 + 1, 4, limit)
+    assert not ring.uses_gather(limit // 28 + 1, 8, limit)
     assert not ring.uses_gather(1, 2, 0)
 
 
