@@ -22,6 +22,7 @@ from pathlib import Path
 
 JOB = Path(__file__).resolve().parent / "jobs" / "ddp_steps.py"
 PAIRS = int(os.environ.get("BENCH_PAIRS", "7"))
+STEPS = 250  # a job's steps (after 10 warm-up ones): its median is of 1-2 s of training
 NPROC = 2
 PLAIN = "torch DDP, plain torchrun"
 DOCTOR_TORCH = "ddpdoctor run --ddp torch"
@@ -31,7 +32,7 @@ TARGET = 1.02
 
 def step_ms(argv: list[str]) -> float:
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         env={"BENCH_STEPS": str(STEPS), **os.environ, "OMP_NUM_THREADS": "1"})
     for line in out.stdout.splitlines():
         if line.startswith("BENCH "):
             return float(json.loads(line[6:])["median_ms"])
