@@ -40,11 +40,10 @@ def _reserve(fd: int, size: int) -> None:
     page makes ext4 convert the extent inside the page fault, ~40 us a page in a training
     step (~3 us a record), where a written page costs one cheap fault; 8 MB of zeros take
     ~2 ms once."""
-    for off in range(0, size, len(_ZEROS)):
-        chunk = memoryview(_ZEROS)[: min(len(_ZEROS), size - off)]
-        while chunk:
-            n = os.pwrite(fd, chunk, off)
-            chunk, off = chunk[n:], off + n
+    zeros = memoryview(_ZEROS)
+    off = 0
+    while off < size:
+        off += os.pwrite(fd, zeros[: size - off], off)
 
 
 def _unlink_quietly(path: Path) -> None:

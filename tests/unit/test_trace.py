@@ -55,6 +55,16 @@ def test_records_survive_without_close(tmp_path):
     assert len(read_trace(w.ring_path).records) == 3
 
 
+def test_ring_file_has_its_disk_from_the_start(tmp_path):
+    """Not sparse: a full disk shows at start (an OSError, no recording), not as SIGBUS
+    at the first record that needs a new page."""
+    w = TraceWriter(tmp_path, "run-1", capacity=5000)  # past one 1 MiB chunk of zeros
+    st = w.ring_path.stat()
+    assert st.st_size == L.HEADER_SIZE + 5000 * L.RECORD_SIZE
+    assert st.st_blocks * 512 >= st.st_size
+    assert read_trace(w.ring_path).records == []
+
+
 def test_torn_record_is_skipped(tmp_path):
     w = write_records(tmp_path, 3)
     with open(w.ring_path, "r+b") as f:  # the commit of record 1 never landed
