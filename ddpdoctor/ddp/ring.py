@@ -14,8 +14,9 @@ the collective that owns it instead):
 - the segmented ring, for the rest: a reduce-scatter (``n - 1`` steps: each rank sends
   one chunk to its right neighbour, receives another from its left one and reduces it
   into its own copy) followed by an all-gather (``n - 1`` steps passing the reduced
-  chunks on).  Every chunk is cut into segments of at most ``SEGMENT_BYTES`` so that a
-  segment moves on to the next step as soon as it is reduced.
+  chunks on).  Every chunk is cut into equal segments of at most ``SEGMENT_BYTES`` so
+  that a segment moves on to the next step as soon as it is reduced (equal: a short last
+  segment would cost a whole message's latency for a few bytes).
 
 ``all_reduce`` is the drop-in for ``dist.all_reduce``; ``ring_all_reduce_flat`` the
 lower-level entry for a flat contiguous buffer and a resolved ProcessGroup.
@@ -105,8 +106,9 @@ class RingPlan:
         steps = 2 * (n - 1)
         while steps * -(-self.max_chunk // seg) >= _TAG_SPAN:
             seg *= 2
-        self.seg = seg
-        self.nseg = max(1, -(-self.max_chunk // seg))
+        nseg = max(1, -(-self.max_chunk // seg))
+        self.seg = max(1, -(-self.max_chunk // nseg))  # equal segments: no short last one
+        self.nseg = nseg
 
     def span(self, chunk: int, segment: int) -> tuple[int, int]:
         """``[start, end)`` of ``segment`` of ``chunk``; empty past the chunk's end."""

@@ -21,13 +21,20 @@ def test_segments_tile_every_chunk_once(numel: int, n: int) -> None:
     assert len(tags) == 2 * (n - 1) * plan.nseg and max(tags) < 1 << 16
 
 
-def test_a_chunk_is_cut_in_two_once_halves_are_large_enough() -> None:
+def test_a_chunk_is_cut_in_equal_segments_once_halves_are_large_enough() -> None:
     mib = 1 << 20
     assert ring.RingPlan(mib // 4 // 4, 2, 0, 4).nseg == 1  # 0.25 MB: 128 KB chunks
     four = ring.RingPlan(4 * mib // 4, 2, 0, 4)  # 4 MB: 2 MB chunks in two 1 MB segments
     assert (four.nseg, four.seg * 4) == (2, mib)
-    big = ring.RingPlan(100 * mib // 4, 2, 0, 4)  # capped by SEGMENT_BYTES
-    assert big.seg * 4 == ring.SEGMENT_BYTES and big.nseg == 13
+    big = ring.RingPlan(100 * mib // 4, 2, 0, 4)  # 50 MB chunks: 13 segments of <= 4 MB
+    assert big.nseg == 13 and big.seg * 4 <= ring.SEGMENT_BYTES
+    sizes = [big.span(0, j)[1] - big.span(0, j)[0] for j in range(big.nseg)]
+    assert sum(sizes) == big.bounds[1] and max(sizes) - min(sizes) < big.nseg  # none short
+    odd = ring.RingPlan(25 * mib // 4 + 7, 2, 1, 4)  # chunks of unequal length
+    for chunk in range(2):
+        spans = [odd.span(chunk, j) for j in range(odd.nseg)]
+        assert spans[0][0] == odd.bounds[chunk] and spans[-1][1] == odd.bounds[chunk + 1]
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
 
 
 def test_small_tensors_take_the_gather_ring_and_its_limit_shrinks_with_the_world() -> None:
