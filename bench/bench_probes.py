@@ -20,7 +20,9 @@ figures mean something only on a quiet machine.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -31,6 +33,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 RUN_DIR = tempfile.mkdtemp(prefix="ddpdoctor-bench-probes-")
+atexit.register(shutil.rmtree, RUN_DIR, ignore_errors=True)  # the scratch trace goes too
 os.environ["DDPDOCTOR_RUN_DIR"] = RUN_DIR
 os.environ.setdefault("RANK", "0")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -51,10 +52,16 @@ def measure(pairs: int = PAIRS) -> dict[str, tuple[float, float]]:
 
     names = [PLAIN, DOCTOR_TORCH, DOCTOR_RING]
     times: dict[str, list[float]] = {k: [] for k in names}
-    for i in range(pairs):
-        argvs = {PLAIN: plain, DOCTOR_TORCH: doctor("torch", i), DOCTOR_RING: doctor("ring", i)}
-        for name in names[i % 3:] + names[:i % 3]:
-            times[name].append(step_ms(argvs[name]))
+    try:
+        for i in range(pairs):
+            argvs = {PLAIN: plain, DOCTOR_TORCH: doctor("torch", i),
+                     DOCTOR_RING: doctor("ring", i)}
+            for name in names[i % 3:] + names[:i % 3]:
+                times[name].append(step_ms(argvs[name]))
+                for job_dir in runs.iterdir():  # each job's traces: ~20 MB
+                    shutil.rmtree(job_dir, ignore_errors=True)
+    finally:
+        shutil.rmtree(runs, ignore_errors=True)
     return {k: (statistics.median(v),
                 statistics.median(t / p for t, p in zip(v, times[PLAIN])))
             for k, v in times.items()}
