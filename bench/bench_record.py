@@ -46,13 +46,10 @@ def paired_difference(raw: Callable[[], object], recorded: Callable[[], object],
     run (other jobs, the VM's stall phases) cancels within a pair."""
     diffs = []
     for i in range(rounds):
-        if i % 2:
-            b = _round_us(recorded, n, time.perf_counter_ns)
-            a = _round_us(raw, n, time.perf_counter_ns)
-        else:
-            a = _round_us(raw, n, time.perf_counter_ns)
-            b = _round_us(recorded, n, time.perf_counter_ns)
-        diffs.append(b - a)
+        us = {}
+        for name in (("raw", "recorded") if i % 2 == 0 else ("recorded", "raw")):
+            us[name] = _round_us(raw if name == "raw" else recorded, n, time.perf_counter_ns)
+        diffs.append(us["recorded"] - us["raw"])
     return statistics.median(diffs)
 
 
@@ -100,15 +97,13 @@ def main() -> int:
         "wait raw": lambda: raw_wait(done_work),
         "wait patched": lambda: done_work.wait(),
     }, 20_000, clock=time.thread_time_ns)
-    wall_added = paired_difference(lambda: raw_all_reduce(t), lambda: dist.all_reduce(t),
-                                   1_000)
+    overhead = paired_difference(lambda: raw_all_reduce(t), lambda: dist.all_reduce(t), 1_000)
     calls_cpu = interleaved({
         "all_reduce raw": lambda: raw_all_reduce(t),
         "all_reduce recorded": lambda: dist.all_reduce(t),
     }, 4_000, clock=time.thread_time_ns)
     dist.destroy_process_group()
 
-    overhead = wall_added
     full = rec_only["all_reduce(t)"]
     rows = [
         ("recorder begin+end, 1 tensor (thread CPU)", rec_only["one tensor"]),
