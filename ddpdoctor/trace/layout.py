@@ -39,6 +39,18 @@ OFF_HEARTBEAT = 68
 OFF_LAST_SEQ = 76
 assert HEADER.size <= HEADER_SIZE
 
+# Loader progress, in the header after the fields above: LOADER_SLOTS slots, one per loader
+# epoch (the process's newest ones), each loader id, epoch, batches drawn and the wall time
+# of the last batch (ns).  The data probes count every batch here with one store and write
+# the BATCH records past an epoch's first batches in groups (runtime/batch_records.py), so
+# the table, not the records, says exactly how far a rank that hangs or is killed got.  A
+# slot whose batch count is <= 0 is empty (older traces have zeros here).
+OFF_LOADERS = 1024
+LOADER_SLOT = struct.Struct("<qqqq")
+LOADER_SLOTS = 32
+HEADER_USED = OFF_LOADERS + LOADER_SLOTS * LOADER_SLOT.size  # what a header copy must keep
+assert HEADER.size <= OFF_LOADERS and HEADER_USED <= HEADER_SIZE
+
 # Record: commit, kind, op, reduce_op, flags, group, seq, t_start, t_end, numel, peer,
 # aux, nbytes, parent, text.  text is "in_shapes|out_shapes|dtypes|callsite" for
 # collectives, with "|framework_site" appended when a framework frame made the call.

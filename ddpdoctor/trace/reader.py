@@ -9,7 +9,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ddpdoctor.trace import layout as L
 
@@ -19,6 +19,15 @@ MAX_META_LINE = 1 << 20
 
 class TraceError(Exception):
     """A trace file that cannot be read; the message says which file and why."""
+
+
+class LoaderCount(NamedTuple):
+    """One slot of a header's loader-progress table: how far a loader epoch got."""
+
+    loader: int
+    epoch: int
+    batches: int
+    t_last_ns: int  # wall time of its last batch drawn
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,7 @@ class TraceHeader:
     host: str
     run_id: str
     capacity: int
+    loaders: tuple[LoaderCount, ...] = ()  # the loader epochs counted in the header
 
 
 @dataclass(frozen=True)
@@ -148,7 +158,20 @@ def read_header(buf: bytes | mmap.mmap, path: Path) -> TraceHeader:
         heartbeat_ns=v["heartbeat_ns"], last_seq=v["last_seq"], started_ns=v["started_ns"],
         host=v["host"].rstrip(b"\0").decode("utf-8", "replace"),
         run_id=v["run_id"].rstrip(b"\0").decode("utf-8", "replace"), capacity=v["capacity"],
+        loaders=read_loader_counts(buf),
     )
+
+
+def read_loader_counts(buf: bytes | mmap.mmap) -> tuple[LoaderCount, ...]:
+    """The header's loader-progress slots that hold a count (none in a shorter header)."""
+    if len(buf) < L.HEADER_USED:
+        return ()
+    out = []
+    for i in range(L.LOADER_SLOTS):
+        slot = LoaderCount(*L.LOADER_SLOT.unpack_from(buf, L.OFF_LOADERS + i * L.LOADER_SLOT.size))
+        if slot.batches > 0:
+            out.append(slot)
+    return tuple(sorted(out, key=lambda c: (c.loader, c.epoch)))
 
 
 def decode_record(buf: bytes | mmap.mmap, off: int, index: int) -> TraceRecord | None:

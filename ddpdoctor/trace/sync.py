@@ -102,7 +102,7 @@ class RunDirDelta:
                 records.append([index, _b64(raw)])
         self.open[name] = still_open
         self.sent_count[name] = count
-        return {"name": name, "capacity": capacity, "header": _b64(head[:L.HEADER.size]),
+        return {"name": name, "capacity": capacity, "header": _b64(head[:L.HEADER_USED]),
                 "records": records}
 
     def _tail(self, name: str, path: Path) -> dict[str, Any] | None:
@@ -173,7 +173,7 @@ def _apply_ring(mirror: Path, ring: dict[str, Any]) -> None:
             if len(data) == L.RECORD_SIZE and isinstance(index, int) and index >= 0:
                 os.pwrite(fd, data, L.HEADER_SIZE + (index % capacity) * L.RECORD_SIZE)
         head = _unb64(ring["header"])
-        if head[:8] != L.MAGIC:
+        if head[:8] != L.MAGIC or len(head) > L.HEADER_SIZE:
             raise ValueError("not a trace header")
         os.pwrite(fd, head, 0)  # last: the count never runs ahead of the records
     finally:

@@ -135,6 +135,12 @@ class TraceWriter:
     def set_last_seq(self, seq: int) -> None:
         _I64.pack_into(self._map, L.OFF_LAST_SEQ, seq)
 
+    def loader_table(self) -> memoryview:
+        """The header's loader-progress slots as int64s, four a slot (loader, epoch,
+        batches, last batch ns; see ``layout.OFF_LOADERS``): the data probes count a batch
+        with one item store.  Writes through it land in the shared mapping at once."""
+        return memoryview(self._map)[L.OFF_LOADERS:L.HEADER_USED].cast("q")
+
     # -- meta log --------------------------------------------------------------------
     def meta(self, event: str, **fields: Any) -> None:
         """Append one JSON line ``{"event": ..., "t": ns, ...}``; one write(2), so it is

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ from ddpdoctor.analysis.detectors import duplicate, seeds, shuffle, straggler, u
 from ddpdoctor.analysis.load import rank_run
 from ddpdoctor.analysis.model import NS, JobView
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import RankTrace, TraceHeader, TraceRecord
+from ddpdoctor.trace.reader import LoaderCount, RankTrace, TraceHeader, TraceRecord
 
 MS = NS // 1000
 
@@ -35,12 +36,13 @@ def batch(i: int, epoch: int, idx: str, content: str, t: int = 0) -> TraceRecord
 
 
 def job(ranks: dict[int, dict[str, Any]], outcome: str = "completed") -> JobView:
-    """ranks: {rank: {"meta": [...], "records": [...], "step": n}}"""
+    """ranks: {rank: {"meta": [...], "records": [...], "step": n, "loaders": [LoaderCount]}}"""
     runs = {}
     for rank, spec in ranks.items():
         meta = [{"event": "group", "index": 0, "name": "0", "ranks": sorted(ranks)},
                 *spec.get("meta", [])]
-        trace = RankTrace(Path(f"/nonexistent/pid-{rank}.ring"), header(rank, spec.get("step", 0)),
+        head = replace(header(rank, spec.get("step", 0)), loaders=tuple(spec.get("loaders", ())))
+        trace = RankTrace(Path(f"/nonexistent/pid-{rank}.ring"), head,
                           list(spec.get("records", [])), meta)
         runs[rank] = rank_run(trace)
     return JobView([Path("/nonexistent")], runs, len(runs), 10**19, 60.0, False,
@@ -137,6 +139,20 @@ def test_uneven_counts_in_a_completed_job_are_info() -> None:
 def test_even_epochs_are_quiet() -> None:
     m = [epoch_start(0, 4), epoch_end(0, 4, "a")]
     assert uneven.detect(job({0: {"meta": m}, 1: {"meta": m}})) == []
+
+
+def test_the_header_count_outruns_held_back_batch_records() -> None:
+    # rank 0 ran out after 100 batches; rank 1 drew 101 (its header says so), but only
+    # 72 of its BATCH records reached the ring before it hung (the rest were held back)
+    m0 = [epoch_start(0, None), epoch_end(0, 100, "a")]
+    m1 = [epoch_start(0, None)]
+    held_back = {0: {"meta": m0, "records": [batch(i, 0, "-", "-") for i in range(100)]},
+                 1: {"meta": m1, "records": [batch(i, 0, "-", "-") for i in range(72)]}}
+    counted = {**held_back, 1: {**held_back[1], "loaders": [LoaderCount(0, 0, 101, 5)]}}
+    (f,) = uneven.detect(job(counted, outcome="hung"))
+    assert f.ranks == (0,) and f.evidence["batches"] == {"0": 100, "1": 101}
+    # the records alone do not show that rank 1 went past rank 0's end: no finding
+    assert uneven.detect(job(held_back, outcome="hung")) == []
 
 
 def test_predict_uneven_reads_a_live_run_dir(tmp_path: Path) -> None:

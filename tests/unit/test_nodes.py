@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from array import array
 
 import pytest
 
@@ -12,7 +13,7 @@ from ddpdoctor.analysis.load import load_job
 from ddpdoctor.analysis.model import NS, NodeFacts, Severity
 from ddpdoctor.rundir.nodes import NODE_FILE, node_dir
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import read_trace
+from ddpdoctor.trace.reader import LoaderCount, read_trace
 from ddpdoctor.trace.sync import RunDirDelta, apply_delta
 from ddpdoctor.trace.writer import TraceWriter
 from tests.unit import factory as f
@@ -104,12 +105,16 @@ def test_a_run_dir_copies_piece_by_piece(tmp_path):
     (src / "stacks").mkdir()
     (src / "run.json").write_text(json.dumps({"command": ["train.py"]}))
     w = _write_trace(src / "traces", 5)
+    table = w.loader_table()
+    table[4:8] = array("q", [7, 3, 41, 99])  # slot 1: loader 7's epoch 3 drew 41 batches
     delta = RunDirDelta(src)
     first = delta.collect()
     assert not apply_delta(mirror, json.loads(json.dumps(first)))  # JSON all the way
     copy = read_trace(mirror / "traces" / w.ring_path.name)
     assert [r.seq for r in copy.records] == [0, 1, 2, 3, 4] and copy.records[-1].open
     assert copy.header.rank == 2 and copy.groups()[0]["ranks"] == [0, 1, 2, 3]
+    assert copy.header.loaders == (LoaderCount(7, 3, 41, 99),)  # the header's batch counts
+    table.release()
     # the open call returns, three more come, a stack is written: only that is sent
     w.set_end(4, 2004)
     for i in range(5, 8):

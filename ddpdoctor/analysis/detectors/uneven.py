@@ -47,6 +47,7 @@ class EpochFacts:
     end: dict[str, Any] | None = None  # the loader_end event
     prints: list[tuple[int, str, str, int]] = field(default_factory=list)
     # (batch index, indices hex, contents hex, t ns) from the ring; "-" = not taken
+    counted: int = 0  # batches drawn, by the header's loader-progress table (exact)
 
     @property
     def predicted(self) -> int | None:
@@ -55,10 +56,11 @@ class EpochFacts:
 
     @property
     def ran(self) -> int:
-        """Batches drawn so far (all of them once the epoch ended)."""
+        """Batches drawn so far (all of them once the epoch ended).  The ring may lack
+        the latest BATCH records (the probes hold some back); the header's count does not."""
         if self.end is not None and isinstance(self.end.get("batches"), int):
             return self.end["batches"]
-        return max((p[0] for p in self.prints), default=-1) + 1
+        return max(self.counted, max((p[0] for p in self.prints), default=-1) + 1)
 
     @property
     def ended(self) -> bool:
@@ -103,6 +105,10 @@ def epochs_of(run: RankRun) -> dict[EpochKey, EpochFacts]:
             continue
         facts = out.setdefault((parsed[0], rec.aux), EpochFacts())
         facts.prints.append((rec.seq, parsed[1], parsed[2], rec.t_start))
+    for count in run.trace.header.loaders:
+        if count.loader >= 0:
+            facts = out.setdefault((count.loader, count.epoch), EpochFacts())
+            facts.counted = max(facts.counted, count.batches)
     return out
 
 
