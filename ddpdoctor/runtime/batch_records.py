@@ -53,8 +53,8 @@ def flush_held() -> None:
     an epoch ends or starts, the process exits)."""
     if not held:
         return
-    events = list(held)
-    held.clear()
+    events = held[:]
+    del held[:len(events)]  # not clear(): a batch another thread draws meanwhile stays
     rec = R._recorder
     if rec is None or not rec.enabled:
         return
