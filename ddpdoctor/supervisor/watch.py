@@ -95,8 +95,11 @@ class LiveRank:
         self.header = self.file.header()
         h = self.header
         cap = h.capacity
+        slots = min(cap, (len(buf) - L.HEADER_SIZE) // L.RECORD_SIZE)  # a truncated file
         start = max(self.read_upto, h.count - cap, h.count - MAX_NEW_PER_POLL)
         for index in range(start, h.count):
+            if index % cap >= slots:
+                continue
             off = L.HEADER_SIZE + (index % cap) * L.RECORD_SIZE
             if buf[off + 8] not in _WATCHED_KINDS:  # ring steps, batches: not matched live
                 continue
@@ -136,15 +139,21 @@ class LiveRank:
         lo = self.lo.get(group)
         if lo is None or seq < lo:
             self.lo[group] = lo = seq
-        while len(seqs) > WINDOW:
-            seqs.pop(lo, None)
-            lo += 1
-            while lo not in seqs and lo < self.hi[group]:
-                lo += 1
+        while len(seqs) > WINDOW:  # the next seq up, else the lowest kept (a damaged
+            seqs.pop(lo, None)  # seq far off must not cost a step per missing seq)
+            lo = lo + 1 if lo + 1 in seqs else min(seqs)
             self.lo[group] = lo
 
     def oldest_open(self) -> Call | None:
         return min(self.open.values(), key=lambda c: c.t_start) if self.open else None
+
+
+def _between(seqs: dict[int, Call], lo: int, hi: int) -> list[Call]:
+    """The calls of seqs lo..hi in order: by the range when it is the shorter (the usual
+    unverified tail), else by the window (a damaged seq far off makes the range huge)."""
+    if hi - lo < len(seqs):
+        return [seqs[q] for q in range(lo, hi + 1) if q in seqs]
+    return [seqs[q] for q in sorted(seqs) if lo <= q <= hi]
 
 
 class LiveJob:
@@ -264,14 +273,16 @@ class LiveJob:
             lo = max([self.verified.get(group, 0)] +
                      [ranks[r].lo[group] for r in holders if holders[r]])
             hi = max(ranks[r].hi[group] for r in holders if holders[r])
-            div = find_divergence({r: [seqs[q] for q in range(lo, hi + 1) if q in seqs]
-                                   for r, seqs in holders.items()}, group, lo)
+            div = find_divergence({r: _between(seqs, lo, hi) for r, seqs in holders.items()},
+                                  group, lo)
             if div is not None:
                 return div
-            for seq in range(lo, hi + 1):  # seqs every member recorded: never again
-                if sum(1 for seqs in holders.values() if seq in seqs) < len(members):
-                    break
-                self.verified[group] = seq + 1
+            seq = lo  # seqs every member recorded: never compared again
+            while seq <= hi and sum(1 for seqs in holders.values() if seq in seqs) >= \
+                    len(members):
+                seq += 1
+            if seq > lo:
+                self.verified[group] = seq
         return None
 
     def abandoned(self) -> tuple[LiveRank, Call, list[int]] | None:

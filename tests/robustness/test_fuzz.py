@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ddpdoctor.cli import main as cli_main
@@ -345,6 +345,8 @@ def _poll_live(run_dir: Path) -> None:
 
 @FUZZ
 @given(mutations=MUTATIONS, capacity=CAPACITY)
+@example(mutations=[("truncate", 0, 4105)], capacity=16)  # a ring shorter than one record
+@example(mutations=[("bytes", 0, 4375, b"\x7f")], capacity=16)  # a seq far off (2**62)
 def test_live_reader_survives_damaged_traces(mutations, capacity):
     with damaged_job(mutations, capacity) as run_dir:
         _poll_live(run_dir)
