@@ -389,4 +389,3 @@ def install() -> None:
     if os.register_at_fork is not None:
         os.register_at_fork(after_in_child=fetch_probes.after_fork)
         os.register_at_fork(after_in_child=B.after_fork)
-
