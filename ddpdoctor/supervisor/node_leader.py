@@ -138,21 +138,23 @@ class NodeLeader:
                 abs(view.skew_ns - view.written_skew) > SKEW_CHANGE_NS or item.get("done"):
             self._write_node(view, mirror)
 
-    def _write_node(self, view: NodeView, mirror: Path) -> None:
+    def _write_node(self, view: NodeView, mirror: Path, lost: bool | None = None) -> None:
         mirror.mkdir(parents=True, exist_ok=True)
         view.written_skew = view.skew_ns
         write_json_atomic(mirror / NODE_FILE, {
             "node": view.node, "host": view.host, "clock_skew_ns": view.skew_ns,
-            "lost": view.lost, "lost_at_ns": view.lost_at_ns, "done": view.done,
+            "lost": view.lost if lost is None else lost, "lost_at_ns": view.lost_at_ns,
+            "done": view.done,
             "exit_code": view.exit_code, "attempt": view.attempt})
 
     def _lose(self, view: NodeView) -> None:
-        view.lost, view.lost_at_ns = True, time.time_ns()
-        self._write_node(view, node_dir(self.run_dir_of(view.attempt), view.node))
+        view.lost_at_ns = time.time_ns()
+        self._write_node(view, node_dir(self.run_dir_of(view.attempt), view.node), lost=True)
         ranks = f" (ranks {', '.join(map(str, sorted(view.ranks)))})" if view.ranks else ""
         self.say(f"lost contact with node {view.node} (host {view.host or '?'}){ranks}: no "
                  f"message for {self.lost_after_s:.0f} s; its ranks are unreachable", "red")
         self.log("node_lost", node=view.node, host=view.host, ranks=sorted(view.ranks))
+        view.lost = True  # last: whoever sees the node lost finds its node.json saying so
 
     def members(self) -> list[str]:
         """The nodes in the job now: node 0 and every other node not lost."""
