@@ -21,6 +21,9 @@ class TraceError(Exception):
     """A trace file that cannot be read; the message says which file and why."""
 
 
+_LOADER_TABLE = struct.Struct(f"<{L.LOADER_SLOTS * 4}q")
+
+
 class LoaderCount(NamedTuple):
     """One slot of a header's loader-progress table: how far a loader epoch got."""
 
@@ -166,11 +169,8 @@ def read_loader_counts(buf: bytes | mmap.mmap) -> tuple[LoaderCount, ...]:
     """The header's loader-progress slots that hold a count (none in a shorter header)."""
     if len(buf) < L.HEADER_USED:
         return ()
-    out = []
-    for i in range(L.LOADER_SLOTS):
-        slot = LoaderCount(*L.LOADER_SLOT.unpack_from(buf, L.OFF_LOADERS + i * L.LOADER_SLOT.size))
-        if slot.batches > 0:
-            out.append(slot)
+    v = _LOADER_TABLE.unpack_from(buf, L.OFF_LOADERS)  # one call: read at every poll
+    out = [LoaderCount(*v[i:i + 4]) for i in range(0, len(v), 4) if v[i + 2] > 0]
     return tuple(sorted(out, key=lambda c: (c.loader, c.epoch)))
 
 
