@@ -144,8 +144,7 @@ class NodeLeader:
         write_json_atomic(mirror / NODE_FILE, {
             "node": view.node, "host": view.host, "clock_skew_ns": view.skew_ns,
             "lost": view.lost if lost is None else lost, "lost_at_ns": view.lost_at_ns,
-            "done": view.done,
-            "exit_code": view.exit_code, "attempt": view.attempt})
+            "done": view.done, "exit_code": view.exit_code, "attempt": view.attempt})
 
     def _lose(self, view: NodeView) -> None:
         view.lost_at_ns = time.time_ns()
