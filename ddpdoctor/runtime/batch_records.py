@@ -15,7 +15,6 @@ from ddpdoctor.trace import layout as L
 
 HOLD = 64  # held BATCH records written together
 _BATCH = int(L.RecordKind.BATCH)
-_OP_BATCH = L.OP_CODES["batch"]
 
 held: list[tuple[int, int, int, int, str, int | None]] = []  # BATCH records not yet written
 _table_of: tuple[R.Recorder, memoryview] | None = None  # the recorder's loader-progress table
@@ -56,16 +55,15 @@ def flush_held() -> None:
     events = held[:]
     del held[:len(events)]  # not clear(): a batch another thread draws meanwhile stays
     rec = R._recorder
-    if rec is None or not rec.enabled:
+    if rec is None:
         return
-    try:
-        append, size = rec.writer.append, L.TEXT_SIZE
-        for i, epoch, numel, t, prefix, fi in events:
-            text = prefix + ("-:-" if fi is None else f"{fi:016x}:-")
-            append(_BATCH, _OP_BATCH, 0, 0, 0, i, t, t, numel, -1, epoch, 0, -1,
-                   text.encode()[:size])
-    except Exception as e:  # noqa: BLE001 - a recorder bug must not reach the job
-        rec.fail("held batch records", e)
+    for i, epoch, numel, t, prefix, fi in events:
+        rec.mark("batch", i, epoch, numel, batch_text(prefix, fi), _BATCH, t)
+
+
+def batch_text(prefix: str, fi: int | None) -> str:
+    """A BATCH record's text without a contents fingerprint: ``|||<loader>:<indices>:-``."""
+    return prefix + ("-:-" if fi is None else f"{fi:016x}:-")
 
 
 def after_fork() -> None:

@@ -205,8 +205,7 @@ def _on_batch(it: Any, data: Any) -> None:
         if fi is None:
             size = batch_size(data)
         if i < FIRST_FPS:  # an epoch's first batches go out at once (the order's prints)
-            rec.mark("batch", i, ep.epoch, size, ep.prefix + (
-                "-:-" if fi is None else f"{fi:016x}:-"), _BATCH)
+            rec.mark("batch", i, ep.epoch, size, B.batch_text(ep.prefix, fi), _BATCH)
         else:
             held = B.held
             held.append((i, ep.epoch, size, now, ep.prefix, fi))

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ddpdoctor.analysis.detectors.uneven import epochs_of
+from ddpdoctor.analysis.detectors.loader_epochs import epochs_of
 from ddpdoctor.analysis.load import rank_run
 from ddpdoctor.runtime import batch_records
 from ddpdoctor.trace import layout as L

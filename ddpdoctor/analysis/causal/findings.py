@@ -143,7 +143,7 @@ def _steps_reached(s: RankState) -> int:
 def _loader_fed(job: JobView, rank: int) -> bool:
     """Did the rank draw its batches from a recorded DataLoader?  Then its batch counts are
     known (uneven.py compares them) and the step counter says nothing more."""
-    from ddpdoctor.analysis.detectors.uneven import epochs_of
+    from ddpdoctor.analysis.detectors.loader_epochs import epochs_of
 
     run = job.ranks.get(rank)
     return run is not None and bool(epochs_of(run))

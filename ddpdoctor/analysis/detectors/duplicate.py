@@ -10,8 +10,8 @@ Random augmentation that differs per rank hides duplicates (a miss, never a fals
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.detectors.uneven import (EpochFacts, job_epochs, loader_name,
-                                                 rank_list, trained)
+from ddpdoctor.analysis.detectors.loader_epochs import (EpochFacts, job_epochs, loader_name,
+                                                        rank_list, trained)
 from ddpdoctor.analysis.model import Finding, JobView, Severity
 
 MIN_BATCHES = 2
