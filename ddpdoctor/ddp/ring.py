@@ -5,7 +5,7 @@ own I/O thread; never ``torch.distributed.send``, so the runtime that records th
 user's point-to-point calls does not see them; each one is recorded as a ring step of
 the collective that owns it instead):
 
-- the gather ring, for small tensors (``uses_gather``; on two ranks up to 8 MB): in
+- the gather ring, for small tensors (``uses_gather``; on two ranks up to 16 MB): in
   ``n - 1`` steps every rank passes the whole tensor it last received (its own first) to
   its right neighbour, one message a step, then reduces the ``n`` tensors in rank order,
   the same operations on every rank, so the same bits everywhere.  Half the steps of the
@@ -38,8 +38,9 @@ from ddpdoctor.runtime import recorder
 SEGMENT_BYTES = int(os.environ.get("DDPDOCTOR_RING_SEGMENT_BYTES", 4 << 20))
 # Tensors up to this size, on two ranks, take the gather ring (n - 1 steps of one whole
 # tensor) instead of reduce-scatter + all-gather (2 (n - 1) steps of segmented chunks):
-# each message's latency (thread hand-offs), not the bytes, is the cost up to several MB.
-GATHER_BYTES = int(os.environ.get("DDPDOCTOR_RING_GATHER_BYTES", 8 << 20))
+# each message's latency (thread hand-offs), not the bytes, is the cost up to several MB,
+# and inside a DDP step (backward on the same cores) up to 16 MB (bench/README.md).
+GATHER_BYTES = int(os.environ.get("DDPDOCTOR_RING_GATHER_BYTES", 16 << 20))
 MIN_SPLIT_BYTES = 256 << 10  # chunks below twice this travel as one segment
 TAG_BASE = 1 << 30  # far above the tags users pick, below gloo's 2**31 limit
 _TAG_CALLS = 256  # calls whose tags differ before they repeat

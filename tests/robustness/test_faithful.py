@@ -24,13 +24,19 @@ def _params(out: Path) -> list[np.ndarray]:
 
 
 def _baseline(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
+    """The job under plain torchrun.  Tried twice: gloo itself now and then aborts a rank
+    (SIGABRT) that tears its connections down right after a barrier (pytorch/gloo#155),
+    with or without ddpdoctor, and this test is about the doctored job."""
     out = tmp_path / "plain"
     out.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-port", str(free_port()), str(TRAIN)],
-        env={**os.environ, **env, "OUT_DIR": str(out)}, capture_output=True, text=True,
-        timeout=180, check=False)
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+             "--master-port", str(free_port()), str(TRAIN)],
+            env={**os.environ, **env, "OUT_DIR": str(out)}, capture_output=True, text=True,
+            timeout=180, check=False)
+        if "(SIGABRT)" not in done.stderr:
+            break
     return done, out
 
 
