@@ -10,7 +10,7 @@ import ignite.distributed as idist
 import torch
 from ignite.engine import create_supervised_trainer
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 
 def training(local_rank: int, out: str) -> None:
