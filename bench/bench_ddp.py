@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ddpdoctor.ddp.wrapper import DistributedDataParallel as RingDDP  # noqa: E402
 from spawn_job import run_ranks  # noqa: E402
 
-MODELS = {"mlp3x1024": (3, 1024, 3), "mlp6x2048": (6, 2048, 1)}  # layers, width, steps x
+MODELS = {"mlp3x1024": (3, 1024, 3), "mlp6x2048": (6, 2048, 1)}  # layers, width, x --steps
 WARMUP = 3
 
 
