@@ -8,6 +8,7 @@ POLL_S) and writes ``torch._C._distributed_c10d._dump_fr_trace_json`` when it ch
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -18,6 +19,21 @@ from ddpdoctor.trace import fr_files
 
 POLL_S = 0.5
 _started = False
+BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
+
+
+def check_buffer_env() -> None:
+    """Say once when TORCH_FR_BUFFER_SIZE is set to what torch cannot read as a number: torch
+    2.13's gloo then hangs or aborts creating the process group (the variable is left as
+    set: the job runs as it would without ddpdoctor)."""
+    value = os.environ.get(BUFFER_ENV)
+    if value is None or re.match(r"\s*[+-]?\d", value):
+        return
+    from ddpdoctor.runtime.notices import notice
+
+    notice(f"{BUFFER_ENV}={value!r} is not an integer: torch 2.13's gloo process group hangs "
+           "or aborts (SIGABRT) while it is created with such a value; set a number (0 turns the "
+           "flight recorder off)")
 
 
 def _mtime(path: Path) -> float | None:

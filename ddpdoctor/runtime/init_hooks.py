@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any, Callable
 
+from ddpdoctor.runtime import fr_dump
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.trace import layout as L
 
@@ -143,6 +144,10 @@ def _wrap_init(fn: Callable) -> Callable:
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         rec, handle = _open_mark(_OP_INIT, 0, 0)
         _identity_before_init(rec, kwargs)
+        try:
+            fr_dump.check_buffer_env()
+        except Exception:  # noqa: BLE001 - a check must never break the call
+            pass
         try:
             result = fn(*args, **kwargs)
         except BaseException:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -12,13 +13,16 @@ _lock = threading.Lock()
 
 
 def _console_rank() -> bool:
-    """Print on one rank only (rank 0, or a process outside any process group)."""
+    """Print on one rank only (rank 0, or a process outside any process group; before
+    init_process_group, the rank its launcher gave it in RANK)."""
     try:
         import torch.distributed as dist
 
-        return not dist.is_initialized() or dist.get_rank() == 0
+        if dist.is_initialized():
+            return dist.get_rank() == 0
     except (ImportError, RuntimeError, ValueError):
         return True
+    return os.environ.get("RANK", "0").strip() in ("0", "")
 
 
 def notice(text: str, **fields: object) -> None:

@@ -47,3 +47,23 @@ def test_trace_before_init_and_rendezvous_marks(doctor, form):
     # rank 1 arrived a second late: rank 0's init waited for it
     late, early = marks(traces[1], "init")[0], marks(traces[0], "init")[0]
     assert early.t_start < late.t_start <= early.t_end
+
+
+def test_a_flight_recorder_size_torch_cannot_parse_is_noticed_and_its_stall_named(doctor):
+    """TORCH_FR_BUFFER_SIZE=abc: torch 2.13's gloo hangs (or, racing, aborts) while it
+    creates the process group.  ddpdoctor leaves the variable as set, says so in a notice,
+    and a hang inside init on every rank is a stalled_call naming them all."""
+    run = doctor(["run", "--hang-timeout", "8", "--nproc-per-node", "2",
+                  str(JOBS / "collectives.py")], env={"TORCH_FR_BUFFER_SIZE": "abc"})
+    assert run.returncode in (1, 124), run.stderr[-3000:]
+    assert run.stderr.count("notice: TORCH_FR_BUFFER_SIZE='abc' is not an integer") == 1
+    report = run.report
+    assert any("TORCH_FR_BUFFER_SIZE" in n["text"] and n["ranks"] == [0, 1]
+               for n in report["notices"])
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    if report["outcome"] == "hung":
+        assert run.returncode == 124
+        assert errors[0]["kind"] == "stalled_call" and errors[0]["ranks"] == [0, 1]
+        assert "collectives.py:19" in errors[0]["summary"]
+    else:  # the abort: each rank's SIGABRT in init, said as it happened
+        assert errors and errors[0]["kind"] == "rank_failed"

@@ -332,3 +332,26 @@ def test_a_rank_that_returned_then_got_the_launchers_sigterm_exited_cleanly() ->
     errs = errors(found)
     assert errs and errs[0].ranks == (1,), found
     assert not [f for f in found if f.kind == "rank_failed" and 1 in f.ranks]
+
+
+def test_every_rank_inside_init_with_none_missing_is_a_stalled_call(tmp_path) -> None:
+    src = tmp_path / "train.py"
+    src.write_text("\n" * 3 + "dist.init_process_group('gloo')\n")
+    note = {"event": "notice", "text": "TORCH_FR_BUFFER_SIZE='' is not an integer"}
+    runs = [rank(r, [mark("init", t=1, dur=None)], L.RankState.STARTING, init=False,
+                 stack=[frame(str(src), 4, "<module>")], meta=[note]) for r in (0, 1)]
+    found = check(job(runs), (0, 1), set(), "stalled_call")
+    assert "every rank (2) is inside init_process_group at train.py:4" in found[0].summary
+    assert "TORCH_FR_BUFFER_SIZE" in found[0].detail
+    verdict = hang_verdict(job(runs, outcome=None, live=True), 5.0)
+    assert verdict is not None and "every rank is inside it" in verdict.message
+    assert "?" not in verdict.message
+    assert not errors(analyze(job(runs, outcome="failed"), []))  # only a hung job stalls
+
+
+def test_every_rank_inside_the_same_collective_is_a_stalled_call() -> None:
+    runs = [rank(r, steps(3) + [rec(3, t=4, dur=None)]) for r in (0, 1, 2)]
+    found = check(job(runs), (0, 1, 2), set(), "stalled_call")
+    assert found[0].seq == 3 and "all_reduce #3 on group 0" in found[0].summary
+    late = [rank(0, steps(3) + [rec(3, t=4, dur=None)]), rank(1, steps(3))]
+    assert check(job(late), (1,), {0})[0].kind == "missing_collective"

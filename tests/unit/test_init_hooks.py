@@ -119,3 +119,29 @@ def test_init_arguments_name_the_rank_before_the_rendezvous(fresh_recorder, monk
     assert seen == {"rank": 2, "world": 3, "open": True}
     [mark] = only_trace(fresh_recorder).records
     assert mark.op == "init" and mark.t_end > 0 and mark.flags & L.RecordFlag.FAILED
+
+
+@pytest.mark.parametrize("value,said", [("", True), ("abc", True), (" ", True),
+                                        ("2000", False), (" 7", False), ("-1", False),
+                                        ("5x", False), (None, False)])
+def test_a_flight_recorder_size_torch_cannot_parse_is_said(monkeypatch, capsys, value,
+                                                          said) -> None:
+    """torch 2.13's gloo hangs or aborts in init_process_group when TORCH_FR_BUFFER_SIZE
+    does not start with an integer (std::stoi throws); "5x" and " 7" parse."""
+    from ddpdoctor.runtime import fr_dump, notices
+
+    monkeypatch.setattr(notices, "_said", set())
+    monkeypatch.setenv("RANK", "0")
+    if value is None:
+        monkeypatch.delenv(fr_dump.BUFFER_ENV, raising=False)
+    else:
+        monkeypatch.setenv(fr_dump.BUFFER_ENV, value)
+    fr_dump.check_buffer_env()
+    err = capsys.readouterr().err
+    assert ("is not an integer" in err) is said, err
+    if said:
+        assert f"TORCH_FR_BUFFER_SIZE={value!r}" in err
+        monkeypatch.setenv("RANK", "1")
+        monkeypatch.setattr(notices, "_said", set())
+        fr_dump.check_buffer_env()
+        assert capsys.readouterr().err == ""  # one rank says it on the console

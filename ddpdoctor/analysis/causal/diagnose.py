@@ -229,15 +229,16 @@ def _finished(dead: RankState, states: dict[int, RankState], waits: list[Wait]) 
 
 
 def _stalled(job: JobView, states: dict[int, RankState]) -> Finding | None:
-    """Every member inside the same collective and none returns: the ring step that never
-    completed (the DDP ring records its sends and receives)."""
-    from ddpdoctor.analysis.causal.ring import stalled_ring
+    """Every member inside the same call and none returns: the ring step that never
+    completed (the DDP ring records its sends and receives), else the call itself."""
+    from ddpdoctor.analysis.causal.stall import stalled_call, stalled_ring
 
+    if job.live and job.outcome is None:
+        return None
     blocked = {r: s.call for r, s in states.items()
                if s.kind == StateKind.BLOCKED and s.call is not None}
-    if not blocked or (job.live and job.outcome is None):
-        return None
-    return stalled_ring(job, blocked, states)  # type: ignore[arg-type]
+    ring = stalled_ring(job, blocked, states) if blocked else None  # type: ignore[arg-type]
+    return ring if ring is not None else stalled_call(job, states)
 
 
 def _assemble(roots: list[Finding], consequences: list[tuple[Finding, int]],

@@ -87,7 +87,8 @@ def wait_text(w: Wait, call: Call | None) -> str:
         ("init_process_group" if w.op == "init" else w.op)
     site = f" at {call.where().partition(' at ')[2]}" if call is not None else ""
     group = f" on group {w.group}" if w.group not in ("0", "rendezvous") else ""
-    return f"rank {w.rank} waits for {ranks_text(w.waits_for)} in {what}{group}{site}"
+    whom = f" for {ranks_text(w.waits_for)}" if w.waits_for else ""
+    return f"rank {w.rank} waits{whom} in {what}{group}{site}"
 
 
 def absent_rank(job: JobView, target: RankState, waits: list[Wait],

@@ -65,6 +65,8 @@ def judge(job: JobView, hang_timeout: float) -> HangVerdict | Straggling | None:
         msg = f"{wait_text(w, states[w.rank].call)} for {waited:.1f} s"
         if absent:
             msg += f"; {ranks_text(absent)} made no progress"
+        elif len(hopeless) == len(states) > 1:
+            msg += "; every rank is inside it"
         return HangVerdict(msg, tuple(hopeless), tuple(absent))
     if behind:
         parts = []
