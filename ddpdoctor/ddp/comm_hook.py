@@ -11,7 +11,8 @@ index in ``aux``):
   communication thread; the hook returns a Future that the thread completes, so backward
   goes on while a bucket travels.  Each ring send/recv is a sub-record of the bucket.
 - ``HookMode.ALLREDUCE``: the sum is the group's own all-reduce (``--ddp torch``, and where
-  the ring cannot run: other backends, GPU tensors).
+  the ring cannot run: other backends, GPU tensors); CPU buckets are completed at the
+  round's last bucket on the backward's thread (deferred.py).
 
 torch allows one hook per reducer, and ours is already there when the user registers
 theirs: ``register_user_hook`` then keeps torch's bookkeeping and makes our hook call
@@ -31,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from ddpdoctor.ddp import ring as R
+from ddpdoctor.ddp.deferred import Deferred
 from ddpdoctor.runtime import recorder
 from ddpdoctor.runtime.notices import notice
 from ddpdoctor.trace import layout as L
@@ -55,6 +57,7 @@ class HookState:
         self.mode = mode
         self.ddp = weakref.ref(ddp)
         self.user: tuple[Callable, object] | None = None  # (hook, state)
+        self.deferred = Deferred(_end)  # ALLREDUCE mode's launched CPU buckets
 
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("ddpdoctor's DDP hook state is not picklable (it is never stored "
@@ -97,6 +100,8 @@ def ddpdoctor_comm_hook(state: HookState, bucket: dist.GradBucket
     except BaseException:
         _end(handle, failed=True)
         raise
+    if buf.device.type == "cpu":  # completed on this thread at the last bucket (deferred.py)
+        return state.deferred.launch(work, buf, handle, bucket.index(), bucket.is_last())
     return work.get_future().then(functools.partial(_first_tensor, handle))
 
 

@@ -174,6 +174,24 @@ def _ring_hooked(ddp: nn.Module) -> bool:
             and state.mode is comm_hook.HookMode.RING and state.user is None)
 
 
+class _AllReduceHooked(nn.parallel.DistributedDataParallel):
+    """torch's DDP as `ddpdoctor run --ddp torch` has it: each bucket through ddpdoctor's
+    hook and the group's own all-reduce (CPU buckets completed at the last bucket)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        from ddpdoctor.ddp import comm_hook
+
+        super().__init__(*args, **kwargs)
+        comm_hook.attach(self, comm_hook.HookMode.ALLREDUCE)
+
+
+def _hooked(ddp: nn.Module, mode: str) -> bool:
+    from ddpdoctor.ddp import comm_hook
+
+    state = comm_hook.state_of(ddp)
+    return state is not None and state.mode is comm_hook.HookMode[mode] and state.user is None
+
+
 def _grads_match(a: nn.Module, b: nn.Module) -> bool:
     """Same parameters have (or lack) a grad after the last step."""
     return [p.grad is None for p in a.parameters()] == [p.grad is None for p in b.parameters()]
@@ -190,11 +208,16 @@ def equivalence_job(rank: int, world: int, port: int, out_dir: str, cases: list[
         torch.manual_seed(rank)  # different on every rank: DDP's broadcast must fix it
         model = CASES[case][0]()
         twin = copy.deepcopy(model)
+        third = copy.deepcopy(model)
         ours = _train(ddpdoctor.DistributedDataParallel, case, rank, model)
         theirs = _train(nn.parallel.DistributedDataParallel, case, rank, twin)
+        hooked = _train(_AllReduceHooked, case, rank, third)  # --ddp torch
         results[case] = {"diff": _max_diff(ours, theirs),
                          "grads_match": _grads_match(ours, theirs),
-                         "ours_is_ddpdoctor": _ring_hooked(ours)}
+                         "ours_is_ddpdoctor": _ring_hooked(ours),
+                         "torch_mode_diff": _max_diff(hooked, theirs),
+                         "torch_mode_grads_match": _grads_match(hooked, theirs),
+                         "torch_mode_hooked": _hooked(hooked, "ALLREDUCE")}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     dist.barrier()
     dist.destroy_process_group()
@@ -236,6 +259,10 @@ def test_trains_like_torch_ddp(case: str, world: int,
         assert r["ours_is_ddpdoctor"], "ddpdoctor fell back to torch's DDP"
         assert r["diff"] <= TOL, f"rank {rank}: parameters differ by {r['diff']:.3g}"
         assert r["grads_match"], f"rank {rank}: .grad is None on different parameters"
+        assert r["torch_mode_hooked"], "--ddp torch: ddpdoctor's hook is not on the reducer"
+        assert r["torch_mode_diff"] <= TOL, \
+            f"rank {rank}, --ddp torch: parameters differ by {r['torch_mode_diff']:.3g}"
+        assert r["torch_mode_grads_match"], f"rank {rank}, --ddp torch: .grad differ"
 
 
 # -- behaviour beyond the numbers ------------------------------------------------------
@@ -245,13 +272,16 @@ def behaviour_job(rank: int, world: int, port: int, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     res: dict[str, Any] = {}
-    model = ddpdoctor.DistributedDataParallel(Unused())  # find_unused_parameters=False
-    _loss(model(_batch("mlp", rank, 0))).backward()  # 'never' gets no grad
-    try:
-        model(_batch("mlp", rank, 1))
-        res["error"] = ""
-    except RuntimeError as e:
-        res["error"] = str(e)
+    for name, cls in (("error", ddpdoctor.DistributedDataParallel),
+                      ("torch_mode_error", _AllReduceHooked)):
+        model = cls(Unused(), bucket_cap_mb=0.0001)  # find_unused_parameters=False
+        _loss(model(_batch("mlp", rank, 0))).backward()  # 'never' gets no grad
+        torch.optim.SGD(model.parameters(), lr=0.1).step()  # settles the open round
+        try:
+            model(_batch("mlp", rank, 1))
+            res[name] = ""
+        except RuntimeError as e:
+            res[name] = str(e)
     from ddpdoctor.ddp import swap as ddp_swap
 
     torch_cls = nn.parallel.DistributedDataParallel
@@ -280,9 +310,10 @@ def test_missing_find_unused_parameters_raises_torchs_error(tmp_path: Path) -> N
     run_job(behaviour_job, 2, str(tmp_path))
     for r in range(2):
         res = json.loads((tmp_path / f"rank{r}.json").read_text())
-        assert "Expected to have finished reduction in the prior iteration" in res["error"]
-        assert "find_unused_parameters=True" in res["error"]
-        assert f"did not receive grad for rank {r}: " in res["error"]
+        for name in ("error", "torch_mode_error"):
+            assert "Expected to have finished reduction in the prior iteration" in res[name]
+            assert "find_unused_parameters=True" in res[name]
+            assert f"did not receive grad for rank {r}: " in res[name]
         assert res["state_keys"] == ["module.a.weight", "module.a.bias", "module.b.weight",
                                      "module.b.bias", "module.c.weight", "module.c.bias"]
         assert res["isinstance"] and res["torch_isinstance"] and res["forward_same"]

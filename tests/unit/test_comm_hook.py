@@ -93,3 +93,61 @@ def test_a_notice_is_said_once(capsys) -> None:
     notices.notice(text)
     notices.notice(text)
     assert capsys.readouterr().err.count(f"ddpdoctor: notice: {text}") == 1
+
+
+class _ThreeLayers(nn.Module):
+    def __init__(self, skip_middle: bool = False):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(4, 64), nn.Linear(64, 64), nn.Linear(64, 64)
+        self.skip_middle = skip_middle
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.a(x))
+        return self.c(h if self.skip_middle else torch.relu(self.b(h)))
+
+
+def _torch_mode(model: nn.Module) -> nn.Module:
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)  # a bucket a layer
+    comm_hook.attach(ddp, comm_hook.HookMode.ALLREDUCE)
+    return ddp
+
+
+def test_torch_mode_completes_every_bucket_at_the_last_one(group) -> None:
+    """--ddp torch: CPU buckets' futures are completed by the last bucket's hook, on the
+    backward's thread; the gradients are torch's."""
+    torch.manual_seed(0)
+    ddp = _torch_mode(_ThreeLayers())
+    twin = nn.parallel.DistributedDataParallel(copy.deepcopy(ddp.module), bucket_cap_mb=0.01)
+    state = comm_hook.state_of(ddp)
+    launched = []
+    real_launch = state.deferred.launch
+    state.deferred.launch = lambda *a: launched.append(a[3:]) or real_launch(*a)
+    for _ in range(2):  # torch rebuilds the buckets after the first step: 3 from then on
+        launched.clear()
+        for model in (ddp, twin):
+            model.zero_grad()
+            model(torch.ones(3, 4)).sum().backward()
+    assert len(launched) == 3 and launched[-1][1] and not any(last for _, last in launched[:-1])
+    assert state.deferred._entries == []
+    for mine, theirs in zip(ddp.parameters(), twin.parameters()):
+        assert torch.equal(mine.grad, theirs.grad)
+
+
+def test_a_round_whose_last_bucket_never_comes_is_settled_at_the_optimizer_step(group) -> None:
+    """An unused parameter without find_unused_parameters: the reducer never launches the
+    buckets from it on; those it launched are completed (their records ended) at the next
+    optimizer step, and torch raises its own error at the next forward."""
+    ddp = _torch_mode(_ThreeLayers())
+    ddp(torch.ones(3, 4)).sum().backward()  # torch rebuilds the buckets after this step
+    ddp.module.skip_middle = True
+    state = comm_hook.state_of(ddp)
+    ended = []
+    state.deferred._end = lambda handle, failed=False: ended.append(failed)
+    ddp(torch.ones(3, 4)).sum().backward()
+    pending = list(state.deferred._entries)
+    assert pending and not any(e.fut.done() for e in pending)
+    torch.optim.SGD(ddp.parameters(), lr=0.1).step()
+    assert state.deferred._entries == [] and ended == [False] * len(pending)
+    assert all(e.fut.done() for e in pending)
+    with pytest.raises(RuntimeError, match="Expected to have finished reduction"):
+        ddp(torch.ones(3, 4))
