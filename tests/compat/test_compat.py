@@ -56,8 +56,12 @@ _plain: dict[str, list[dict]] = {}
 def plain_run(job: str, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     if job not in _plain:
         out = tmp_path_factory.mktemp(f"plain_{job}")
-        proc = subprocess.run(command(job, out), cwd=out, capture_output=True, text=True,
-                              timeout=400, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        for _ in range(2):  # gloo itself now and then aborts a rank at teardown (SIGABRT,
+            # pytorch/gloo#155), with or without ddpdoctor: this test is about the doctored job
+            proc = subprocess.run(command(job, out), cwd=out, capture_output=True, text=True,
+                                  timeout=400, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            if "SIGABRT" not in proc.stderr and proc.returncode != -6:
+                break
         assert proc.returncode == 0, proc.stderr[-3000:]
         _plain[job] = load(out)
     return _plain[job]
