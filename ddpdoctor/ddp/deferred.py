@@ -60,7 +60,8 @@ class Deferred:
     def settle(self, wait: bool) -> None:
         """Complete the launched buckets in order: all of them (waiting) when ``wait``, else
         those done, the others on gloo's thread when they are.  After a failure the rest
-        fail with it (the reducer raises the first failure; torch waits for no more)."""
+        fail with it, and when waiting it is raised: from the last bucket's hook, backward
+        raises the group's own error, as under torch's C++ hook."""
         entries, self._entries = self._entries, []
         failure: BaseException | None = None
         for e in entries:
@@ -71,6 +72,8 @@ class Deferred:
             else:
                 e.work.get_future().then(  # type: ignore[attr-defined]
                     functools.partial(self._complete_later, e))
+        if failure is not None and wait:
+            raise failure
 
     def _complete(self, e: _Entry) -> BaseException | None:
         try:

@@ -96,3 +96,22 @@ def test_fixed_twin_runs_clean(doctor, bug):
     serious = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
     assert serious == [], f"{bug.name} fixed: {describe(serious)}"
     assert report["world_size"] == bug.nproc
+
+
+DDP_TORCH_BUGS = ("early_stop_per_rank", "unused_parameters")
+
+
+@pytest.mark.parametrize("name", DDP_TORCH_BUGS)
+def test_bug_under_ddp_torch_is_named_and_raises_torchs_own_error(doctor, name):
+    """--ddp torch (ddpdoctor's hook on torch's reducer, buckets completed at the last one):
+    the same culprit, and the waiting rank's error as torch's C++ hook raises it."""
+    [bug] = [b for b in bugs.CATALOGUE if b.name == name]
+    args = ["run", "--ddp", "torch", "--hang-timeout", str(bug.hang_timeout),
+            *bugs.job_command(bug, False)]
+    run = doctor(args, cwd=SAMPLE_BUGS, timeout=300)
+    findings = run.report["findings"]
+    assert any(f["kind"] == bug.finding_kind and sorted(f["ranks"]) == sorted(bug.culprit_ranks)
+               for f in findings), describe(findings)
+    check_root_cause_first(bug, findings)
+    for text in ("Unable to cast", "Got the following error when running the callback"):
+        assert text not in run.stderr, run.stderr[-3000:]

@@ -151,3 +151,26 @@ def test_a_round_whose_last_bucket_never_comes_is_settled_at_the_optimizer_step(
     assert all(e.fut.done() for e in pending)
     with pytest.raises(RuntimeError, match="Expected to have finished reduction"):
         ddp(torch.ones(3, 4))
+
+
+class _FailedWork:
+    """Stands in for a bucket's all-reduce that failed (a peer closed its connection)."""
+
+    def is_completed(self) -> bool:
+        return True
+
+    def wait(self) -> bool:
+        raise RuntimeError("[gloo] Connection closed by peer")
+
+
+def test_a_failed_bucket_is_raised_from_the_last_hook_and_fails_the_rest() -> None:
+    from ddpdoctor.ddp.deferred import Deferred
+
+    ended = []
+    d = Deferred(lambda handle, failed=False: ended.append((handle, failed)))
+    first = d.launch(_FailedWork(), torch.zeros(2), 7, 0, False)
+    with pytest.raises(RuntimeError, match="Connection closed by peer"):
+        d.launch(_FailedWork(), torch.zeros(2), 8, 1, True)
+    assert ended == [(7, True), (8, True)]
+    with pytest.raises(RuntimeError, match="Connection closed by peer"):
+        first.wait()
