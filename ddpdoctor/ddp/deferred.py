@@ -1,4 +1,4 @@
-"""Bucket all-reduces completed on the backward's own thread at the last bucket: no Python on gloo's thread.
+"""DDP bucket futures completed on the backward's thread at the last bucket, not on gloo's.
 
 With ``--ddp torch`` ddpdoctor's hook launches each bucket's all-reduce and must hand the
 reducer a Python Future.  Completing it with ``work.get_future().then(...)`` runs Python on

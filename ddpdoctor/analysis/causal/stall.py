@@ -1,4 +1,4 @@
-"""Every member inside the same call and none returns: the ring step, collective or rendezvous that stalled."""
+"""Every rank inside one call and none returns: the stalled ring step, collective or rendezvous."""
 
 from __future__ import annotations
 
