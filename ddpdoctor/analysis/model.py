@@ -221,3 +221,13 @@ class JobView:
         for run in self.ranks.values():
             names.update(run.calls)
         return sorted(names, key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n))
+
+    def notices(self) -> dict[str, list[int]]:
+        """The ranks' ``notice`` meta events: each text once, with the ranks that said it."""
+        by_text: dict[str, list[int]] = {}
+        for rank in sorted(self.ranks):
+            for ev in self.ranks[rank].trace.meta_events("notice"):
+                ranks = by_text.setdefault(str(ev.get("text", "")), [])
+                if rank not in ranks:
+                    ranks.append(rank)
+        return by_text

@@ -50,11 +50,8 @@ class Deferred:
         self._entries.append(_Entry(work, fut, buf, handle, index))
         if is_last:
             self.settle(wait=True)
-        else:
-            try:
-                _watch(self)
-            except Exception:  # noqa: BLE001 - without the watch, only a lost round stays open
-                pass
+        elif len(self._entries) == 1:  # a round's first bucket
+            _watch(self)
         return fut
 
     def settle(self, wait: bool) -> None:
@@ -76,23 +73,21 @@ class Deferred:
             raise failure
 
     def _complete(self, e: _Entry) -> BaseException | None:
+        return self._finish(e, e.work.wait)  # type: ignore[attr-defined]
+
+    def _complete_later(self, e: _Entry, done: torch.futures.Future) -> None:
+        self._finish(e, done.value)
+
+    def _finish(self, e: _Entry, result: Callable[[], object]) -> BaseException | None:
+        """Complete ``e`` once ``result()`` returns; its error, if it raises, fails ``e``."""
         try:
-            e.work.wait()  # type: ignore[attr-defined]
+            result()
         except BaseException as exc:  # noqa: BLE001 - handed to the reducer via the future
             self._fail(e, exc)
             return exc
         self._end(e.handle)
         e.fut.set_result(e.buf)
         return None
-
-    def _complete_later(self, e: _Entry, done: torch.futures.Future) -> None:
-        try:
-            done.value()
-        except BaseException as exc:  # noqa: BLE001 - handed to the reducer via the future
-            self._fail(e, exc)
-            return
-        self._end(e.handle)
-        e.fut.set_result(e.buf)
 
     def _fail(self, e: _Entry, exc: BaseException) -> None:
         self._end(e.handle, failed=True)

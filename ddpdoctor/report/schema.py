@@ -46,13 +46,7 @@ TIMELINE_LEN_MANY = 16
 
 def notices(job: JobView) -> list[dict[str, Any]]:
     """The ranks' ``notice`` meta events, one entry per text."""
-    by_text: dict[str, list[int]] = {}
-    for rank in sorted(job.ranks):
-        for ev in job.ranks[rank].trace.meta_events("notice"):
-            ranks = by_text.setdefault(str(ev.get("text", "")), [])
-            if rank not in ranks:
-                ranks.append(rank)
-    return [{"text": t, "ranks": r} for t, r in by_text.items()]
+    return [{"text": t, "ranks": r} for t, r in job.notices().items()]
 
 
 def iso(ns: int | None) -> str | None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ddpdoctor.runtime import recorder
+from ddpdoctor.runtime.notices import notice
 from ddpdoctor.rundir.layout import write_bytes_atomic
 from ddpdoctor.trace import fr_files
 
@@ -29,8 +30,6 @@ def check_buffer_env() -> None:
     value = os.environ.get(BUFFER_ENV)
     if value is None or re.match(r"\s*[+-]?\d", value):
         return
-    from ddpdoctor.runtime.notices import notice
-
     notice(f"{BUFFER_ENV}={value!r} is not an integer: torch 2.13's gloo process group hangs "
            "or aborts (SIGABRT) while it is created with such a value; set a number (0 turns the "
            "flight recorder off)")

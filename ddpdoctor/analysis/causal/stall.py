@@ -39,38 +39,23 @@ def stalled_ring(job: JobView, waiting: dict[int, Call],
                     "receiver": rank, "sender": peer})
 
 
-def _notices(job: JobView) -> list[str]:
-    seen: list[str] = []
-    for run in job.ranks.values():
-        for ev in run.trace.meta_events("notice"):
-            text = str(ev.get("text", ""))
-            if text and text not in seen:
-                seen.append(text)
-    return seen
-
-
 def stalled_call(job: JobView, states: dict[int, RankState]) -> Finding | None:
     """Every rank of the job inside init_process_group (or new_group, or the same matched
     collective) and none missing in a job judged hung: no rank is at fault, the call itself
     does not complete."""
     if job.outcome != "hung" or len(states) < 2 or len(states) != job.world_size:
         return None
-    kinds = {s.kind for s in states.values()}
-    if kinds == {StateKind.RENDEZVOUS}:
-        marks = {(s.mark, s.mark_count if s.mark == "new_group" else 0)
-                 for s in states.values()}
-        if len(marks) != 1:
-            return None
-        what, seq, group = ("init_process_group" if next(iter(marks))[0] == "init"
-                            else "new_group"), None, "rendezvous"
-    elif kinds == {StateKind.BLOCKED}:
-        calls = {(s.call.group, s.call.seq, s.call.op) for s in states.values()
-                 if s.call is not None}
-        if len(calls) != 1 or any(s.call is None for s in states.values()):
-            return None
-        group, seq, op = next(iter(calls))
+    if all(s.kind == StateKind.RENDEZVOUS for s in states.values()):
+        same = {(s.mark, s.mark_count if s.mark == "new_group" else 0) for s in states.values()}
+        seq, group = None, "rendezvous"
+        what = "init_process_group" if next(iter(same))[0] == "init" else "new_group"
+    elif all(s.kind == StateKind.BLOCKED and s.call is not None for s in states.values()):
+        same = {(s.call.group, s.call.seq, s.call.op) for s in states.values()}  # type: ignore
+        group, seq, op = next(iter(same))
         what = f"{op} #{seq} on group {group}"
     else:
+        return None
+    if len(same) != 1:
         return None
     first = min(states.values(), key=lambda s: s.rank)
     at = frame_text(first)
@@ -81,7 +66,7 @@ def stalled_call(job: JobView, states: dict[int, RankState]) -> Finding | None:
         by_frame.setdefault(frame_text(s), []).append(r)
     lines = [f"{ranks_text(rs).capitalize()} wait in {what}" + (f" at {f}" if f else "")
              + "." for f, rs in list(by_frame.items())[:16]]
-    notes = _notices(job)
+    notes = list(job.notices())
     if notes:
         lines.append("ddpdoctor noticed: " + " | ".join(notes))
     return Finding("stalled_call", Severity.ERROR, tuple(sorted(states)), seq, summary,
