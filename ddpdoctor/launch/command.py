@@ -67,5 +67,6 @@ def job_env(run_dir: Path, run_id: str, config: RunConfig) -> dict[str, str]:
     env["DDPDOCTOR_PACKAGE_PARENT"] = str(Path(ddpdoctor.__file__).resolve().parents[1])
     env["DDPDOCTOR_HANG_TIMEOUT"] = str(config.hang_timeout)
     env[SUPERVISOR_PID_ENV] = str(os.getpid())
-    env.setdefault("TORCH_FR_BUFFER_SIZE", fr_files.DEFAULT_BUFFER_SIZE)
+    if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env:  # torch reads the older name second: the
+        env.setdefault("TORCH_FR_BUFFER_SIZE", fr_files.DEFAULT_BUFFER_SIZE)  # user's wins
     return env

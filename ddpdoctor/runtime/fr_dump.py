@@ -21,18 +21,20 @@ from ddpdoctor.trace import fr_files
 POLL_S = 0.5
 _started = False
 BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
+LEGACY_BUFFER_ENV = "TORCH_NCCL_TRACE_BUFFER_SIZE"  # torch still reads it, after BUFFER_ENV
 
 
 def check_buffer_env() -> None:
-    """Say once when TORCH_FR_BUFFER_SIZE is set to what torch cannot read as a number: torch
-    2.13's gloo then hangs or aborts creating the process group (the variable is left as
-    set: the job runs as it would without ddpdoctor)."""
-    value = os.environ.get(BUFFER_ENV)
-    if value is None or re.match(r"\s*[+-]?\d", value):
-        return
-    notice(f"{BUFFER_ENV}={value!r} is not an integer: torch 2.13's gloo process group hangs "
-           "or aborts (SIGABRT) while it is created with such a value; set a number (0 turns the "
-           "flight recorder off)")
+    """Say once when TORCH_FR_BUFFER_SIZE (or its older name) is set to what torch cannot
+    read as a number: torch 2.13's gloo then hangs or aborts creating the process group (the
+    variable is left as set: the job runs as it would without ddpdoctor)."""
+    for name in (BUFFER_ENV, LEGACY_BUFFER_ENV):
+        value = os.environ.get(name)
+        if value is None or re.match(r"\s*[+-]?\d", value):
+            continue
+        notice(f"{name}={value!r} is not an integer: torch 2.13's gloo process group hangs "
+               "or aborts (SIGABRT) while it is created with such a value; set a number (0 "
+               "turns the flight recorder off)")
 
 
 def _mtime(path: Path) -> float | None:

@@ -14,7 +14,8 @@ _lock = threading.Lock()
 
 def _console_rank() -> bool:
     """Print on one rank only (rank 0, or a process outside any process group; before
-    init_process_group, the rank its launcher gave it in RANK)."""
+    init_process_group, the rank its call names, which the recorder learned as it began,
+    else the rank its launcher gave it in RANK: mp.spawn children have none)."""
     try:
         import torch.distributed as dist
 
@@ -22,6 +23,9 @@ def _console_rank() -> bool:
             return dist.get_rank() == 0
     except (ImportError, RuntimeError, ValueError):
         return True
+    rec = recorder.existing()
+    if rec is not None and rec.rank >= 0:
+        return rec.rank == 0
     return os.environ.get("RANK", "0").strip() in ("0", "")
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import read_trace
-from tests.conftest import JOBS
+from tests.conftest import JOBS, REPO
 
 pytestmark = pytest.mark.slow
 
@@ -67,3 +67,18 @@ def test_a_flight_recorder_size_torch_cannot_parse_is_noticed_and_its_stall_name
         assert "collectives.py:19" in errors[0]["summary"]
     else:  # the abort: each rank's SIGABRT in init, said as it happened
         assert errors and errors[0]["kind"] == "rank_failed"
+
+
+def test_the_older_variable_under_mp_spawn_is_noticed_once(doctor):
+    """mp.spawn children name their rank only in init_process_group(rank=...) (no RANK
+    variable): the notice before the rendezvous is printed once, not by every rank."""
+    run = doctor(["run", "--hang-timeout", "8", "--", "python",
+                  str(REPO / "sample_bugs" / "metric_rank0_only_fixed.py")],
+                 env={"TORCH_NCCL_TRACE_BUFFER_SIZE": "abc"})
+    assert run.returncode in (1, 124), run.stderr[-3000:]
+    assert run.stderr.count("notice: TORCH_NCCL_TRACE_BUFFER_SIZE='abc' is not an") == 1
+    assert any("TORCH_NCCL_TRACE_BUFFER_SIZE" in n["text"] and n["ranks"] == [0, 1, 2]
+               for n in run.report["notices"])
+    if run.report["outcome"] == "hung":
+        errors = [f for f in run.report["findings"] if f["severity"] == "error"]
+        assert errors[0]["kind"] == "stalled_call" and errors[0]["ranks"] == [0, 1, 2]

@@ -145,3 +145,31 @@ def test_a_flight_recorder_size_torch_cannot_parse_is_said(monkeypatch, capsys, 
         monkeypatch.setattr(notices, "_said", set())
         fr_dump.check_buffer_env()
         assert capsys.readouterr().err == ""  # one rank says it on the console
+
+
+@pytest.mark.parametrize("rank,prints", [(0, True), (1, False), (-1, True)])
+def test_notice_before_init_prints_on_the_rank_init_names(monkeypatch, capsys, rank: int,
+                                                           prints: bool) -> None:
+    """mp.spawn children have no RANK variable: before the rendezvous, the rank their
+    init_process_group call names (which the recorder learned) picks the console rank."""
+    from types import SimpleNamespace
+
+    from ddpdoctor.runtime import notices, recorder
+
+    monkeypatch.setattr(notices, "_said", set())
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setattr(recorder, "_recorder", SimpleNamespace(rank=rank, enabled=False))
+    notices.notice("a notice before init")
+    assert ("ddpdoctor: notice: a notice before init" in capsys.readouterr().err) is prints
+
+
+def test_the_older_flight_recorder_variable_is_checked_too(monkeypatch, capsys) -> None:
+    """torch reads TORCH_NCCL_TRACE_BUFFER_SIZE as well: 'abc' there hangs gloo's init too."""
+    from ddpdoctor.runtime import fr_dump, notices
+
+    monkeypatch.setattr(notices, "_said", set())
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv(fr_dump.BUFFER_ENV, raising=False)
+    monkeypatch.setenv(fr_dump.LEGACY_BUFFER_ENV, "abc")
+    fr_dump.check_buffer_env()
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE='abc' is not an integer" in capsys.readouterr().err
