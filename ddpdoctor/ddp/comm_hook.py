@@ -3,9 +3,9 @@
 One hook, ``ddpdoctor_comm_hook``, goes on the reducer of every torch
 ``DistributedDataParallel`` (``attach``), right after torch builds the reducer (in
 ``__init__`` and in ``__setstate__``, which builds a new one after deepcopy or unpickling).
-For each bucket it does what torch's default hook does (divide by the group size, sum
-over the group) and records the bucket as one logical ``all_reduce`` (BUCKET flag, bucket
-index in ``aux``):
+For each bucket it does what torch's reducer does without a hook (scale by one over the
+group size, sum over the group) and records the bucket as one logical ``all_reduce``
+(BUCKET flag, bucket index in ``aux``):
 
 - ``HookMode.RING``: the sum is ddpdoctor's segmented ring (ddp/ring.py) run on one
   communication thread; the hook returns a Future that the thread completes, so backward
@@ -85,7 +85,9 @@ def ddpdoctor_comm_hook(state: HookState, bucket: dist.GradBucket
                "DDP hook: gradients are divided by the whole world size (as torch does "
                "under any comm hook)")
     buf = bucket.buffer()
-    buf.div_(state.pg.size())  # before the sum, as torch's default hook does
+    # Before the sum, times the reciprocal, as torch's reducer does without a hook (while it
+    # copies into the bucket): buf / n differs in the last bit for n = 3, 5, 6, 7, ...
+    buf.mul_(1.0 / state.pg.size())
     handle = _begin(state.group, buf, bucket)
     if state.mode is HookMode.RING:
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()

@@ -247,7 +247,7 @@ def results_for(world: int, tmp_path_factory: pytest.TempPathFactory) -> list[di
 
 
 SLOW = pytest.mark.slow
-WORLDS = [1, 2, pytest.param(4, marks=SLOW)]  # an odd world: test_ring_allreduce's 3 ranks
+WORLDS = [1, 2, pytest.param(3, marks=SLOW), pytest.param(4, marks=SLOW)]
 
 
 @pytest.mark.parametrize("world", WORLDS)
@@ -260,7 +260,12 @@ def test_trains_like_torch_ddp(case: str, world: int,
         assert r["diff"] <= TOL, f"rank {rank}: parameters differ by {r['diff']:.3g}"
         assert r["grads_match"], f"rank {rank}: .grad is None on different parameters"
         assert r["torch_mode_hooked"], "--ddp torch: ddpdoctor's hook is not on the reducer"
-        assert r["torch_mode_diff"] <= TOL, \
+        # --ddp torch sums with the group's own all-reduce: torch's bits, at any world size.
+        # Not with gradient_as_bucket_view and grads kept between steps: there torch divides
+        # a grad that already is its bucket view (x / n, not x * (1 / n); 1 ulp apart when n
+        # is no power of two), which a hook cannot tell from a grad copied in.
+        exact = not (case == "grad_as_bucket_view" and world & (world - 1))
+        assert r["torch_mode_diff"] <= (0.0 if exact else TOL), \
             f"rank {rank}, --ddp torch: parameters differ by {r['torch_mode_diff']:.3g}"
         assert r["torch_mode_grads_match"], f"rank {rank}, --ddp torch: .grad differ"
 
