@@ -171,7 +171,8 @@ def uses_gather(nbytes: int, n: int, gather_bytes: int = GATHER_BYTES) -> bool:
 def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
                          trace: RingTrace | None = None,
                          segment_bytes: int = SEGMENT_BYTES,
-                         gather_bytes: int = GATHER_BYTES) -> None:
+                         gather_bytes: int = GATHER_BYTES,
+                         scale: float | None = None) -> None:
     """All-reduce the contiguous 1-d tensor ``flat`` in place over ``pg`` (a ProcessGroup
     object; ranks are group-local).  ``op`` is a name from ``op_name``.
 
@@ -182,13 +183,20 @@ def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
     same order relative to other ring calls on ``pg`` (the tags follow that order).
     Small tensors (``uses_gather``) go once around the ring whole and are reduced in
     rank order, so that every rank computes the same bits; larger ones take a segmented
-    reduce-scatter + all-gather."""
+    reduce-scatter + all-gather.
+
+    ``scale``: the result is multiplied by it where it is final (the gather ring's last
+    reduction, the segmented ring's last reduce-scatter step, each segment while it is in
+    cache), instead of a pass over the whole input beforehand (a DDP bucket's 1 / n: exactly
+    the same bits as scaling first when n is a power of two)."""
     n = pg.size()
     if n > 1 and flat.numel() > 0:
         if uses_gather(flat.numel() * flat.element_size(), n, gather_bytes):
-            _gather_ring(flat, pg, _REDUCERS[op], trace)
+            _gather_ring(flat, pg, _REDUCERS[op], trace, scale)
         else:
-            _Ring(flat, pg, _REDUCERS[op], trace, segment_bytes).run()
+            _Ring(flat, pg, _REDUCERS[op], trace, segment_bytes, scale).run()
+    elif scale is not None:
+        flat.mul_(scale)
     if op == "avg" and n > 1:
         if flat.is_floating_point() or flat.is_complex():
             flat.div_(n)
@@ -197,7 +205,7 @@ def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
 
 
 def _gather_ring(flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
-                 trace: RingTrace | None) -> None:
+                 trace: RingTrace | None, scale: float | None = None) -> None:
     """The gather ring: in ``n - 1`` steps each rank passes the whole tensor it last
     received (its own first) to its right neighbour, so every rank ends up with all
     ``n`` tensors, then reduces them in rank order ``((x0 . x1) . x2) ...``: the same
@@ -245,6 +253,8 @@ def _gather_ring(flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
         reduce(acc, row(1))
     for q in range(2, n):
         reduce(acc, row(q))
+    if scale is not None:
+        acc.mul_(scale)
     if acc is not flat:
         flat.copy_(acc)
 
@@ -253,8 +263,9 @@ class _Ring:
     """One ring all-reduce in flight: posts, waits and reduces segment by segment."""
 
     def __init__(self, flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
-                 trace: RingTrace | None, segment_bytes: int):
+                 trace: RingTrace | None, segment_bytes: int, scale: float | None = None):
         self.flat, self.pg, self.reduce, self.trace = flat, pg, reduce, trace
+        self.scale = scale
         n, r = pg.size(), pg.rank()
         self.plan = RingPlan(flat.numel(), n, r, flat.element_size(), segment_bytes)
         self.n, self.r = n, r
@@ -313,6 +324,8 @@ class _Ring:
                     if got is not None:
                         self._wait(got[0], got[1])
                         self.reduce(got[3], got[2])
+                        if k == last and self.scale is not None:
+                            got[3].mul_(self.scale)  # final: scaled while in cache
                     if k < last:
                         nxt.append(self._recv(k + 1, (r - k - 2) % n, j, True))
                         self._send(k + 1, rc, j)
