@@ -87,14 +87,15 @@ def ddpdoctor_comm_hook(state: HookState, bucket: dist.GradBucket
                "under any comm hook)")
     buf = bucket.buffer()
     n = state.pg.size()
+    # The ring scales the sum where it is final, segment by segment while in cache (a pass
+    # over the bucket here, on backward's thread, cost 3% of a 25M-parameter step); 16-bit
+    # sums could overflow.  Else before the sum, times the reciprocal, as torch's reducer
+    # does without a hook (buf / n differs in the last bit for n = 3, 5, 6, 7, ...).
+    late = state.mode is HookMode.RING and n > 1 and buf.dtype in _SCALED_LATE
+    if not late:
+        buf.mul_(1.0 / n)
     handle = _begin(state.group, buf, bucket)
     if state.mode is HookMode.RING:
-        # The ring scales the sum where it is final, segment by segment while in cache: a
-        # pass over the bucket here, on backward's thread, cost 3% of a 25M-parameter step.
-        # 16-bit buckets are scaled first: their sum could overflow.
-        late = n > 1 and buf.dtype in _SCALED_LATE
-        if not late:
-            buf.mul_(1.0 / n)
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         job = _RingJob(state, buf, bucket.index(), handle, fut, 1.0 / n if late else None)
         if n == 1:
@@ -102,9 +103,6 @@ def ddpdoctor_comm_hook(state: HookState, bucket: dist.GradBucket
         else:
             _comm.submit(job)
         return fut
-    # Before the sum, times the reciprocal, as torch's reducer does without a hook (while it
-    # copies into the bucket): buf / n differs in the last bit for n = 3, 5, 6, 7, ...
-    buf.mul_(1.0 / n)
     try:
         work = state.pg.allreduce([buf])
     except BaseException:

@@ -254,8 +254,8 @@ def _gather_ring(flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
     for q in range(2, n):
         reduce(acc, row(q))
     if scale is not None:
-        acc.mul_(scale)
-    if acc is not flat:
+        torch.mul(acc, scale, out=flat)
+    elif acc is not flat:
         flat.copy_(acc)
 
 
