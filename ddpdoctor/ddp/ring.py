@@ -24,8 +24,6 @@ lower-level entry for a flat contiguous buffer and a resolved ProcessGroup.
 
 from __future__ import annotations
 
-import itertools
-import os
 import threading
 import time
 from typing import Any, Callable
@@ -33,18 +31,9 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from ddpdoctor.ddp.ring_plan import (GATHER_BYTES, SEGMENT_BYTES, RingPlan, next_tag_base,
+                                     uses_gather)
 from ddpdoctor.runtime import recorder
-
-SEGMENT_BYTES = int(os.environ.get("DDPDOCTOR_RING_SEGMENT_BYTES", 4 << 20))
-# Tensors up to this size, on two ranks, take the gather ring (n - 1 steps of one whole
-# tensor) instead of reduce-scatter + all-gather (2 (n - 1) steps of segmented chunks):
-# each message's latency (thread hand-offs), not the bytes, is the cost up to several MB,
-# and inside a DDP step (backward on the same cores) up to 16 MB (bench/README.md).
-GATHER_BYTES = int(os.environ.get("DDPDOCTOR_RING_GATHER_BYTES", 16 << 20))
-MIN_SPLIT_BYTES = 256 << 10  # chunks below twice this travel as one segment
-TAG_BASE = 1 << 30  # far above the tags users pick, below gloo's 2**31 limit
-_TAG_CALLS = 256  # calls whose tags differ before they repeat
-_TAG_SPAN = 1 << 16  # tags one call may use: 2 * (n - 1) * segments
 
 _ReduceFn = Callable[[torch.Tensor, torch.Tensor], Any]
 _REDUCERS: dict[str, _ReduceFn] = {
@@ -63,10 +52,6 @@ _OP_NAMES = {
     dist.ReduceOp.BOR: "bor", dist.ReduceOp.BXOR: "bxor",
 }
 
-_calls: dict[int, itertools.count] = {}  # id(pg) -> call counter, for tags
-_calls_lock = threading.Lock()
-
-
 def op_name(op: Any) -> str:
     """``"sum"``, ``dist.ReduceOp.SUM`` or ``dist.ReduceOp.RedOpType.SUM`` -> ``"sum"``."""
     if isinstance(op, str):
@@ -79,46 +64,6 @@ def op_name(op: Any) -> str:
         raise ValueError(f"ring all_reduce does not support the reduce op {op!r}; use one of "
                          f"{', '.join(sorted(_REDUCERS))}")
     return name
-
-
-def chunk_bounds(numel: int, n: int) -> list[int]:
-    """Start offsets of ``n`` chunks of ``numel`` elements plus the end (like tensor_split:
-    the first ``numel % n`` chunks are one element longer)."""
-    base, extra = divmod(numel, n)
-    bounds = [0]
-    for c in range(n):
-        bounds.append(bounds[-1] + base + (1 if c < extra else 0))
-    return bounds
-
-
-class RingPlan:
-    """Where each chunk and segment of a ring all-reduce lies, and which tag it travels
-    under.  Pure arithmetic, the same on every rank."""
-
-    def __init__(self, numel: int, n: int, rank: int, elem_size: int,
-                 segment_bytes: int = SEGMENT_BYTES):
-        self.n, self.rank = n, rank
-        self.bounds = chunk_bounds(numel, n)
-        self.max_chunk = -(-numel // n)
-        # At least two segments a chunk (as gloo's ring does) once halves are worth a
-        # message of their own: one segment is reduced while the next one travels.
-        half = max(MIN_SPLIT_BYTES, -(-self.max_chunk // 2) * elem_size)
-        seg = max(1, min(segment_bytes, half) // elem_size)
-        steps = 2 * (n - 1)
-        while steps * -(-self.max_chunk // seg) >= _TAG_SPAN:
-            seg *= 2
-        nseg = max(1, -(-self.max_chunk // seg))
-        self.seg = max(1, -(-self.max_chunk // nseg))  # equal segments: no short last one
-        self.nseg = nseg
-
-    def span(self, chunk: int, segment: int) -> tuple[int, int]:
-        """``[start, end)`` of ``segment`` of ``chunk``; empty past the chunk's end."""
-        start = self.bounds[chunk] + segment * self.seg
-        end = min(self.bounds[chunk + 1], start + self.seg)
-        return start, max(start, end)
-
-    def tag(self, base: int, step: int, segment: int) -> int:
-        return base + step * self.nseg + segment
 
 
 class RingTrace:
@@ -150,22 +95,6 @@ def scratch(dtype: torch.dtype, numel: int) -> torch.Tensor:
         buf = torch.empty(numel, dtype=dtype)
         bufs[dtype] = buf
     return buf[:numel]
-
-
-def _next_tag_base(pg: Any) -> int:
-    counter = _calls.get(id(pg))
-    if counter is None:
-        with _calls_lock:
-            counter = _calls.setdefault(id(pg), itertools.count())
-    return TAG_BASE + (next(counter) % _TAG_CALLS) * _TAG_SPAN
-
-
-def uses_gather(nbytes: int, n: int, gather_bytes: int = GATHER_BYTES) -> bool:
-    """Whether a tensor of ``nbytes`` on ``n`` ranks takes the gather ring: on two ranks
-    both rings move the same bytes and the gather ring sends one message a rank where the
-    other sends four or more; on more ranks it moves ``n / 2`` times the bytes in ``n - 1``
-    times the messages, so its limit shrinks as ``n (n - 1)``."""
-    return nbytes * n * (n - 1) <= 2 * gather_bytes
 
 
 def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
@@ -219,7 +148,7 @@ def _gather_ring(flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
     right, left = (r + 1) % n, (r - 1) % n
     numel, esize = flat.numel(), flat.element_size()
     nbytes = numel * esize
-    base = _next_tag_base(pg)
+    base = next_tag_base(pg)
     rows = scratch(flat.dtype, (n - 1) * numel).view(n - 1, numel)  # row k: rank r-k-1
     recvs: list[tuple[Any, int]] = []
     sends: list[tuple[Any, int]] = []
@@ -270,7 +199,7 @@ class _Ring:
         self.plan = RingPlan(flat.numel(), n, r, flat.element_size(), segment_bytes)
         self.n, self.r = n, r
         self.right, self.left = (r + 1) % n, (r - 1) % n
-        self.base = _next_tag_base(pg)
+        self.base = next_tag_base(pg)
         self.tmp = scratch(flat.dtype, self.plan.max_chunk)
         self.sends: dict[tuple[int, int], tuple[Any, int]] = {}  # (step, seg) -> work
 
