@@ -67,6 +67,6 @@ def job_env(run_dir: Path, run_id: str, config: RunConfig) -> dict[str, str]:
     env["DDPDOCTOR_PACKAGE_PARENT"] = str(Path(ddpdoctor.__file__).resolve().parents[1])
     env["DDPDOCTOR_HANG_TIMEOUT"] = str(config.hang_timeout)
     env[SUPERVISOR_PID_ENV] = str(os.getpid())
-    if "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env:  # torch reads the older name second: the
-        env.setdefault("TORCH_FR_BUFFER_SIZE", fr_files.DEFAULT_BUFFER_SIZE)  # user's wins
+    if not any(name in env for name in fr_files.BUFFER_ENVS):  # the user's size wins
+        env[fr_files.BUFFER_ENVS[0]] = fr_files.DEFAULT_BUFFER_SIZE
     return env

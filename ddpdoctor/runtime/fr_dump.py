@@ -20,15 +20,13 @@ from ddpdoctor.trace import fr_files
 
 POLL_S = 0.5
 _started = False
-BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
-LEGACY_BUFFER_ENV = "TORCH_NCCL_TRACE_BUFFER_SIZE"  # torch still reads it, after BUFFER_ENV
 
 
 def check_buffer_env() -> None:
     """Say once when TORCH_FR_BUFFER_SIZE (or its older name) is set to what torch cannot
     read as a number: torch 2.13's gloo then hangs or aborts creating the process group (the
     variable is left as set: the job runs as it would without ddpdoctor)."""
-    for name in (BUFFER_ENV, LEGACY_BUFFER_ENV):
+    for name in fr_files.BUFFER_ENVS:
         value = os.environ.get(name)
         if value is None or re.match(r"\s*[+-]?\d", value):
             continue

@@ -129,13 +129,14 @@ def test_a_flight_recorder_size_torch_cannot_parse_is_said(monkeypatch, capsys, 
     """torch 2.13's gloo hangs or aborts in init_process_group when TORCH_FR_BUFFER_SIZE
     does not start with an integer (std::stoi throws); "5x" and " 7" parse."""
     from ddpdoctor.runtime import fr_dump, notices
+    from ddpdoctor.trace import fr_files
 
     monkeypatch.setattr(notices, "_said", set())
     monkeypatch.setenv("RANK", "0")
     if value is None:
-        monkeypatch.delenv(fr_dump.BUFFER_ENV, raising=False)
+        monkeypatch.delenv(fr_files.BUFFER_ENVS[0], raising=False)
     else:
-        monkeypatch.setenv(fr_dump.BUFFER_ENV, value)
+        monkeypatch.setenv(fr_files.BUFFER_ENVS[0], value)
     fr_dump.check_buffer_env()
     err = capsys.readouterr().err
     assert ("is not an integer" in err) is said, err
@@ -166,10 +167,11 @@ def test_notice_before_init_prints_on_the_rank_init_names(monkeypatch, capsys, r
 def test_the_older_flight_recorder_variable_is_checked_too(monkeypatch, capsys) -> None:
     """torch reads TORCH_NCCL_TRACE_BUFFER_SIZE as well: 'abc' there hangs gloo's init too."""
     from ddpdoctor.runtime import fr_dump, notices
+    from ddpdoctor.trace import fr_files
 
     monkeypatch.setattr(notices, "_said", set())
     monkeypatch.setenv("RANK", "0")
-    monkeypatch.delenv(fr_dump.BUFFER_ENV, raising=False)
-    monkeypatch.setenv(fr_dump.LEGACY_BUFFER_ENV, "abc")
+    monkeypatch.delenv(fr_files.BUFFER_ENVS[0], raising=False)
+    monkeypatch.setenv(fr_files.BUFFER_ENVS[1], "abc")
     fr_dump.check_buffer_env()
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE='abc' is not an integer" in capsys.readouterr().err
