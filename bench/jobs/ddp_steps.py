@@ -14,8 +14,18 @@ STEPS = int(os.environ.get("BENCH_STEPS", "60"))
 WARMUP = 10
 
 
+def pin_rank() -> None:
+    """BENCH_PIN_RANKS=1: this rank's main thread, and the threads it starts from here on
+    (gloo's), run on core LOCAL_RANK only, so that the scheduler cannot place them
+    differently from one launch to the next."""
+    if os.environ.get("BENCH_PIN_RANKS") == "1":
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[int(os.environ.get("LOCAL_RANK", "0")) % len(cores)]})
+
+
 def main() -> None:
     torch.set_num_threads(1)
+    pin_rank()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
     torch.manual_seed(0)
     width = int(os.environ.get("BENCH_WIDTH", "512"))
