@@ -10,9 +10,11 @@ group size, sum over the group) and records the bucket as one logical ``all_redu
 - ``HookMode.RING``: the sum is ddpdoctor's segmented ring (ddp/ring.py) run on one
   communication thread; the hook returns a Future that the thread completes, so backward
   goes on while a bucket travels.  Each ring send/recv is a sub-record of the bucket.
-- ``HookMode.ALLREDUCE``: the sum is the group's own all-reduce (``--ddp torch``, and where
-  the ring cannot run: other backends, GPU tensors); CPU buckets are completed at the
-  round's last bucket on the backward's thread (deferred.py).
+- ``HookMode.ALLREDUCE``: the sum is the group's own all-reduce (``--ddp torch`` on other
+  backends than gloo or on GPU tensors, and where the ring cannot run); CPU buckets are
+  completed at the round's last bucket on the backward's thread (deferred.py).  A
+  ``--ddp torch`` DDP of CPU parameters on gloo gets no hook: torch's reducer runs as it
+  is, its buckets recorded by its process group (ddp/recorded_group.py).
 
 torch allows one hook per reducer, and ours is already there when the user registers
 theirs: ``register_user_hook`` then keeps torch's bookkeeping and makes our hook call
@@ -31,13 +33,14 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from ddpdoctor.ddp import bucket_record, recorded_group
 from ddpdoctor.ddp import ring as R
+from ddpdoctor.ddp.bucket_record import begin as _begin
+from ddpdoctor.ddp.bucket_record import end as _end
 from ddpdoctor.ddp.deferred import Deferred
 from ddpdoctor.runtime import recorder
 from ddpdoctor.runtime.notices import notice
-from ddpdoctor.trace import layout as L
 
-_BUCKET_FLAG = int(L.RecordFlag.BUCKET)
 _SCALED_LATE = (torch.float32, torch.float64)  # dtypes whose bucket sum the ring scales
 _ONCE_ERROR = "register_comm_hook or register_builtin_comm_hook can only be called once."
 
@@ -54,7 +57,7 @@ class HookState:
 
     def __init__(self, ddp: Any, mode: HookMode):
         self.pg = ddp.process_group
-        self.group = _group_arg(self.pg)  # None for the default group, as users name it
+        self.group = bucket_record.group_arg(self.pg)  # None: the default group
         self.mode = mode
         self.ddp = weakref.ref(ddp)
         self.user: tuple[Callable, object] | None = None  # (hook, state)
@@ -94,7 +97,7 @@ def ddpdoctor_comm_hook(state: HookState, bucket: dist.GradBucket
     late = state.mode is HookMode.RING and n > 1 and buf.dtype in _SCALED_LATE
     if not late:
         buf.mul_(1.0 / n)
-    handle = _begin(state.group, buf, bucket)
+    handle = _begin(state.group, buf, bucket.index())
     if state.mode is HookMode.RING:
         fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         job = _RingJob(state, buf, bucket.index(), handle, fut, 1.0 / n if late else None)
@@ -173,13 +176,13 @@ _comm = _CommThread()
 
 def _run_user_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future:
     hook, user_state = state.user  # type: ignore[misc]
-    handle = _begin(state.group, bucket.buffer(), bucket)
+    handle = _begin(state.group, bucket.buffer(), bucket.index())
     try:
         fut = hook(user_state, bucket)
     except BaseException:
         _end(handle, failed=True)
         raise
-    return fut.then(functools.partial(_pass_through, handle))
+    return fut.then(functools.partial(bucket_record.pass_through, handle))
 
 
 def wrap_user_hook(group: Any, user_hook: Callable) -> Callable:
@@ -188,29 +191,15 @@ def wrap_user_hook(group: Any, user_hook: Callable) -> Callable:
 
     @functools.wraps(user_hook)  # torch checks the user's annotations, not ours
     def hook(user_state, bucket):  # type: ignore[no-untyped-def]
-        handle = _begin(group, bucket.buffer(), bucket)
+        handle = _begin(group, bucket.buffer(), bucket.index())
         try:
             fut = user_hook(user_state, bucket)
         except BaseException:
             _end(handle, failed=True)
             raise
-        return fut.then(functools.partial(_pass_through, handle))
+        return fut.then(functools.partial(bucket_record.pass_through, handle))
 
     return hook
-
-
-def _begin(group: Any, buf: torch.Tensor, bucket: dist.GradBucket) -> int:
-    rec = recorder.active()
-    if rec is None:
-        return -1
-    return rec.begin("all_reduce", group, ins=[buf], reduce_op="avg", flags=_BUCKET_FLAG,
-                     aux=bucket.index(), callsite=recorder.call_sites())
-
-
-def _end(handle: int, failed: bool = False) -> None:
-    rec = recorder.existing()
-    if rec is not None and handle >= 0:
-        rec.end(handle, failed=failed)
 
 
 def _first_tensor(handle: int, fut: torch.futures.Future) -> torch.Tensor:
@@ -221,26 +210,6 @@ def _first_tensor(handle: int, fut: torch.futures.Future) -> torch.Tensor:
         raise
     _end(handle)
     return value
-
-
-def _pass_through(handle: int, fut: torch.futures.Future) -> Any:
-    try:
-        value = fut.value()
-    except BaseException:
-        _end(handle, failed=True)
-        raise
-    _end(handle)
-    return value
-
-
-def _group_arg(pg: Any) -> Any:
-    """None for the default group, so that records name it as the user's calls do."""
-    try:
-        if pg is None or pg is dist.distributed_c10d._get_default_group():
-            return None
-    except (RuntimeError, ValueError):
-        return pg
-    return pg
 
 
 # -- putting the hook on a DDP ------------------------------------------------------------
@@ -261,6 +230,9 @@ def attach(ddp: Any, mode: HookMode) -> None:
     """Put ddpdoctor's hook on ``ddp``'s reducer (just built by torch).  Where it cannot go,
     a notice says so and torch's DDP runs as it is."""
     mode = getattr(type(ddp), "_ddpdoctor_hook_mode", mode)
+    if mode is HookMode.ALLREDUCE and recorded_group.group_of(ddp) is not None \
+            and ddp not in _foreign:
+        return  # torch's reducer as it is, its buckets recorded by its group
     if ddp in _states or ddp in _foreign:
         if ddp in _foreign and getattr(ddp, "mixed_precision", None) is not None:
             notice("DistributedDataParallel(mixed_precision=...) keeps torch's own gradient "
@@ -293,7 +265,8 @@ def register_user_hook(ddp: Any, user_state: object, hook: Callable,
     state = _states.get(ddp)
     if state is None:
         _foreign.add(ddp)
-        torch_register(ddp, user_state, wrap_user_hook(_group_arg(ddp.process_group), hook))
+        group = bucket_record.group_arg(ddp.process_group)
+        torch_register(ddp, user_state, wrap_user_hook(group, hook))
         return
     if state.user is not None:
         raise RuntimeError(_ONCE_ERROR)

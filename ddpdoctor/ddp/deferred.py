@@ -1,15 +1,17 @@
 """DDP bucket futures completed on the backward's thread at the last bucket, not on gloo's.
 
-With ``--ddp torch`` ddpdoctor's hook launches each bucket's all-reduce and must hand the
-reducer a Python Future.  Completing it with ``work.get_future().then(...)`` runs Python on
-gloo's thread once a bucket (it takes the GIL while backward wants it: 1.03-1.05 x torch's
-C++ hook a step at 3x512, against 1.01-1.03 this way).  Here the futures of CPU buckets are
-completed by the hook of the round's last bucket, which waits for every launched bucket in
-order (torch's reducer waits for them only after that hook, in finalize_backward, and Join's
-shadow pass calls every hook before it waits).  A round whose last bucket never comes (an
-unused parameter without find_unused_parameters, an exception inside backward) is settled at
-the next optimizer step or the next round's first hook: what is done is completed there,
-what is not completes on gloo's thread as before.
+Where ``--ddp torch`` is a hook (CPU buckets on another backend than gloo; on gloo it is
+torch's reducer on a recording group, ddp/recorded_group.py), the hook launches each
+bucket's all-reduce and must hand the reducer a Python Future. Completing it with
+``work.get_future().then(...)`` runs Python on gloo's thread once a bucket (it takes the GIL
+while backward wants it: 1.03-1.05 x torch's C++ hook a step at 3x512, against 1.01-1.03
+this way). Here the futures of CPU buckets are completed by the hook of the round's last
+bucket, which waits for every launched bucket in order (torch's reducer waits for them only
+after that hook, in finalize_backward, and Join's shadow pass calls every hook before it
+waits). A round whose last bucket never comes (an unused parameter without
+find_unused_parameters, an exception inside backward) is settled at the next optimizer step
+or the next round's first hook: what is done is completed there, what is not completes on
+gloo's thread as before.
 """
 
 from __future__ import annotations

@@ -1,22 +1,25 @@
 """Put ddpdoctor's comm hook on every torch DistributedDataParallel of this process.
 
 The user's ``torch.nn.parallel.DistributedDataParallel`` stays torch's class; its
-methods that build a reducer (``__init__``, ``__setstate__``) are wrapped to attach
-ddpdoctor's hook (``--ddp ring``: the instrumented ring; ``--ddp torch``: the group's own
-all-reduce, recorded), and ``register_comm_hook`` / ``_register_builtin_comm_hook`` hand
-a user's hook to ours (see ddp/comm_hook.py).  DDP's construction collectives (parameter
+methods that build a reducer (``__init__``, ``__setstate__``) are wrapped: ``--ddp ring``
+attaches ddpdoctor's hook (the instrumented ring); ``--ddp torch`` gives the reducer a
+recording process group (gloo, CPU parameters: ddp/recorded_group.py), else attaches the
+hook with the group's own all-reduce.  ``register_comm_hook`` /
+``_register_builtin_comm_hook`` hand a user's hook to ours (see ddp/comm_hook.py), and
+Join's shadow pass numbers its buckets afresh.  DDP's construction collectives (parameter
 check, state broadcast, buffer broadcast each forward) are recorded too.  Nothing here
 raises into the user's job: a failure to attach is noted and torch's DDP runs as it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any, Callable
 
 import torch.distributed as dist
 
-from ddpdoctor.ddp import comm_hook
+from ddpdoctor.ddp import bucket_record, comm_hook, recorded_group
 from ddpdoctor.runtime import recorder
 
 
@@ -40,6 +43,15 @@ def _attach_safely(ddp: Any, mode: comm_hook.HookMode) -> None:
             rec.note_error("attaching ddpdoctor's DDP comm hook", e)
 
 
+def _reducer_for(ddp: Any, mode: comm_hook.HookMode) -> Any:
+    """Around torch building ``ddp``'s reducer: in ALLREDUCE mode (``--ddp torch``) the
+    reducer gets a recording group where it can (ddp/recorded_group.py)."""
+    mode = getattr(type(ddp), "_ddpdoctor_hook_mode", mode)
+    if mode is comm_hook.HookMode.ALLREDUCE:
+        return recorded_group.recording_reducer(ddp)
+    return contextlib.nullcontext()
+
+
 def _patch_ddp_class(cls: type, mode: comm_hook.HookMode) -> None:
     if getattr(cls.__init__, "__ddpdoctor_original__", None):
         return
@@ -47,16 +59,26 @@ def _patch_ddp_class(cls: type, mode: comm_hook.HookMode) -> None:
     original_setstate = cls.__setstate__
     original_register = cls.register_comm_hook
     original_builtin = cls._register_builtin_comm_hook
+    original_shadow = cls._match_all_reduce_for_bwd_pass
 
     @functools.wraps(original_init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original_init(self, *args, **kwargs)
+        with _reducer_for(self, mode):
+            original_init(self, *args, **kwargs)
         _attach_safely(self, mode)
 
     @functools.wraps(original_setstate)
     def __setstate__(self: Any, state: Any) -> None:
-        original_setstate(self, state)
+        with _reducer_for(self, mode):
+            original_setstate(self, state)
         _attach_safely(self, mode)
+
+    @functools.wraps(original_shadow)
+    def _match_all_reduce_for_bwd_pass(self: Any) -> Any:
+        group = recorded_group.group_of(self)
+        if group is not None:
+            group.new_shadow_pass()
+        return original_shadow(self)
 
     @functools.wraps(original_register)
     def register_comm_hook(self: Any, state: object, hook: Callable) -> None:
@@ -68,7 +90,8 @@ def _patch_ddp_class(cls: type, mode: comm_hook.HookMode) -> None:
 
     for fn, original in ((__init__, original_init), (__setstate__, original_setstate),
                          (register_comm_hook, original_register),
-                         (_register_builtin_comm_hook, original_builtin)):
+                         (_register_builtin_comm_hook, original_builtin),
+                         (_match_all_reduce_for_bwd_pass, original_shadow)):
         fn.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
         setattr(cls, original.__name__, fn)
 
@@ -101,7 +124,7 @@ def _recorded(op: str, pg: Any, ins: list, peer: int, fn: Callable, *args: Any) 
     rec = recorder.active()
     if rec is None:
         return fn(*args)
-    h = rec.begin(op, comm_hook._group_arg(pg), ins=ins, peer=peer,
+    h = rec.begin(op, bucket_record.group_arg(pg), ins=ins, peer=peer,
                   callsite=recorder.call_sites())
     try:
         result = fn(*args)

@@ -174,22 +174,21 @@ def _ring_hooked(ddp: nn.Module) -> bool:
             and state.mode is comm_hook.HookMode.RING and state.user is None)
 
 
-class _AllReduceHooked(nn.parallel.DistributedDataParallel):
-    """torch's DDP as `ddpdoctor run --ddp torch` has it: each bucket through ddpdoctor's
-    hook and the group's own all-reduce (CPU buckets completed at the last bucket)."""
+class _TorchMode(nn.parallel.DistributedDataParallel):
+    """torch's DDP as `ddpdoctor run --ddp torch` has it on gloo: torch's reducer as it is,
+    built on ddpdoctor's recording process group (no comm hook)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
-        from ddpdoctor.ddp import comm_hook
+        from ddpdoctor.ddp import recorded_group
 
-        super().__init__(*args, **kwargs)
-        comm_hook.attach(self, comm_hook.HookMode.ALLREDUCE)
+        with recorded_group.recording_reducer(self):
+            super().__init__(*args, **kwargs)
 
 
-def _hooked(ddp: nn.Module, mode: str) -> bool:
-    from ddpdoctor.ddp import comm_hook
+def _recorded_by_group(ddp: nn.Module) -> bool:
+    from ddpdoctor.ddp import comm_hook, recorded_group
 
-    state = comm_hook.state_of(ddp)
-    return state is not None and state.mode is comm_hook.HookMode[mode] and state.user is None
+    return recorded_group.group_of(ddp) is not None and comm_hook.state_of(ddp) is None
 
 
 def _grads_match(a: nn.Module, b: nn.Module) -> bool:
@@ -211,13 +210,13 @@ def equivalence_job(rank: int, world: int, port: int, out_dir: str, cases: list[
         third = copy.deepcopy(model)
         ours = _train(ddpdoctor.DistributedDataParallel, case, rank, model)
         theirs = _train(nn.parallel.DistributedDataParallel, case, rank, twin)
-        hooked = _train(_AllReduceHooked, case, rank, third)  # --ddp torch
+        torch_mode = _train(_TorchMode, case, rank, third)  # --ddp torch
         results[case] = {"diff": _max_diff(ours, theirs),
                          "grads_match": _grads_match(ours, theirs),
                          "ours_is_ddpdoctor": _ring_hooked(ours),
-                         "torch_mode_diff": _max_diff(hooked, theirs),
-                         "torch_mode_grads_match": _grads_match(hooked, theirs),
-                         "torch_mode_hooked": _hooked(hooked, "ALLREDUCE")}
+                         "torch_mode_diff": _max_diff(torch_mode, theirs),
+                         "torch_mode_grads_match": _grads_match(torch_mode, theirs),
+                         "torch_mode_grouped": _recorded_by_group(torch_mode)}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     dist.barrier()
     dist.destroy_process_group()
@@ -259,13 +258,9 @@ def test_trains_like_torch_ddp(case: str, world: int,
         assert r["ours_is_ddpdoctor"], "ddpdoctor fell back to torch's DDP"
         assert r["diff"] <= TOL, f"rank {rank}: parameters differ by {r['diff']:.3g}"
         assert r["grads_match"], f"rank {rank}: .grad is None on different parameters"
-        assert r["torch_mode_hooked"], "--ddp torch: ddpdoctor's hook is not on the reducer"
-        # --ddp torch sums with the group's own all-reduce: torch's bits, at any world size.
-        # Not with gradient_as_bucket_view and grads kept between steps: there torch divides
-        # a grad that already is its bucket view (x / n, not x * (1 / n); 1 ulp apart when n
-        # is no power of two), which a hook cannot tell from a grad copied in.
-        exact = not (case == "grad_as_bucket_view" and world & (world - 1))
-        assert r["torch_mode_diff"] <= (0.0 if exact else TOL), \
+        assert r["torch_mode_grouped"], "--ddp torch: the reducer is not on the recording group"
+        # --ddp torch is torch's reducer as it is: torch's bits, at any world size.
+        assert r["torch_mode_diff"] == 0.0, \
             f"rank {rank}, --ddp torch: parameters differ by {r['torch_mode_diff']:.3g}"
         assert r["torch_mode_grads_match"], f"rank {rank}, --ddp torch: .grad differ"
 
@@ -278,7 +273,7 @@ def behaviour_job(rank: int, world: int, port: int, out_dir: str) -> None:
                             world_size=world)
     res: dict[str, Any] = {}
     for name, cls in (("error", ddpdoctor.DistributedDataParallel),
-                      ("torch_mode_error", _AllReduceHooked)):
+                      ("torch_mode_error", _TorchMode)):
         model = cls(Unused(), bucket_cap_mb=0.0001)  # find_unused_parameters=False
         _loss(model(_batch("mlp", rank, 0))).backward()  # 'never' gets no grad
         torch.optim.SGD(model.parameters(), lr=0.1).step()  # settles the open round

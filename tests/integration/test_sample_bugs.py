@@ -103,7 +103,7 @@ DDP_TORCH_BUGS = ("early_stop_per_rank", "unused_parameters")
 
 @pytest.mark.parametrize("name", DDP_TORCH_BUGS)
 def test_bug_under_ddp_torch_is_named_and_raises_torchs_own_error(doctor, name):
-    """--ddp torch (ddpdoctor's hook on torch's reducer, buckets completed at the last one):
+    """--ddp torch (torch's reducer as it is, on ddpdoctor's recording process group):
     the same culprit, and the waiting rank's error as torch's C++ hook raises it."""
     [bug] = [b for b in bugs.CATALOGUE if b.name == name]
     args = ["run", "--ddp", "torch", "--hang-timeout", str(bug.hang_timeout),

@@ -1,0 +1,226 @@
+"""``--ddp torch`` on gloo: torch's reducer runs as it is, its buckets recorded by its group.
+
+No comm hook goes on such a DDP: torch's reducer keeps its own C++ path (the gradient is
+divided while it is copied into the bucket; a Python hook pays a pass over every bucket and
+Python per bucket, 2-4% of a small step).  Instead, while torch builds the reducer (DDP's
+``__init__`` and ``__setstate__``), the reducer is given a ``RecordedGroup``: a process
+group with the DDP group's own gloo backend, whose ``allreduce`` records each bucket (one
+logical ``all_reduce``, BUCKET flag, bucket index in ``aux``) and forwards the call.  The
+records of a backward pass's buckets are ended at its end, in the engine's final callbacks
+(before the reducer's own, which waits for them too); Join's shadow passes run outside
+backward and end theirs as the all-reduces complete.  Every other call the reducer makes
+(the map of used parameters, the bucket order's broadcast) reaches gloo unrecorded, as
+under torch.  Only gloo groups of CPU parameters without sparse gradients get one; other
+DDPs keep ddpdoctor's hook (ddp/comm_hook.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import weakref
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from ddpdoctor.ddp import bucket_record
+from ddpdoctor.runtime import recorder
+
+_CPU = torch.device("cpu")
+_engine = torch.autograd.Variable._execution_engine
+_task_id = torch._C._current_graph_task_id  # -1 outside a backward pass
+_groups: "weakref.WeakKeyDictionary[Any, RecordedGroup]" = weakref.WeakKeyDictionary()
+_building = threading.local()  # .groups: the groups made for the DDP this thread builds
+_swap_lock = threading.Lock()
+_swap = {"depth": 0, "torch": None}  # DDPs being built, and torch's Reducer meanwhile
+
+
+class RecordedGroup(dist.ProcessGroup):
+    """The group torch's reducer gets in place of the DDP's: the same gloo backend, every
+    call forwarded to the DDP's group, each bucket's all-reduce recorded."""
+
+    def __init__(self, pg: Any):
+        super().__init__(pg.rank(), pg.size())
+        gloo = dist.ProcessGroup.BackendType.GLOO
+        self._register_backend(_CPU, gloo, pg._get_backend(_CPU))
+        self._set_default_backend(gloo)
+        self._pg = pg
+        self._group = bucket_record.group_arg(pg)  # as the records name it
+        self._launched: list[tuple[Any, int]] = []  # this backward's (future, record handle)
+        self._task = -1  # the backward pass they belong to
+        self._shadow = 0  # the next bucket index of a Join shadow pass
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return self._pg.name()
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> Any:
+        """The reducer's all-reduce of a bucket (recorded) or of its used-parameter map."""
+        handle = task = -1
+        t = tensors[0] if len(tensors) == 1 else None
+        if t is not None and (t.is_floating_point() or t.is_complex()):  # a bucket
+            try:
+                task = _task_id()
+                handle = bucket_record.begin(self._group, t, self._index(task))
+            except Exception as e:  # noqa: BLE001 - no record, never a failed step
+                _note(e)
+        try:
+            work = self._pg.allreduce(tensors, opts)
+        except BaseException:
+            bucket_record.end(handle, failed=True)
+            raise
+        if handle >= 0:  # the work's future only: gloo's thread frees the work, as torch's
+            try:
+                fut = work.get_future()
+                if task == -1:
+                    fut.then(functools.partial(bucket_record.pass_through, handle))
+                else:
+                    self._launched.append((fut, handle))
+            except Exception as e:  # noqa: BLE001
+                _note(e)
+        return work
+
+    def _index(self, task: int) -> int:
+        """The next bucket's index: in backward pass ``task``, or in a Join shadow pass."""
+        if task == -1:
+            self._shadow += 1
+            return self._shadow - 1
+        if task != self._task:
+            self._start(task)
+        return len(self._launched)
+
+    def new_shadow_pass(self) -> None:
+        """Join's shadow pass starts: its buckets count from 0."""
+        self._shadow = 0
+
+    def _start(self, task: int) -> None:
+        """The first bucket of backward pass ``task``: its records end in the pass's final
+        callbacks.  A pass that ended without them (an exception inside backward) leaves its
+        buckets to end as they complete."""
+        stale, self._launched = self._launched, []
+        for fut, handle in stale:
+            if fut.done():
+                self._end(fut, handle)
+            else:
+                fut.then(functools.partial(bucket_record.pass_through, handle))
+        self._task = task
+        _engine.queue_callback(self._settle)
+
+    def _settle(self) -> None:
+        """End of the backward pass: wait for its buckets in order and end their records.
+        A failed one fails the rest; torch's reducer raises its error right after."""
+        launched, self._launched = self._launched, []
+        self._task = -1
+        for k, (fut, handle) in enumerate(launched):
+            if not self._end(fut, handle):
+                for _, later in launched[k + 1:]:
+                    bucket_record.end(later, failed=True)
+                return
+
+    @staticmethod
+    def _end(fut: Any, handle: int) -> bool:
+        try:
+            fut.wait()
+        except BaseException:  # noqa: BLE001 - torch's reducer raises it in finalize
+            bucket_record.end(handle, failed=True)
+            return False
+        bucket_record.end(handle)
+        return True
+
+
+def _forwarded(name: str) -> Any:
+    def call(self: RecordedGroup, *args: Any) -> Any:
+        return getattr(self._pg, name)(*args)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"The DDP group's own ``{name}``."
+    return call
+
+
+# Every other call the reducer makes goes to the DDP's group from Python, which lets go of
+# the GIL before gloo takes its queue's lock.  torch's fallback for a method not defined
+# here would take that lock holding the GIL, while a gloo thread, holding the lock, may be
+# waiting for the GIL to free a finished work (a deadlock seen in sync_bucket_indices).
+for _name in ("broadcast", "allgather", "_allgather_base", "allgather_coalesced",
+              "allgather_into_tensor_coalesced", "allreduce_coalesced", "reduce",
+              "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced",
+              "alltoall", "alltoall_base", "barrier", "gather", "scatter", "send", "recv",
+              "recv_anysource"):
+    setattr(RecordedGroup, _name, _forwarded(_name))
+
+
+def _run_eagerly(*functions: Any) -> None:
+    """torch.compile never traces these (nor what they call): torch's reducer calls them
+    from C++ while a compiled DDP's forward runs, where dynamo would try to compile them
+    and fail on the group's attributes."""
+    try:
+        frames = torch._C._dynamo.eval_frame
+        skip = frames._FrameExecStrategy(frames._FrameAction.SKIP, frames._FrameAction.SKIP)
+        for fn in functions:
+            frames.set_code_exec_strategy(fn.__code__, skip)
+    except (AttributeError, RuntimeError, TypeError):  # a torch without dynamo
+        pass
+
+
+_run_eagerly(RecordedGroup.allreduce, RecordedGroup.getBackendName, RecordedGroup._settle,
+             RecordedGroup.broadcast)  # (every forwarded method shares broadcast's code)
+
+
+def group_of(ddp: Any) -> RecordedGroup | None:
+    """The RecordedGroup of ``ddp``'s current reducer, if it has one."""
+    return _groups.get(ddp)
+
+
+def _recordable(pg: Any, params: Any, expect_sparse: Any) -> bool:
+    try:
+        if dist.get_backend(pg) != "gloo":
+            return False
+    except (RuntimeError, ValueError):
+        return False
+    return all(p.device.type == "cpu" for p in params) and not any(expect_sparse)
+
+
+def _reducer(*args: Any, **kwargs: Any) -> Any:
+    """``dist.Reducer`` while a DDP is built: on the building thread, a gloo group of CPU
+    parameters (DDP's fourth argument) is replaced by a RecordedGroup."""
+    made = getattr(_building, "groups", None)
+    if made is not None and not made and len(args) >= 5 and not kwargs:
+        try:
+            if _recordable(args[3], args[0], args[4]):
+                made.append(RecordedGroup(args[3]))
+                args = (*args[:3], made[0], *args[4:])
+        except Exception as e:  # noqa: BLE001 - torch's reducer on torch's group then
+            _note(e)
+    return _swap["torch"](*args, **kwargs)
+
+
+def _note(error: BaseException) -> None:
+    rec = recorder.existing()
+    if rec is not None:
+        rec.note_error("recording torch's DDP buckets", error)
+
+
+@contextlib.contextmanager
+def recording_reducer(ddp: Any) -> Iterator[None]:
+    """Around torch building ``ddp``'s reducer (DDP's ``__init__`` or ``__setstate__``):
+    give it a RecordedGroup where it can have one, and keep that group with ``ddp``."""
+    outer = getattr(_building, "groups", None)
+    _building.groups = made = []
+    with _swap_lock:
+        if _swap["depth"] == 0:
+            _swap["torch"] = dist.Reducer
+            dist.Reducer = _reducer
+        _swap["depth"] += 1
+    try:
+        yield
+    finally:
+        with _swap_lock:
+            _swap["depth"] -= 1
+            if _swap["depth"] == 0:
+                dist.Reducer = _swap["torch"]
+        _building.groups = outer
+    if made and getattr(ddp, "reducer", None) is not None:
+        _groups[ddp] = made[0]  # also keeps the group alive while the reducer uses it
+    else:
+        _groups.pop(ddp, None)
