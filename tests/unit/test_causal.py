@@ -218,6 +218,20 @@ def test_teardown_abort_after_matched_collectives_is_its_own_warning() -> None:
     assert not any(f.kind == "collective_mismatch" for f in found)
 
 
+def test_teardown_abort_after_a_barrier_is_put_on_torchs_teardown() -> None:
+    """Every collective matched and the last was a barrier: the advice to add a barrier
+    would be wrong; gloo's teardown abort at interpreter exit is torch's."""
+    ends = [rec(5, "barrier", t=5)]
+    r0 = rank(0, steps(5) + ends, L.RankState.EXITED, step=5)
+    r1 = rank(1, steps(5) + ends, L.RankState.COMPUTING, step=5, returncode=-6,
+              fault="Fatal Python error: Aborted")
+    found = analyze(job([r0, r1], outcome="failed"), [])
+    assert not errors(found)
+    assert found[0].kind == "rank_failed" and found[0].ranks == (1,)
+    assert "Nothing in the collectives to fix" in found[0].fix
+    assert "Call dist.barrier" not in found[0].fix
+
+
 def test_teardown_abort_whose_launcher_then_terminates_the_peer_is_a_warning() -> None:
     r0 = rank(0, steps(5), step=5, returncode=-6, fault="Fatal Python error: Aborted")
     r1 = rank(1, steps(5), step=5, returncode=-15)

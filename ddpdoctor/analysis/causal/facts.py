@@ -104,6 +104,8 @@ def death_of(run: RankRun, stop_ns: int | None) -> Death | None:
     if exc is not None:
         return _exception_death(run, exc)
     inside = failed_call(run)
+    last = _last_call(run)
+    last_op = last.op if last is not None and inside is None else ""
     if run.fault:
         m = FATAL_SIGNAL.search(run.fault)
         name = {"Aborted": "SIGABRT", "Segmentation": "SIGSEGV"}.get(
@@ -111,7 +113,8 @@ def death_of(run: RankRun, stop_ns: int | None) -> Death | None:
         return Death(f"killed by {name} (no Python exception)", h.heartbeat_ns, "",
                      f"faulthandler's dump:\n{run.fault[:3000]}", name,
                      name == "SIGABRT" and inside is not None,
-                     name == "SIGABRT" and inside is None and _in_teardown(run))
+                     name == "SIGABRT" and inside is None and _in_teardown(run),
+                     last_op=last_op)
     rc = run.returncode
     at = int(run.gone_at_ns or h.heartbeat_ns)
     if run.exited_cleanly():
@@ -122,7 +125,8 @@ def death_of(run: RankRun, stop_ns: int | None) -> Death | None:
                      f"The launcher saw rank {run.rank} (pid {run.pid}) end with signal "
                      f"{-rc} ({name}); a signal leaves no Python traceback.", name,
                      name == "SIGTERM" or (name == "SIGABRT" and inside is not None),
-                     name == "SIGABRT" and inside is None and _in_teardown(run))
+                     name == "SIGABRT" and inside is None and _in_teardown(run),
+                     last_op=last_op)
     if rc is not None and rc > 0 and not run.exited_cleanly():
         return Death(f"exited with status {rc}", at, "",
                      f"Rank {run.rank} (pid {run.pid}) exited with status {rc}.")

@@ -17,6 +17,12 @@ ORDER_FIX = ("Make every rank call the same collectives in the same order: a col
 TEARDOWN_FIX = ("Call dist.barrier() before dist.destroy_process_group() and leave no "
                 "collective work in flight (wait on every async handle) before the process "
                 "exits.")
+TEARDOWN_AFTER_BARRIER_FIX = (
+    "Nothing in the collectives to fix: every one matched and the rank had passed its last "
+    "barrier.  With gloo, torch can abort a process at interpreter exit while gloo's worker "
+    "threads free finished work that still holds Python objects (a torch teardown issue; "
+    "see pytorch/pytorch pull request 179291).  Check that what the script does after that "
+    "barrier (saving, logging) is there.")
 UNEVEN_FIX = ("Give every rank the same number of steps: split the data evenly (pad or "
               "drop the remainder), or stop all ranks together (all_reduce a 'done' flag, "
               "or torch's Join context manager).")
@@ -212,8 +218,9 @@ def teardown(s: RankState, finished: bool) -> Finding:
     detail = (f"Rank {s.rank} died in destroy_process_group or at interpreter exit {last}; "
               "every collective it made had matched on all ranks, so the training itself "
               "was not affected.\n" + d.detail)
+    fix = TEARDOWN_AFTER_BARRIER_FIX if d.last_op == "barrier" else TEARDOWN_FIX
     return Finding("rank_failed", Severity.WARNING if finished else Severity.ERROR,
-                   (s.rank,), None, summary, detail, TEARDOWN_FIX,
+                   (s.rank,), None, summary, detail, fix,
                    {"cause": d.cause, "signal": d.signal, "teardown": True})
 
 

@@ -32,6 +32,7 @@ class Death:
     destroy_process_group or at interpreter exit after its collectives completed.
     left_early: it died on its way out (destroy_process_group, interpreter exit) while its
     peers still called collectives: it left early, and the abort is how it left.
+    last_op: in teardown, the op of its last completed collective ("" when none).
     """
 
     cause: str
@@ -42,6 +43,7 @@ class Death:
     peer_absence: bool = False
     teardown: bool = False
     left_early: bool = False
+    last_op: str = ""
 
 
 @dataclass(frozen=True)
