@@ -30,7 +30,7 @@ from ddpdoctor.runtime import recorder
 
 _CPU = torch.device("cpu")
 _engine = torch.autograd.Variable._execution_engine
-_task_id = torch._C._current_graph_task_id  # -1 outside a backward pass
+_task_id = getattr(torch._C, "_current_graph_task_id", None)  # -1 outside a backward pass
 _groups: "weakref.WeakKeyDictionary[Any, RecordedGroup]" = weakref.WeakKeyDictionary()
 _building = threading.local()  # .groups: the groups made for the DDP this thread builds
 _swap_lock = threading.Lock()
@@ -173,6 +173,8 @@ def group_of(ddp: Any) -> RecordedGroup | None:
 
 
 def _recordable(pg: Any, params: Any, expect_sparse: Any) -> bool:
+    if _task_id is None or not hasattr(pg, "_get_backend"):  # a torch without them: the hook
+        return False
     try:
         if dist.get_backend(pg) != "gloo":
             return False
