@@ -230,9 +230,8 @@ def attach(ddp: Any, mode: HookMode) -> None:
     """Put ddpdoctor's hook on ``ddp``'s reducer (just built by torch).  Where it cannot go,
     a notice says so and torch's DDP runs as it is."""
     mode = getattr(type(ddp), "_ddpdoctor_hook_mode", mode)
-    if mode is HookMode.ALLREDUCE and recorded_group.group_of(ddp) is not None \
-            and ddp not in _foreign:
-        return  # torch's reducer as it is, its buckets recorded by its group
+    if recorded_group.group_of(ddp) is not None and ddp not in _foreign:
+        return  # --ddp torch on gloo: torch's reducer as it is, recorded by its group
     if ddp in _states or ddp in _foreign:
         if ddp in _foreign and getattr(ddp, "mixed_precision", None) is not None:
             notice("DistributedDataParallel(mixed_precision=...) keeps torch's own gradient "

@@ -99,11 +99,8 @@ class RecordedGroup(dist.ProcessGroup):
         callbacks.  A pass that ended without them (an exception inside backward) leaves its
         buckets to end as they complete."""
         stale, self._launched = self._launched, []
-        for fut, handle in stale:
-            if fut.done():
-                self._end(fut, handle)
-            else:
-                fut.then(functools.partial(bucket_record.pass_through, handle))
+        for fut, handle in stale:  # (a done future runs its callback here and now)
+            fut.then(functools.partial(bucket_record.pass_through, handle))
         self._task = task
         _engine.queue_callback(self._settle)
 
