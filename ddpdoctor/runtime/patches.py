@@ -9,7 +9,7 @@ import threading
 import weakref
 from typing import Any, Callable, Iterator
 
-from ddpdoctor.runtime import init_hooks
+from ddpdoctor.runtime import gloo_teardown, init_hooks
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.runtime.op_specs import (SPECS, OpSpec, ShapeOnly, getter, is_simple_tensor_op,
                                         p2p_op_peer, peer_of, reduce_name, tensors_of)
@@ -303,11 +303,14 @@ def _wrap_destroy(fn: Callable) -> Callable:
     def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
         rec = R._recorder
         whole = not (args or kwargs.get("group"))
+        groups = gloo_teardown.live_groups() if whole else []
         if rec is not None and whole:
             rec.meta("destroy")
         result = fn(*args, **kwargs)
-        if rec is not None and whole:
-            rec.forget_groups()
+        if whole:
+            if rec is not None:
+                groups += rec.forget_groups()
+            gloo_teardown.keep(groups)
         return result
 
     destroy_process_group.__ddpdoctor_original__ = fn  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ import threading
 import traceback
 from typing import Any
 
+from ddpdoctor.runtime import gloo_teardown
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.trace import layout as L
 
@@ -61,9 +62,7 @@ def _install_excepthooks() -> None:
 def _at_exit() -> None:
     try:
         _say_exited()
-        rec = R.existing()
-        if rec is not None:
-            rec.release_groups()
+        gloo_teardown.settle()
     except KeyboardInterrupt:
         pass  # a second Ctrl-C while the rank exits: it ends anyway, without our traceback
     except Exception:  # noqa: BLE001, S110 - exiting must not be disturbed

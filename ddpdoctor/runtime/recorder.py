@@ -66,7 +66,6 @@ class Recorder:
         # index and its seq goes on.
         self._groups: dict[int, int] = {}
         self._group_objs: list[Any] = []
-        self._retired_groups: list[Any] = []  # destroyed groups, kept until exit
         self._group_keys: dict[tuple[str, tuple[int, ...]], int] = {}
         self._seq: list[Any] = []  # itertools.count per local group index (atomic)
         self._p2p_seq: dict[tuple[int, int, int], Any] = {}
@@ -149,28 +148,14 @@ class Recorder:
                 self._groups[id(None)] = idx
         return idx
 
-    def forget_groups(self) -> None:
+    def forget_groups(self) -> list[Any]:
         """The process groups were destroyed: drop the object cache (the identities and
         their seq counters stay, for groups created again with the same name and ranks).
-
-        The group objects themselves are kept until the process exits (``release_groups``):
-        torch 2.13's gloo frees a finished Work on its worker thread, and when that free
-        needs the GIL while the main thread, holding it, destroys the ProcessGroup (the
-        last reference often goes with the DDP model as the rank's function returns) and
-        joins that worker, the rank never exits.  Kept here, the groups are destroyed at
-        exit, after their workers had time to finish.  Only the last destroy's groups are
-        kept (a process that creates and destroys groups in a loop keeps one set)."""
+        Returns the group objects it held, for ``gloo_teardown.keep``."""
         with self._lock:
             self._groups = {}
-            self._retired_groups = self._group_objs
-            self._group_objs = []
-
-    def release_groups(self, settle_s: float = 0.05) -> None:
-        """At exit: let gloo's workers finish (the GIL released), then drop the destroyed
-        groups kept by ``forget_groups``."""
-        if self._retired_groups:
-            time.sleep(settle_s)
-            self._retired_groups = []
+            dropped, self._group_objs = self._group_objs, []
+        return dropped
 
     def heartbeat(self, now: int) -> None:
         """Write ``now`` as the header's heartbeat_ns (records call this every 0.5 s at most:
