@@ -57,3 +57,20 @@ def doctor(tmp_path: Path):
         return run_doctor(args, tmp_path, env, **kw)
 
     return _run
+
+
+_RERUN_REASONS: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Keep why a test failed before its rerun (the rerun's pass would hide it)."""
+    if report.outcome == "rerun":
+        _RERUN_REASONS.append((report.nodeid, report.longreprtext[-4000:]))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print each rerun test's first failure, so that a flaky test leaves its cause in the
+    CI log."""
+    for nodeid, text in _RERUN_REASONS:
+        terminalreporter.write_sep("-", f"first failure of {nodeid} (rerun)")
+        terminalreporter.write_line(text)
