@@ -60,6 +60,14 @@ def wait_line(w: dict[str, Any]) -> str:
     return f"rank {w.get('rank')} waits for {who} in {what}{group}"
 
 
+def _no_activity_text(report: dict[str, Any]) -> str:
+    """The supervisor's note on why no rank was recorded, as a sentence."""
+    for note in report.get("notes") or []:
+        if isinstance(note, str) and note.startswith("no torch.distributed activity"):
+            return "N" + note[1:] + "."
+    return "No torch.distributed activity was recorded (the job never called init_process_group)."
+
+
 def print_summary(report: dict[str, Any], path: Path | None, console: Console) -> None:
     """Outcome, ranks, findings (errors first) and where the report is."""
     outcome = str(report.get("outcome"))
@@ -79,8 +87,7 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
         if report.get("ranks"):
             console.print(Text("No problem found.", "green"))
         else:
-            console.print(Text("No torch.distributed activity was recorded (the job never "
-                               "called init_process_group).", "yellow"))
+            console.print(Text(_no_activity_text(report), "yellow"))
     for f in findings[:8]:
         sev = str(f.get("severity"))
         body = Text()

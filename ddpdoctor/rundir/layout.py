@@ -74,3 +74,12 @@ def read_json_object(path: Path) -> dict[str, Any]:
     except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def free_bytes(path: Path) -> int | None:
+    """Bytes free to an unprivileged writer on ``path``'s file system (None if unknown)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize

@@ -7,11 +7,12 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ddpdoctor.config import OnHang
 from ddpdoctor.proc.control import StopResult, stop_job
-from ddpdoctor.rundir.layout import write_json_atomic
+from ddpdoctor.rundir.layout import free_bytes, write_json_atomic
 from ddpdoctor.report.build import build_report
 from ddpdoctor.report.console import print_summary
 from ddpdoctor.redact import redact_argv
@@ -63,9 +64,7 @@ class JobEnding:
         report["problems"] = list(dict.fromkeys(report.get("problems", []) +
                                                 self.live.problems))
         if not report["ranks"]:
-            report.setdefault("notes", []).append(
-                "no torch.distributed activity was recorded: the job never called "
-                "init_process_group")
+            report.setdefault("notes", []).append(no_activity_note(self.run_dir))
         try:
             self.report_path.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.report_path, report)
@@ -234,3 +233,18 @@ class JobEnding:
         except Exception as e:  # noqa: BLE001 - the report on disk is what matters
             print(f"ddpdoctor: could not print the summary ({e}); see {self.report_path}",
                   file=sys.stderr)
+
+
+FULL_BELOW_BYTES = 1 << 20  # a rank's trace needs more than this
+
+
+def no_activity_note(run_dir: Path) -> str:
+    """Why the report has no rank: the job never started torch.distributed, or its ranks
+    could not write their traces (the run dir's file system is full)."""
+    free = free_bytes(run_dir)
+    if free is not None and free < FULL_BELOW_BYTES:
+        return (f"no torch.distributed activity was recorded: the file system of {run_dir} "
+                f"is full ({free // 1024} KiB free), so the ranks could not record and ran "
+                "without diagnosis; free space there or pass --run-dir")
+    return ("no torch.distributed activity was recorded: the job never called "
+            "init_process_group")

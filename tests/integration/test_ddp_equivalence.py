@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
+
+from tests.integration.spawned import end_job, run_job
 
 STEPS = 4
 TOL = 1e-6
@@ -218,19 +218,7 @@ def equivalence_job(rank: int, world: int, port: int, out_dir: str, cases: list[
                          "torch_mode_grads_match": _grads_match(torch_mode, theirs),
                          "torch_mode_grouped": _recorded_by_group(torch_mode)}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_job(fn: Callable, world: int, *args: Any) -> None:
-    mp.start_processes(fn, args=(world, free_port(), *args), nprocs=world, join=True,
-                       start_method="spawn")
+    end_job()
 
 
 _results: dict[int, list[dict[str, Any]]] = {}
@@ -302,8 +290,7 @@ def behaviour_job(rank: int, world: int, port: int, out_dir: str) -> None:
     dist.all_reduce(grad)
     res["hook_grads_averaged"] = torch.allclose(grad / world, hooked.module.a.weight.grad)
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(res))
-    dist.barrier()
-    dist.destroy_process_group()
+    end_job()
 
 
 def test_missing_find_unused_parameters_raises_torchs_error(tmp_path: Path) -> None:

@@ -4,27 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from tests.integration.spawned import end_job, run_job
 
 SIZES = [0, 1, 3, 7, 1001, 65537]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_job(fn: Callable, world: int, *args: Any) -> None:
-    mp.start_processes(fn, args=(world, free_port(), *args), nprocs=world, join=True,
-                       start_method="spawn")
 
 
 def _init(rank: int, world: int, port: int) -> None:
@@ -91,8 +80,7 @@ def ring_job(rank: int, world: int, port: int, out_dir: str) -> None:
     ring.all_reduce(s)
     _check("0-d", s, torch.tensor(float(world * (world + 1) // 2)), errors)
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(errors))
-    dist.barrier()
-    dist.destroy_process_group()
+    end_job()
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])  # 4 ranks: the DDP equivalence job
@@ -115,8 +103,7 @@ def large_job(rank: int, world: int, port: int, out_dir: str) -> None:
     _check("100 MB", x, ref, errors)
     _check_same_everywhere("100 MB", x, errors)
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(errors))
-    dist.barrier()
-    dist.destroy_process_group()
+    end_job()
 
 
 @pytest.mark.slow
@@ -144,8 +131,7 @@ def subgroup_job(rank: int, world: int, port: int, out_dir: str) -> None:
         res["weight"] = model.module.weight.detach().tolist()
         res["grad"] = model.module.weight.grad.tolist()
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(res))
-    dist.barrier()
-    dist.destroy_process_group()
+    end_job()
 
 
 def test_subgroup_of_two_out_of_three(tmp_path: Path) -> None:
@@ -178,8 +164,7 @@ def traced_job(rank: int, world: int, port: int, run_dir: str, steps: int,
     for step in range(steps):
         ddp(torch.randn(8, 256)).sum().backward()
         rec.set_step(step + 1)
-    dist.barrier()
-    dist.destroy_process_group()
+    end_job()
 
 
 def test_trace_has_one_bucket_collective_per_bucket_with_its_ring_steps(tmp_path: Path) -> None:

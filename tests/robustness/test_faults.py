@@ -193,10 +193,13 @@ def test_run_dir_full_from_the_start(small_fs):
     for rank in (0, 1):
         assert f"JOB|rank {rank} done" in run.stdout  # the job did not notice
     assert "cannot record" in run.stderr
+    # the summary says why the report has no rank: not "the job never called init"
+    assert "is full" in run.stderr and "never called" not in run.stderr, run.stderr[-3000:]
     report_path = run_dir / "report.json"
     if report_path.exists():
         report = read_report(report_path)
         assert report["outcome"] == "completed"
+        assert any("could not record" in n for n in report["notes"]), report["notes"]
     else:
         assert "cannot write the report" in run.stderr
     _assert_no_orphans(run_dir)
