@@ -72,7 +72,8 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
     """Outcome, ranks, findings (errors first) and where the report is."""
     outcome = str(report.get("outcome"))
     title = Text.assemble(("ddpdoctor: ", "bold"), (outcome, OUTCOME_STYLE.get(outcome, "")),
-                          f"  ({report.get('world_size')} ranks)")
+                          f"  ({report.get('world_size')} ranks)" if report.get("ranks")
+                          else "  (no rank recorded)")
     console.print()
     console.rule(title)
     if report.get("ranks"):

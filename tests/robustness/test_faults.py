@@ -195,6 +195,7 @@ def test_run_dir_full_from_the_start(small_fs):
     assert "cannot record" in run.stderr
     # the summary says why the report has no rank: not "the job never called init"
     assert "is full" in run.stderr and "never called" not in run.stderr, run.stderr[-3000:]
+    assert "(no rank recorded)" in run.stderr
     report_path = run_dir / "report.json"
     if report_path.exists():
         report = read_report(report_path)
