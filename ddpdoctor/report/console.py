@@ -60,12 +60,16 @@ def wait_line(w: dict[str, Any]) -> str:
     return f"rank {w.get('rank')} waits for {who} in {what}{group}"
 
 
+NO_ACTIVITY = "no torch.distributed activity was recorded"
+NEVER_INITIALIZED = f"{NO_ACTIVITY}: the job never called init_process_group"
+
+
 def _no_activity_text(report: dict[str, Any]) -> str:
     """The supervisor's note on why no rank was recorded, as a sentence."""
-    for note in report.get("notes") or []:
-        if isinstance(note, str) and note.startswith("no torch.distributed activity"):
-            return "N" + note[1:] + "."
-    return "No torch.distributed activity was recorded (the job never called init_process_group)."
+    notes = [n for n in report.get("notes") or []
+             if isinstance(n, str) and n.startswith(NO_ACTIVITY)]
+    note = notes[0] if notes else NEVER_INITIALIZED
+    return note[0].upper() + note[1:] + "."
 
 
 def print_summary(report: dict[str, Any], path: Path | None, console: Console) -> None:

@@ -47,4 +47,3 @@ def settle(settle_s: float = SETTLE_S) -> None:
         _kept.clear()
     if kept or live_groups():
         time.sleep(settle_s)
-    del kept

@@ -14,7 +14,7 @@ from ddpdoctor.config import OnHang
 from ddpdoctor.proc.control import StopResult, stop_job
 from ddpdoctor.rundir.layout import free_bytes, write_json_atomic
 from ddpdoctor.report.build import build_report
-from ddpdoctor.report.console import print_summary
+from ddpdoctor.report.console import NEVER_INITIALIZED, NO_ACTIVITY, print_summary
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
 from ddpdoctor.supervisor.stacks import capture_stacks
@@ -243,8 +243,7 @@ def no_activity_note(run_dir: Path) -> str:
     could not write their traces (the run dir's file system is full)."""
     free = free_bytes(run_dir)
     if free is not None and free < FULL_BELOW_BYTES:
-        return (f"no torch.distributed activity was recorded: the file system of {run_dir} "
-                f"is full ({free // 1024} KiB free), so the ranks could not record and ran "
-                "without diagnosis; free space there or pass --run-dir")
-    return ("no torch.distributed activity was recorded: the job never called "
-            "init_process_group")
+        return (f"{NO_ACTIVITY}: the file system of {run_dir} is full ({free // 1024} KiB "
+                "free), so the ranks could not record and ran without diagnosis; free space "
+                "there or pass --run-dir")
+    return NEVER_INITIALIZED
