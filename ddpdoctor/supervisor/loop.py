@@ -25,12 +25,17 @@ from ddpdoctor.supervisor.stacks import capture_stacks
 from ddpdoctor.supervisor.watch import LiveJob
 from ddpdoctor.trace import layout as L
 
-PROCESS_CHECK_EVERY = 3  # polls between /proc checks of the ranks' liveness
+# While every rank of a one-node job runs and none waits, the loop looks 4 times a second
+# instead of 10: on a machine whose cores the ranks fill, each look takes a core from a rank
+# and, in a job whose ranks step together, delays every rank (bench/README.md).
+STEADY_POLL_SECONDS = 0.25
+STEADY_WAIT_S = 0.1  # a rank inside one call longer than this: back to POLL_SECONDS
+PROCESS_CHECK_S = 0.25  # between /proc checks of the ranks' liveness
 JUDGE_AFTER_S = 1.0  # a rank blocked this long: build the job view and judge it
 JUDGE_EVERY_S = 1.0
-PROGRESS_EVERY = 5  # polls between samples of the ranks' CPU time
+PROGRESS_S = 0.5  # between samples of the ranks' CPU time
 MISMATCH_SETTLE_S = 0.25  # a divergent collective blocked this long will never complete
-TREE_CHECK_EVERY = 10  # polls between two looks at the job's process tree
+TREE_CHECK_S = 2.0  # between two looks at the job's process tree (the stop looks again)
 
 
 class Supervisor(JobEnding, NodesMixin):
@@ -55,7 +60,7 @@ class Supervisor(JobEnding, NodesMixin):
         self.report: dict[str, Any] | None = None
         self.quiet = config.ui  # the UI shows everything while it runs
         self._uneven_said = False
-        self._tick = 0
+        self._due = {"tree": 0.0, "progress": 0.0, "processes": 0.0}  # monotonic times
         self._next_prediction = 0.0
         self.progress = ProgressTracker()
         self._next_judge = 0.0
@@ -123,16 +128,31 @@ class Supervisor(JobEnding, NodesMixin):
             verdict = self._check()
             if verdict is not None:
                 return verdict
-            time.sleep(POLL_SECONDS)
+            time.sleep(STEADY_POLL_SECONDS if self._steady() else POLL_SECONDS)
+
+    def _is_due(self, what: str, every_s: float) -> bool:
+        """Is the periodic check ``what`` due (then it is next due ``every_s`` from now)?"""
+        now = time.monotonic()
+        if now < self._due[what]:
+            return False
+        self._due[what] = now + every_s
+        return True
+
+    def _steady(self) -> bool:
+        """One node, every rank running, none inside a call for long, nothing seen amiss."""
+        if self.leader is not None or self.follower is not None or \
+                self._failure_seen_at is not None or self._warned_mismatch or \
+                self.stop_requested.is_set():
+            return False
+        return self.live.steady(STEADY_WAIT_S)
 
     def _check(self) -> Verdict | None:
-        self._tick += 1
-        if self._tick % TREE_CHECK_EVERY == 1:
+        if self._is_due("tree", TREE_CHECK_S):
             self.tree.snapshot()  # every process of the job, remembered for the stop
             self._check_membership()
-        if self._tick % PROGRESS_EVERY == 0:
+        if self._is_due("progress", PROGRESS_S):
             self._sample_progress()
-        if self._tick % PROCESS_CHECK_EVERY == 0:
+        if self._is_due("processes", PROCESS_CHECK_S):
             verdict = self._check_processes()
             if verdict is not None:
                 return verdict

@@ -30,24 +30,30 @@ _KIND_COLLECTIVE = int(L.RecordKind.COLLECTIVE)
 _T_END = struct.Struct(f"<{L.OFF_REC_T_END}xq")
 
 
-_fingerprints: dict[tuple, tuple] = {}
+_fingerprints: dict[tuple, tuple] = {}  # record fields -> what they decode to
 
 
 def live_call(rank: int, group: str, v: tuple) -> Call:
-    """A Call from a record's raw fields, its fingerprint looked up by (op, reduce op,
-    peer, text): the supervisor sees the same few calls thousands of times."""
-    ins, outs, dtypes, callsite, framework_site = decode_text(v[14])
-    op = L.OPS[v[2]] if v[2] < len(L.OPS) else f"code{v[2]}"
-    reduce_op = L.REDUCE_OPS[v[3]] if v[3] < len(L.REDUCE_OPS) else f"code{v[3]}"
-    call = Call(rank, group, v[6], op, reduce_op, ins, outs, dtypes, v[10], v[4], callsite,
-                v[7], v[8], v[11], L.RecordKind(v[1]), framework_site)
-    key = (v[2], v[3], v[10], v[14])
-    fp = _fingerprints.get(key)
-    if fp is None:
+    """A Call from a record's raw fields; what its kind, op, reduce op, peer and text
+    decode to (and its fingerprint) is looked up: the supervisor sees the same few calls
+    thousands of times."""
+    key = (v[1], v[2], v[3], v[10], v[14])
+    known = _fingerprints.get(key)
+    if known is None:
+        ins, outs, dtypes, callsite, framework_site = decode_text(v[14])
+        op = L.OPS[v[2]] if v[2] < len(L.OPS) else f"code{v[2]}"
+        reduce_op = L.REDUCE_OPS[v[3]] if v[3] < len(L.REDUCE_OPS) else f"code{v[3]}"
+        call = Call(rank, group, v[6], op, reduce_op, ins, outs, dtypes, v[10], v[4],
+                    callsite, v[7], v[8], v[11], L.RecordKind(v[1]), framework_site)
         if len(_fingerprints) > 4096:
             _fingerprints.clear()
-        fp = _fingerprints[key] = fingerprint(call)
-    call.__dict__["fingerprint"] = fp  # fills matcher.fingerprint's cache
+        _fingerprints[key] = (op, reduce_op, ins, outs, dtypes, callsite, call.kind,
+                              framework_site, fingerprint(call))
+    else:
+        op, reduce_op, ins, outs, dtypes, callsite, kind, framework_site, fp = known
+        call = Call(rank, group, v[6], op, reduce_op, ins, outs, dtypes, v[10], v[4],
+                    callsite, v[7], v[8], v[11], kind, framework_site)
+        call.__dict__["fingerprint"] = fp  # fills matcher.fingerprint's cache
     return call
 
 
@@ -258,6 +264,15 @@ class LiveJob:
                 if best is None or waited > best[2]:
                     best = (p, call, waited)
         return best
+
+    def steady(self, wait_s: float) -> bool:
+        """Every rank known is running (started, not ended) and none has been inside one
+        call for ``wait_s`` or longer."""
+        ranks = self.ranks().values()
+        if not ranks or any(p.gone or p.header.state != L.RankState.COMPUTING for p in ranks):
+            return False
+        longest = self.longest_wait()
+        return longest is None or longest[2] < wait_s
 
     def divergence(self) -> Divergence | None:
         """The first mismatch among the collectives recorded so far.  Incremental: seqs that
