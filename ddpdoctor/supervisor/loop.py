@@ -36,6 +36,8 @@ JUDGE_EVERY_S = 1.0
 PROGRESS_S = 0.5  # between samples of the ranks' CPU time
 MISMATCH_SETTLE_S = 0.25  # a divergent collective blocked this long will never complete
 TREE_CHECK_S = 2.0  # between two looks at the job's process tree (the stop looks again)
+TREE_SHARE = 0.005  # at most this share of the time goes to those looks (they read all of
+# /proc: a busy node's thousands of processes cost tens of milliseconds a look)
 
 
 class Supervisor(JobEnding, NodesMixin):
@@ -148,8 +150,11 @@ class Supervisor(JobEnding, NodesMixin):
 
     def _check(self) -> Verdict | None:
         if self._is_due("tree", TREE_CHECK_S):
+            began = time.monotonic()
             self.tree.snapshot()  # every process of the job, remembered for the stop
             self._check_membership()
+            took = time.monotonic() - began
+            self._due["tree"] = max(self._due["tree"], began + took / TREE_SHARE)
         if self._is_due("progress", PROGRESS_S):
             self._sample_progress()
         if self._is_due("processes", PROCESS_CHECK_S):
