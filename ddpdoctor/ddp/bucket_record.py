@@ -10,7 +10,7 @@ import torch.distributed as dist
 from ddpdoctor.runtime import recorder
 from ddpdoctor.trace import layout as L
 
-_BUCKET_FLAG = int(L.RecordFlag.BUCKET)
+BUCKET_FLAG = int(L.RecordFlag.BUCKET)
 
 
 def group_arg(pg: Any) -> Any:
@@ -29,7 +29,7 @@ def begin(group: Any, buf: torch.Tensor, index: int) -> int:
     rec = recorder.active()
     if rec is None:
         return -1
-    return rec.begin("all_reduce", group, ins=[buf], reduce_op="avg", flags=_BUCKET_FLAG,
+    return rec.begin("all_reduce", group, ins=[buf], reduce_op="avg", flags=BUCKET_FLAG,
                      aux=index, callsite=recorder.call_sites(2))
 
 

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from ddpdoctor.ddp import bucket_record
 from ddpdoctor.runtime import recorder
+from ddpdoctor.runtime.record_text import describe
 
 _CPU = torch.device("cpu")
 _engine = torch.autograd.Variable._execution_engine
@@ -51,6 +52,8 @@ class RecordedGroup(dist.ProcessGroup):
         self._launched: list[tuple[Any, int]] = []  # this backward's (future, record handle)
         self._task = -1  # the backward pass they belong to
         self._shadow = 0  # the next bucket index of a Join shadow pass
+        self._site_task, self._site = -1, ""  # the pass whose call site ``_site`` is
+        self._texts: dict[tuple, tuple[bytes, int]] = {}  # (shape, dtype, site) -> text
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return self._pg.name()
@@ -62,7 +65,7 @@ class RecordedGroup(dist.ProcessGroup):
         if t is not None and (t.is_floating_point() or t.is_complex()):  # a bucket
             try:
                 task = _task_id()
-                handle = bucket_record.begin(self._group, t, self._index(task))
+                handle = self._begin(t, self._index(task), task)
             except Exception as e:  # noqa: BLE001 - no record, never a failed step
                 _note(e)
         try:
@@ -80,6 +83,26 @@ class RecordedGroup(dist.ProcessGroup):
             except Exception as e:  # noqa: BLE001
                 _note(e)
         return work
+
+    def _begin(self, t: torch.Tensor, index: int, task: int) -> int:
+        """Record bucket ``index``'s all-reduce (one logical ``all_reduce``, as
+        ``bucket_record.begin`` records it).  The hot path of ``--ddp torch``: the user's
+        line that runs backward is found once a pass, and the record's text is kept per
+        bucket shape and line (finding and describing them again for every bucket cost
+        ~45 us of a 2.8 ms step's CPU, bench_ddp_torch_parts.py)."""
+        rec = recorder.active()
+        if rec is None:
+            return -1
+        if task == -1 or task != self._site_task:
+            self._site_task, self._site = task, recorder.call_sites(2)  # from allreduce up
+        key = (t.shape, t.dtype, self._site)
+        described = self._texts.get(key)
+        if described is None:
+            if len(self._texts) >= 256:
+                self._texts.clear()
+            described = self._texts[key] = describe((t,), (), self._site)
+        return rec.begin_described("all_reduce", self._group, described[0], described[1],
+                                   "avg", bucket_record.BUCKET_FLAG, -1, index)
 
     def _index(self, task: int) -> int:
         """The next bucket's index: in backward pass ``task``, or in a Join shadow pass."""
@@ -109,21 +132,17 @@ class RecordedGroup(dist.ProcessGroup):
         A failed one fails the rest; torch's reducer raises its error right after."""
         launched, self._launched = self._launched, []
         self._task = -1
+        rec = recorder.existing()
+        if rec is None:
+            return
         for k, (fut, handle) in enumerate(launched):
-            if not self._end(fut, handle):
-                for _, later in launched[k + 1:]:
-                    bucket_record.end(later, failed=True)
+            try:
+                fut.wait()
+            except BaseException:  # noqa: BLE001 - torch's reducer raises it in finalize
+                for _, failed in launched[k:]:
+                    rec.end(failed, failed=True)
                 return
-
-    @staticmethod
-    def _end(fut: Any, handle: int) -> bool:
-        try:
-            fut.wait()
-        except BaseException:  # noqa: BLE001 - torch's reducer raises it in finalize
-            bucket_record.end(handle, failed=True)
-            return False
-        bucket_record.end(handle)
-        return True
+            rec.end(handle)
 
 
 def _forwarded(name: str) -> Any:

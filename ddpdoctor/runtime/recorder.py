@@ -171,6 +171,20 @@ class Recorder:
         if not self.enabled:
             return -1
         try:
+            text, numel = describe(ins, outs, callsite or call_sites(3))
+        except Exception as e:  # noqa: BLE001 - any recorder bug must not reach the job
+            self.fail(f"begin {op}", e)
+            return -1
+        return self.begin_described(op, pg, text, numel, reduce_op, flags, peer, aux, kind)
+
+    def begin_described(self, op: str, pg: Any, text: bytes, numel: int,
+                        reduce_op: str = "", flags: int = 0, peer: int = -1, aux: int = 0,
+                        kind: int = _KIND_COLL) -> int:
+        """``begin`` for a caller that holds the record's text and input numel already
+        (``describe``'s answer, kept by a DDP's recording group for its buckets)."""
+        if not self.enabled:
+            return -1
+        try:
             if self._fault is not None:
                 self._fault.check("begin", self.rank)
             g = self._groups.get(id(pg))
@@ -184,7 +198,6 @@ class Recorder:
                 if counter is None:
                     counter = self._p2p_seq.setdefault(key, _new_counter())
                 seq = next(counter)
-            text, numel = describe(ins, outs, callsite or call_sites(3))
             now = _time_ns()
             if now >= self._heartbeat_due:
                 self.heartbeat(now)

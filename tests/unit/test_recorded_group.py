@@ -5,6 +5,7 @@ begin / end calls (the trace itself is tested elsewhere)."""
 from __future__ import annotations
 
 import copy
+import sys
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +18,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ddpdoctor.ddp import comm_hook, recorded_group, swap
 from ddpdoctor.runtime import recorder
+from ddpdoctor.runtime.record_text import describe
+from ddpdoctor.trace.reader import decode_text
 from ddpdoctor.trace import layout as L
 from tests.unit.test_comm_hook import _ThreeLayers
 
@@ -36,8 +39,15 @@ class _Records:
 
     def begin(self, op: str, pg: Any, ins: Any, reduce_op: str = "", flags: int = 0,
               aux: int = 0, callsite: str = "", **_: Any) -> int:
+        return self.begin_described(op, pg, *describe(ins, (), callsite), reduce_op, flags,
+                                    aux=aux)
+
+    def begin_described(self, op: str, pg: Any, text: bytes, numel: int,
+                        reduce_op: str = "", flags: int = 0, peer: int = -1, aux: int = 0,
+                        **_: Any) -> int:
+        _, _, dtypes, callsite, _ = decode_text(text)
         self.calls.append({"op": op, "flags": flags, "aux": aux, "ended": None,
-                           "dtype": ins[0].dtype, "numel": ins[0].numel(),
+                           "dtype": getattr(torch, dtypes[0]), "numel": numel,
                            "callsite": callsite})
         return len(self.calls) - 1
 
@@ -112,6 +122,19 @@ def test_buckets_are_recorded_in_order_and_ended_by_the_end_of_backward(
         _step(reference, torch.full((3, 4), float(step)))
     for mine, theirs in zip(ddp.parameters(), reference.parameters()):
         assert torch.equal(mine.grad, theirs.grad)  # torch's own arithmetic
+
+
+def test_each_backward_line_names_its_own_buckets(torch_mode, records) -> None:
+    ddp = torch_mode(_ThreeLayers(), bucket_cap_mb=0.01)
+    _step(ddp)  # torch rebuilds the buckets after the first pass
+    records.calls.clear()
+    lines = []
+    for _ in range(2):  # each line twice: the kept site and text must follow the line
+        ddp(torch.ones(3, 4)).sum().backward(); lines.append(sys._getframe().f_lineno)  # noqa: E702
+        ddp(torch.ones(3, 4)).sum().backward(); lines.append(sys._getframe().f_lineno)  # noqa: E702
+    sites = [c["callsite"] for c in records.calls]
+    assert sites == [f"{__file__}:{line}" for line in lines for _ in range(3)], sites
+    assert records.buckets() == THREE * 4
 
 
 def test_the_used_parameter_map_is_not_a_bucket(torch_mode, records) -> None:
@@ -207,8 +230,7 @@ class _Failed:
 
 def test_a_failed_bucket_fails_the_ones_after_it(records) -> None:
     group = SimpleNamespace(_launched=[(SimpleNamespace(wait=lambda: None), 0), (_Failed(), 1),
-                                       (SimpleNamespace(wait=lambda: None), 2)], _task=5,
-                            _end=recorded_group.RecordedGroup._end)
+                                       (SimpleNamespace(wait=lambda: None), 2)], _task=5)
     for _ in range(3):
         records.begin("all_reduce", None, [torch.zeros(1)], flags=int(L.RecordFlag.BUCKET))
     recorded_group.RecordedGroup._settle(group)  # type: ignore[arg-type]
