@@ -30,7 +30,7 @@ _KIND_COLLECTIVE = int(L.RecordKind.COLLECTIVE)
 _T_END = struct.Struct(f"<{L.OFF_REC_T_END}xq")
 
 
-_fingerprints: dict[tuple, tuple] = {}  # record fields -> what they decode to
+_decoded: dict[tuple, tuple] = {}  # record fields -> what they decode to
 
 
 def live_call(rank: int, group: str, v: tuple) -> Call:
@@ -38,16 +38,16 @@ def live_call(rank: int, group: str, v: tuple) -> Call:
     decode to (and its fingerprint) is looked up: the supervisor sees the same few calls
     thousands of times."""
     key = (v[1], v[2], v[3], v[10], v[14])
-    known = _fingerprints.get(key)
+    known = _decoded.get(key)
     if known is None:
         ins, outs, dtypes, callsite, framework_site = decode_text(v[14])
         op = L.OPS[v[2]] if v[2] < len(L.OPS) else f"code{v[2]}"
         reduce_op = L.REDUCE_OPS[v[3]] if v[3] < len(L.REDUCE_OPS) else f"code{v[3]}"
         call = Call(rank, group, v[6], op, reduce_op, ins, outs, dtypes, v[10], v[4],
                     callsite, v[7], v[8], v[11], L.RecordKind(v[1]), framework_site)
-        if len(_fingerprints) > 4096:
-            _fingerprints.clear()
-        _fingerprints[key] = (op, reduce_op, ins, outs, dtypes, callsite, call.kind,
+        if len(_decoded) > 4096:
+            _decoded.clear()
+        _decoded[key] = (op, reduce_op, ins, outs, dtypes, callsite, call.kind,
                               framework_site, fingerprint(call))
     else:
         op, reduce_op, ins, outs, dtypes, callsite, kind, framework_site, fp = known
