@@ -43,16 +43,16 @@ def live_call(rank: int, group: str, v: tuple) -> Call:
         ins, outs, dtypes, callsite, framework_site = decode_text(v[14])
         op = L.OPS[v[2]] if v[2] < len(L.OPS) else f"code{v[2]}"
         reduce_op = L.REDUCE_OPS[v[3]] if v[3] < len(L.REDUCE_OPS) else f"code{v[3]}"
-        call = Call(rank, group, v[6], op, reduce_op, ins, outs, dtypes, v[10], v[4],
-                    callsite, v[7], v[8], v[11], L.RecordKind(v[1]), framework_site)
+        known = (op, reduce_op, ins, outs, dtypes, callsite, L.RecordKind(v[1]),
+                 framework_site, None)
+    op, reduce_op, ins, outs, dtypes, callsite, kind, framework_site, fp = known
+    call = Call(rank, group, v[6], op, reduce_op, ins, outs, dtypes, v[10], v[4], callsite,
+                v[7], v[8], v[11], kind, framework_site)
+    if fp is None:
         if len(_decoded) > 4096:
             _decoded.clear()
-        _decoded[key] = (op, reduce_op, ins, outs, dtypes, callsite, call.kind,
-                              framework_site, fingerprint(call))
+        _decoded[key] = (*known[:-1], fingerprint(call))
     else:
-        op, reduce_op, ins, outs, dtypes, callsite, kind, framework_site, fp = known
-        call = Call(rank, group, v[6], op, reduce_op, ins, outs, dtypes, v[10], v[4],
-                    callsite, v[7], v[8], v[11], kind, framework_site)
         call.__dict__["fingerprint"] = fp  # fills matcher.fingerprint's cache
     return call
 

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import atexit
-import socket
 from typing import Any, Callable
 
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ddpdoctor.runtime import gloo_teardown
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.robustness.helpers import free_port
 
 
 def run_job(fn: Callable, world: int, *args: Any) -> None:
