@@ -1,9 +1,14 @@
-"""Ring all-reduce over a ProcessGroup's own send/recv, in the caller's thread, in view.
+"""Ring all-reduce over a ProcessGroup's ranks, in the caller's thread, in view.
 
-Two rings, both moving every byte through ``pg.send``/``pg.recv`` (gloo runs them on its
-own I/O thread; never ``torch.distributed.send``, so the runtime that records the
-user's point-to-point calls does not see them; each one is recorded as a ring step of
-the collective that owns it instead):
+Every byte moves around the ring, rank to right neighbour, and each send and receive is
+recorded as a ring step of the collective that owns it.  Two transports:
+
+- shared-memory links (ddp/shm_link.py, the ring in ddp/shm_ring.py), when every rank
+  of the group can reach its neighbours that way (one host): the gather ring below,
+  streamed slot by slot; on two ranks for every size, on more up to ``uses_gather``.
+- the group's own ``pg.send``/``pg.recv`` (gloo runs them on its own I/O thread; never
+  ``torch.distributed.send``, so the runtime that records the user's point-to-point
+  calls does not see them), for the rest, with two rings:
 
 - the gather ring, for small tensors (``uses_gather``; on two ranks up to 16 MB): in
   ``n - 1`` steps every rank passes the whole tensor it last received (its own first) to
@@ -24,19 +29,20 @@ lower-level entry for a flat contiguous buffer and a resolved ProcessGroup.
 
 from __future__ import annotations
 
-import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ddpdoctor.ddp.ring_plan import (GATHER_BYTES, SEGMENT_BYTES, RingPlan, next_tag_base,
                                      uses_gather)
+from ddpdoctor.ddp import shm_link
+from ddpdoctor.ddp.ring_reduce import ReduceFn, reduce_in_rank_order, scratch
+from ddpdoctor.ddp.shm_ring import shm_gather_ring
 from ddpdoctor.runtime import recorder
 
-_ReduceFn = Callable[[torch.Tensor, torch.Tensor], Any]
-_REDUCERS: dict[str, _ReduceFn] = {
+_REDUCERS: dict[str, ReduceFn] = {
     "sum": torch.Tensor.add_,
     "avg": torch.Tensor.add_,
     "product": torch.Tensor.mul_,
@@ -83,20 +89,6 @@ class RingTrace:
         self.rec.end_step(handle)
 
 
-_scratch = threading.local()
-
-
-def scratch(dtype: torch.dtype, numel: int) -> torch.Tensor:
-    """A reusable receive buffer of at least ``numel`` elements (one per thread and dtype):
-    a fresh large allocation each call costs page faults on every page."""
-    bufs = _scratch.__dict__.setdefault("bufs", {})
-    buf = bufs.get(dtype)
-    if buf is None or buf.numel() < numel:
-        buf = torch.empty(numel, dtype=dtype)
-        bufs[dtype] = buf
-    return buf[:numel]
-
-
 def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
                          trace: RingTrace | None = None,
                          segment_bytes: int = SEGMENT_BYTES,
@@ -106,12 +98,14 @@ def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
     object; ranks are group-local).  ``op`` is a name from ``op_name``.
 
     This is the lower-level entry for callers that already hold a flat buffer and a
-    resolved group (the DDP's buckets): it runs the whole ring in the calling thread,
-    posting gloo's own send/recv, and returns when ``flat`` holds the result on this
-    rank.  Every rank of ``pg`` must call it with the same size, dtype and op, in the
-    same order relative to other ring calls on ``pg`` (the tags follow that order).
-    Small tensors (``uses_gather``) go once around the ring whole and are reduced in
-    rank order, so that every rank computes the same bits; larger ones take a segmented
+    resolved group (the DDP's buckets): it runs the whole ring in the calling thread
+    (over shared memory, else posting gloo's own send/recv), and returns when ``flat``
+    holds the result on this rank.  Every rank of ``pg`` must call it with the same size,
+    dtype and op, in the same order relative to other ring calls on ``pg`` (the tags and
+    the links' streams follow that order); the group's first call makes its links, so
+    every rank must make it.  Small tensors (``uses_gather``), and on shared memory every
+    tensor of a two-rank group, go once around the ring whole and are reduced in rank
+    order, so that every rank computes the same bits; larger ones take a segmented
     reduce-scatter + all-gather.
 
     ``scale``: the result is multiplied by it where it is final (the gather ring's last
@@ -120,7 +114,11 @@ def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
     the same bits as scaling first when n is a power of two)."""
     n = pg.size()
     if n > 1 and flat.numel() > 0:
-        if uses_gather(flat.numel() * flat.element_size(), n, gather_bytes):
+        links = shm_link.links_for(pg)  # the group's first ring call makes them
+        gather = uses_gather(flat.numel() * flat.element_size(), n, gather_bytes)
+        if links is not None and (gather or n == 2):
+            shm_gather_ring(flat, links, n, pg.rank(), _REDUCERS[op], trace, scale)
+        elif gather:
             _gather_ring(flat, pg, _REDUCERS[op], trace, scale)
         else:
             _Ring(flat, pg, _REDUCERS[op], trace, segment_bytes, scale).run()
@@ -133,7 +131,7 @@ def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
             flat.floor_divide_(n)
 
 
-def _gather_ring(flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
+def _gather_ring(flat: torch.Tensor, pg: Any, reduce: ReduceFn,
                  trace: RingTrace | None, scale: float | None = None) -> None:
     """The gather ring: in ``n - 1`` steps each rank passes the whole tensor it last
     received (its own first) to its right neighbour, so every rank ends up with all
@@ -171,27 +169,13 @@ def _gather_ring(flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
             if trace:
                 trace.done(handle)
 
-    def row(q: int) -> torch.Tensor:
-        return flat if q == r else rows[(r - q - 1) % n]
-
-    if r <= 1:  # x0 . x1 == x1 . x0 bit for bit (every op here commutes): start in place
-        acc = flat
-        reduce(acc, row(1 - r))
-    else:
-        acc = rows[(r - 1) % n]  # rank 0's tensor
-        reduce(acc, row(1))
-    for q in range(2, n):
-        reduce(acc, row(q))
-    if scale is not None:
-        torch.mul(acc, scale, out=flat)
-    elif acc is not flat:
-        flat.copy_(acc)
+    reduce_in_rank_order(flat, rows, r, n, reduce, scale)
 
 
 class _Ring:
     """One ring all-reduce in flight: posts, waits and reduces segment by segment."""
 
-    def __init__(self, flat: torch.Tensor, pg: Any, reduce: _ReduceFn,
+    def __init__(self, flat: torch.Tensor, pg: Any, reduce: ReduceFn,
                  trace: RingTrace | None, segment_bytes: int, scale: float | None = None):
         self.flat, self.pg, self.reduce, self.trace = flat, pg, reduce, trace
         self.scale = scale

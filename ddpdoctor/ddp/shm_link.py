@@ -1,0 +1,287 @@
+"""Shared-memory links between ring neighbours on one host: slots in a memfd, signals on a socket.
+
+A rank's ring on a process group has two links: out to its right neighbour and in from
+its left one.  Each link is a memfd of ``SLOTS`` slots of ``SLOT_BYTES`` that only its
+sender writes, mapped by both ends, and a unix stream socket on which the sender says
+"slot filled" (``DATA``, with the call's size in bytes, so both ends can check they hold
+the same tensor) and the receiver answers "slot free" (``CREDIT``).  Bytes move once
+(into the slot) and the receiver reduces straight out of it: no kernel copy, no TCP
+stack, no thread hand-off; a peer that exits closes its sockets, so a waiting rank hears
+it at once.
+
+The links of a group are made at its first ring call (``links_for``), by every rank of
+the group at the same call: the ranks trade a socket name over the group's own
+send/recv, connect to their left neighbour, and agree around the ring that every link
+works, twice (connected; mapped).  If any rank cannot (another host, another network
+namespace, no memfd, ``DDPDOCTOR_RING_TRANSPORT=gloo``), no rank of the group uses them
+and the ring runs over gloo's send/recv as before.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import select
+import socket
+import struct
+import threading
+import weakref
+from collections import deque
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+SLOT_BYTES = int(os.environ.get("DDPDOCTOR_RING_SLOT_BYTES", 2 << 20)) // 64 * 64 or 64
+SLOTS = 2
+DATA, CREDIT = b"D", b"C"
+_MSG = struct.Struct("<c7xq")  # kind, value
+_SETUP_TAG = 1 << 29  # far below the ring's own tags (ring_plan.TAG_BASE)
+_DEFAULT_TIMEOUT_S = 1800.0
+
+
+def wanted() -> bool:
+    """Whether this rank offers shared-memory links (``DDPDOCTOR_RING_TRANSPORT``)."""
+    return os.environ.get("DDPDOCTOR_RING_TRANSPORT", "auto").lower() not in ("gloo", "tcp")
+
+
+class LinkBroken(RuntimeError):
+    """A link can no longer carry the ring: its peer left, timed out or disagreed."""
+
+
+class _Wire:
+    """One end of a link's socket: fixed-size messages, parsed as they arrive.  A peer that
+    has gone is remembered (``gone``, ``deaf``), not raised at once: what it sent before it
+    left still counts, and a message to it is moot; only waiting for it fails."""
+
+    def __init__(self, sock: socket.socket, peer: int):
+        self.sock, self.peer = sock, peer
+        self.fd = sock.fileno()
+        self.buf = bytearray()
+        self.gone: str | None = None  # set once the peer's end is closed and read out
+        self.deaf = False  # the peer no longer reads
+
+    def post(self, kind: bytes, value: int = 0) -> None:
+        if not self.deaf:
+            try:
+                self.sock.sendall(_MSG.pack(kind, value))
+            except OSError:  # the peer closed its end: what it left unread is moot
+                self.deaf = True
+
+    def take(self) -> list[tuple[bytes, int]]:
+        """The whole messages readable now (the socket is ready); [] once the peer is gone."""
+        try:
+            data = self.sock.recv(1 << 16)
+        except OSError as exc:
+            self.gone = f" ({exc.strerror or exc})"
+            return []
+        if not data:
+            self.gone = self.gone or ""
+            return []
+        self.buf += data
+        whole = len(self.buf) // _MSG.size * _MSG.size
+        msgs = [(k, v) for k, v in _MSG.iter_unpack(self.buf[:whole])]
+        del self.buf[:whole]
+        return msgs
+
+    def lost(self) -> LinkBroken:
+        """The error for waiting on a peer that has gone (worded as a peer's absence)."""
+        return LinkBroken(f"ring: connection closed by peer rank {self.peer} (it exited or "
+                          f"failed){self.gone or ''}")
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class Links:
+    """This rank's two links in the ring of one process group, and their flow state."""
+
+    def __init__(self, out: _Wire, into: _Wire, out_map: mmap.mmap, in_map: mmap.mmap,
+                 timeout_s: float):
+        self.out, self.into = out, into
+        self._maps = (out_map, in_map)  # kept alive with the views on them
+        self.out_slots = torch.frombuffer(out_map, dtype=torch.uint8)
+        self.in_slots = torch.frombuffer(in_map, dtype=torch.uint8)
+        self.credits = SLOTS  # free slots at the right neighbour
+        self.out_next = 0  # slot counters, kept across calls
+        self.in_next = 0
+        self.arrived: deque[int] = deque()  # DATA values not yet consumed
+        self.broken: str | None = None
+        self.lock = threading.Lock()
+        self.timeout_ms = int(timeout_s * 1000)
+        self._poll = select.poll()
+        for wire in (out, into):
+            self._poll.register(wire.fd, select.POLLIN)
+
+    def slot(self, counter: int) -> int:
+        """Byte offset of the slot a message counter lands in."""
+        return (counter % SLOTS) * SLOT_BYTES
+
+    def wait(self, need_credit: bool, need_data: bool) -> None:
+        """Block until a message arrives, then take it in; raise if what this rank needs (a
+        free slot at the right, data from the left) can no longer come, or nothing came
+        for the group's timeout."""
+        for needed, wire in ((need_data and not self.arrived, self.into),
+                             (need_credit and not self.credits, self.out)):
+            if needed and wire.gone is not None:
+                raise wire.lost()
+        ready = self._poll.poll(self.timeout_ms)
+        if not ready:
+            raise LinkBroken(f"ring: no message from rank {self.into.peer} or rank "
+                             f"{self.out.peer} for {self.timeout_ms / 1000:.0f} s (the "
+                             f"group's timeout)")
+        for fd, _ in ready:
+            wire = self.out if fd == self.out.fd else self.into
+            msgs = wire.take()
+            if wire.gone is not None:
+                self._poll.unregister(fd)
+            expected = CREDIT if wire is self.out else DATA
+            for kind, value in msgs:
+                if kind != expected:
+                    raise LinkBroken(f"ring: unexpected message {kind!r} from rank "
+                                     f"{wire.peer}")
+                if kind == CREDIT:
+                    self.credits += 1
+                else:
+                    self.arrived.append(value)
+
+
+_links: "weakref.WeakKeyDictionary[Any, Links | None]" = weakref.WeakKeyDictionary()
+_setup_lock = threading.Lock()
+
+
+def links_for(pg: Any) -> Links | None:
+    """The shared-memory links of this rank in ``pg``'s ring, made at the first call (every
+    rank of ``pg`` must make that call: it is a collective); None: the ring uses gloo."""
+    try:
+        return _links[pg]
+    except KeyError:
+        pass
+    with _setup_lock:
+        if pg not in _links:
+            _links[pg] = _setup(pg)
+        return _links[pg]
+
+
+def _timeout_s(pg: Any) -> float:
+    try:
+        timeout = pg._get_backend(torch.device("cpu")).options._timeout
+        return timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    except Exception:  # noqa: BLE001 - any backend without the attribute
+        return _DEFAULT_TIMEOUT_S
+
+
+def _boot_id() -> int:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return int(f.read().strip().replace("-", "")[:15], 16)
+    except (OSError, ValueError):
+        return 0
+
+
+def _trade(pg: Any, values: list[int], tag: int) -> list[int]:
+    """Send ``values`` to the right neighbour and return the left neighbour's (gloo)."""
+    n, r = pg.size(), pg.rank()
+    mine = torch.tensor(values, dtype=torch.int64)
+    theirs = torch.empty_like(mine)
+    recv = pg.recv([theirs], (r - 1) % n, tag)
+    send = pg.send([mine], (r + 1) % n, tag)
+    send.wait()
+    recv.wait()
+    return theirs.tolist()
+
+
+def _all_agree(pg: Any, ok: bool, tag: int) -> bool:
+    """Whether ``ok`` holds on every rank: its AND passed around the ring ``n - 1`` times."""
+    flag = int(ok)
+    for k in range(pg.size() - 1):
+        flag &= _trade(pg, [flag], tag + k)[0]
+    return bool(flag)
+
+
+def _setup(pg: Any) -> Links | None:
+    n, r = pg.size(), pg.rank()
+    left, right = (r - 1) % n, (r + 1) % n
+    size = SLOTS * SLOT_BYTES
+    token = secrets.randbits(62)
+    name = _socket_name(os.getpid(), token)
+    listener = into = fd = out_map = in_map = None
+    try:
+        ok = wanted() and hasattr(os, "memfd_create") and hasattr(socket, "send_fds")
+        if ok:
+            try:
+                listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                listener.bind(name)
+                listener.listen(2)
+                fd = os.memfd_create("ddpdoctor-ring", os.MFD_CLOEXEC)
+                os.ftruncate(fd, size)
+                os.posix_fallocate(fd, 0, size)  # no room: fail here, never SIGBUS later
+                out_map = mmap.mmap(fd, size)
+            except OSError:
+                ok = False
+        their = _trade(pg, [int(ok), os.getpid(), _boot_id(), token], _SETUP_TAG)
+        connected = False
+        if ok and their[0] and their[2] == _boot_id():
+            try:
+                into = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                into.settimeout(10.0)
+                into.connect(_socket_name(their[1], their[3]))
+                connected = True
+            except OSError:
+                connected = False
+        if not _all_agree(pg, ok and connected, _SETUP_TAG + 8):
+            return None
+        mapped = False
+        out = None
+        try:
+            listener.settimeout(10.0)
+            out_sock, _ = listener.accept()
+            socket.send_fds(out_sock, [b"m"], [fd])
+            _msg, fds, _flags, _addr = socket.recv_fds(into, 1, 1)
+            in_map = mmap.mmap(fds[0], size)
+            os.close(fds[0])
+            out_sock.settimeout(None)
+            into.settimeout(None)
+            out = _Wire(out_sock, right)
+            mapped = True
+        except (OSError, IndexError, ValueError):
+            mapped = False
+        if not _all_agree(pg, mapped, _SETUP_TAG + 8 + n):
+            if out is not None:
+                out.close()
+            return None
+        links = Links(out, _Wire(into, left), out_map, in_map, _timeout_s(pg))
+        into = out_map = in_map = None  # owned by links now
+        return links
+    finally:
+        for thing in (listener, into):
+            if thing is not None:
+                thing.close()
+        for m in (out_map, in_map):
+            if m is not None:
+                m.close()
+        if fd is not None:
+            os.close(fd)
+
+
+def _socket_name(pid: int, token: int) -> str:
+    """A listening socket's name in the abstract namespace (gone with its process)."""
+    return f"\0ddpdoctor-ring-{pid:x}-{token:x}"
+
+
+def _forget_in_child() -> None:
+    """A forked child (a DataLoader worker) must not hold the ring's sockets: a rank that
+    exits would stay connected through its workers, and its neighbours not hear of it."""
+    global _links
+    for links in list(_links.values()):
+        if links is not None:
+            links.out.close()
+            links.into.close()
+    _links = weakref.WeakKeyDictionary()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

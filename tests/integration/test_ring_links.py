@@ -1,0 +1,158 @@
+"""The ring's shared-memory links: taken where every rank can, gloo's send/recv otherwise; a
+peer that leaves, disagrees or stays away is a clear error, never a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tests.integration.spawned import end_job, run_job
+
+
+def _init(rank: int, world: int, port: int, timeout_s: float = 300.0) -> Any:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=timeout_s))
+    return dist.group.WORLD
+
+
+def _write(out_dir: str, rank: int, res: dict[str, Any]) -> None:
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(res))
+
+
+def _read(out_dir: Path, world: int) -> list[dict[str, Any]]:
+    return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def _timed_ring_call(x: torch.Tensor, pg: Any) -> dict[str, Any]:
+    """One ring call: its error (None) and how long it took."""
+    from ddpdoctor.ddp.ring import ring_all_reduce_flat
+
+    t0 = time.monotonic()
+    try:
+        ring_all_reduce_flat(x, pg, "sum")
+        error = None
+    except RuntimeError as exc:
+        error = str(exc)
+    return {"error": error, "seconds": time.monotonic() - t0}
+
+
+def agree_job(rank: int, world: int, port: int, out_dir: str, gloo_rank: int) -> None:
+    if rank == gloo_rank:
+        os.environ["DDPDOCTOR_RING_TRANSPORT"] = "gloo"
+    from ddpdoctor.ddp import shm_link
+    from ddpdoctor.ddp.ring import ring_all_reduce_flat
+
+    pg = _init(rank, world, port)
+    res: dict[str, Any] = {}
+    g = torch.Generator().manual_seed(rank)
+    for numel in (1, 1001, 1_500_007):  # one piece, and several slots' worth (6 MB)
+        x = torch.randn(numel, generator=g)
+        ref = x.clone()
+        dist.all_reduce(ref)
+        ring_all_reduce_flat(x, pg, "sum", scale=0.5)
+        every = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(every, x)
+        res[str(numel)] = {
+            "close": bool(torch.allclose(x, ref * 0.5, rtol=1e-6, atol=1e-6)),
+            "same_bits": all(torch.equal(t.view(torch.int32), every[0].view(torch.int32))
+                             for t in every)}
+    res["links"] = shm_link.links_for(pg) is not None
+    _write(out_dir, rank, res)
+    end_job()
+
+
+@pytest.mark.parametrize("world,gloo_rank", [(2, -1), (3, -1), (3, 1)])
+def test_links_are_used_only_where_every_rank_can(world: int, gloo_rank: int,
+                                                  tmp_path: Path) -> None:
+    run_job(agree_job, world, str(tmp_path), gloo_rank)
+    res = _read(tmp_path, world)
+    assert [r["links"] for r in res] == [gloo_rank < 0] * world  # all or none
+    for r in res:
+        for numel in ("1", "1001", "1500007"):
+            assert r[numel] == {"close": True, "same_bits": True}, (numel, r)
+
+
+def leaver_job(rank: int, world: int, port: int, out_dir: str) -> None:
+    from ddpdoctor.ddp.ring import ring_all_reduce_flat
+
+    pg = _init(rank, world, port)
+    x = torch.ones(100_000)
+    ring_all_reduce_flat(x, pg, "sum")  # the links are made
+    if rank == 1:
+        child = os.fork()  # like a DataLoader worker: it must not keep rank 1's links open
+        if child == 0:
+            time.sleep(8)  # outlives the survivor's check
+            os._exit(0)
+        _write(out_dir, rank, {"child": child})
+        os._exit(0)
+    time.sleep(0.5)
+    _write(out_dir, rank, _timed_ring_call(x, pg))
+    os._exit(0)
+
+
+def test_a_rank_that_leaves_is_heard_at_once_even_with_a_forked_child(tmp_path: Path) -> None:
+    run_job(leaver_job, 2, str(tmp_path))
+    res = _read(tmp_path, 2)
+    try:
+        assert res[0]["error"] and "connection closed by peer rank 1" in res[0]["error"]
+        assert res[0]["seconds"] < 5
+    finally:
+        try:
+            os.kill(res[1]["child"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def mismatch_job(rank: int, world: int, port: int, out_dir: str) -> None:
+    from ddpdoctor.ddp.ring import ring_all_reduce_flat
+
+    pg = _init(rank, world, port)
+    ring_all_reduce_flat(torch.ones(10), pg, "sum")
+    try:
+        ring_all_reduce_flat(torch.ones(1000 * (rank + 1)), pg, "sum")
+        res: dict[str, Any] = {"error": None}
+    except RuntimeError as exc:
+        res = {"error": str(exc)}
+    try:
+        ring_all_reduce_flat(torch.ones(10), pg, "sum")
+        res["after"] = None
+    except RuntimeError as exc:
+        res["after"] = str(exc)
+    _write(out_dir, rank, res)
+    end_job()
+
+
+def test_ranks_that_reduce_different_sizes_get_an_error_that_says_so(tmp_path: Path) -> None:
+    run_job(mismatch_job, 2, str(tmp_path))
+    res = _read(tmp_path, 2)
+    assert "rank 1 reduces a tensor of 8000 bytes where this rank has 4000" in res[0]["error"]
+    assert "rank 0 reduces a tensor of 4000 bytes where this rank has 8000" in res[1]["error"]
+    assert all(r["after"] == r["error"] for r in res)  # the link stays broken, said again
+
+
+def timeout_job(rank: int, world: int, port: int, out_dir: str) -> None:
+    from ddpdoctor.ddp.ring import ring_all_reduce_flat
+
+    pg = _init(rank, world, port, timeout_s=2.0)
+    ring_all_reduce_flat(torch.ones(10), pg, "sum")
+    if rank == 1:
+        time.sleep(6)  # away for longer than the group's timeout
+    _write(out_dir, rank, _timed_ring_call(torch.ones(10), pg))
+    os._exit(0)
+
+
+def test_a_rank_that_stays_away_times_out_after_the_groups_timeout(tmp_path: Path) -> None:
+    run_job(timeout_job, 2, str(tmp_path))
+    res = _read(tmp_path, 2)
+    assert "for 2 s (the group's timeout)" in res[0]["error"]
+    assert 1.5 < res[0]["seconds"] < 5
