@@ -3,9 +3,9 @@
 Every byte moves around the ring, rank to right neighbour, and each send and receive is
 recorded as a ring step of the collective that owns it.  Two transports:
 
-- shared-memory links (ddp/shm_link.py, the ring in ddp/shm_ring.py), when every rank
-  of the group can reach its neighbours that way (one host): the gather ring below,
-  streamed slot by slot; on two ranks for every size, on more up to ``uses_gather``.
+- shared-memory links (ddp/shm_link.py, the rings in ddp/shm_ring.py), when every rank
+  of the group can reach its neighbours that way (one host): the two rings below,
+  streamed slot by slot; on two ranks the gather ring at every size.
 - the group's own ``pg.send``/``pg.recv`` (gloo runs them on its own I/O thread; never
   ``torch.distributed.send``, so the runtime that records the user's point-to-point
   calls does not see them), for the rest, with two rings:
@@ -39,7 +39,7 @@ from ddpdoctor.ddp.ring_plan import (GATHER_BYTES, SEGMENT_BYTES, RingPlan, next
                                      uses_gather)
 from ddpdoctor.ddp import shm_link
 from ddpdoctor.ddp.ring_reduce import ReduceFn, reduce_in_rank_order, scratch
-from ddpdoctor.ddp.shm_ring import shm_gather_ring
+from ddpdoctor.ddp.shm_ring import shm_ring
 from ddpdoctor.runtime import recorder
 
 _REDUCERS: dict[str, ReduceFn] = {
@@ -106,7 +106,7 @@ def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
     every rank must make it.  Small tensors (``uses_gather``), and on shared memory every
     tensor of a two-rank group, go once around the ring whole and are reduced in rank
     order, so that every rank computes the same bits; larger ones take a segmented
-    reduce-scatter + all-gather.
+    reduce-scatter + all-gather (in ``segment_bytes`` on gloo, in slots on shared memory).
 
     ``scale``: the result is multiplied by it where it is final (the gather ring's last
     reduction, the segmented ring's last reduce-scatter step, each segment while it is in
@@ -116,8 +116,8 @@ def ring_all_reduce_flat(flat: torch.Tensor, pg: Any, op: str = "sum",
     if n > 1 and flat.numel() > 0:
         links = shm_link.links_for(pg)  # the group's first ring call makes them
         gather = uses_gather(flat.numel() * flat.element_size(), n, gather_bytes)
-        if links is not None and (gather or n == 2):
-            shm_gather_ring(flat, links, n, pg.rank(), _REDUCERS[op], trace, scale)
+        if links is not None:  # on two ranks the gather ring at every size
+            shm_ring(flat, links, n, pg.rank(), _REDUCERS[op], trace, scale, gather or n == 2)
         elif gather:
             _gather_ring(flat, pg, _REDUCERS[op], trace, scale)
         else:

@@ -15,7 +15,7 @@ import torch
 
 from ddpdoctor.ddp import shm_link
 from ddpdoctor.ddp.shm_link import SLOT_BYTES, SLOTS, LinkBroken, Links, _Wire
-from ddpdoctor.ddp.shm_ring import shm_gather_ring
+from ddpdoctor.ddp.shm_ring import shm_ring
 
 
 def _memfd() -> int:
@@ -24,23 +24,29 @@ def _memfd() -> int:
     return fd
 
 
+def linked_ring(n: int) -> list[Links]:
+    """Each rank's links of an ``n``-rank ring, wired to its neighbours'."""
+    size = SLOTS * SLOT_BYTES
+    fds = [_memfd() for _ in range(n)]  # rank r's out slots
+    wires = [socket.socketpair() for _ in range(n)]  # pair r: r's out end, r+1's in end
+    ring = [Links(_Wire(wires[r][0], (r + 1) % n), _Wire(wires[(r - 1) % n][1], (r - 1) % n),
+                  mmap.mmap(fds[r], size), mmap.mmap(fds[(r - 1) % n], size), 30)
+            for r in range(n)]
+    for fd in fds:
+        os.close(fd)
+    return ring
+
+
 def linked_pair() -> tuple[Links, Links]:
     """Rank 0's and rank 1's links of a two-rank ring, wired to each other."""
-    a_out, b_in = socket.socketpair()
-    b_out, a_in = socket.socketpair()
-    fa, fb = _memfd(), _memfd()
-    size = SLOTS * SLOT_BYTES
-    a = Links(_Wire(a_out, 1), _Wire(a_in, 1), mmap.mmap(fa, size), mmap.mmap(fb, size), 30)
-    b = Links(_Wire(b_out, 0), _Wire(b_in, 0), mmap.mmap(fb, size), mmap.mmap(fa, size), 30)
-    os.close(fa)
-    os.close(fb)
+    a, b = linked_ring(2)
     return a, b
 
 
 def _run(links: Links, rank: int, x: torch.Tensor, out: dict[int, Any],
          reduce: Any = torch.Tensor.add_) -> None:
     try:
-        shm_gather_ring(x, links, 2, rank, reduce, None, None)
+        shm_ring(x, links, 2, rank, reduce, None, None, True)
         out[rank] = x
     except Exception as exc:  # noqa: BLE001 - the test reads it
         out[rank] = exc
@@ -67,6 +73,33 @@ def test_both_ends_hold_the_sum_call_after_call(numel: int) -> None:
         want = xa + xb
         out = _both(a, b, xa.clone(), xb.clone())
         assert torch.equal(out[0], want) and torch.equal(out[1], want)
+
+
+@pytest.mark.parametrize("n,gather", [(3, True), (3, False), (4, False), (5, False)])
+@pytest.mark.parametrize("numel", [2, 1001, SLOT_BYTES // 4 * 5 + 3])  # empty chunks too
+def test_every_ring_gives_every_rank_the_same_sum(n: int, gather: bool, numel: int) -> None:
+    ring = linked_ring(n)
+    g = torch.Generator().manual_seed(n)
+    xs = [torch.randn(numel, generator=g, dtype=torch.float64) for _ in range(n)]
+    out: dict[int, Any] = {}
+
+    def rank(r: int) -> None:
+        try:
+            x = xs[r].clone()
+            shm_ring(x, ring[r], n, r, torch.Tensor.add_, None, 0.5, gather)
+            out[r] = x
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            out[r] = exc
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    want = torch.stack(xs).sum(0) * 0.5
+    for r in range(n):
+        assert torch.allclose(out[r], want, rtol=1e-12, atol=1e-12), (r, out[r])
+        assert torch.equal(out[r], out[0])  # the same bits everywhere
 
 
 def test_a_peer_that_leaves_after_its_part_does_not_fail_the_other() -> None:
@@ -109,7 +142,7 @@ def test_a_peer_that_never_sends_is_named_when_it_leaves() -> None:
     assert isinstance(out[1], LinkBroken)
     assert "connection closed by peer rank 0" in str(out[1])
     with pytest.raises(LinkBroken, match="closed by peer rank 0"):  # and stays broken
-        shm_gather_ring(torch.ones(10), b, 2, 1, torch.Tensor.add_, None, None)
+        shm_ring(torch.ones(10), b, 2, 1, torch.Tensor.add_, None, None, True)
 
 
 def test_the_transport_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
