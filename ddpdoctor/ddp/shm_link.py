@@ -151,17 +151,22 @@ class Links:
 
 
 _links: "weakref.WeakKeyDictionary[Any, Links | None]" = weakref.WeakKeyDictionary()
-_setup_lock = threading.Lock()
+_setup_locks: "weakref.WeakKeyDictionary[Any, threading.Lock]" = weakref.WeakKeyDictionary()
+_locks_lock = threading.Lock()
 
 
 def links_for(pg: Any) -> Links | None:
     """The shared-memory links of this rank in ``pg``'s ring, made at the first call (every
-    rank of ``pg`` must make that call: it is a collective); None: the ring uses gloo."""
+    rank of ``pg`` must make that call: it is a collective); None: the ring uses gloo.
+    Each group sets up under its own lock: two threads setting up two groups, in whatever
+    order the ranks reach them, never wait for each other."""
     try:
         return _links[pg]
     except KeyError:
         pass
-    with _setup_lock:
+    with _locks_lock:
+        lock = _setup_locks.setdefault(pg, threading.Lock())
+    with lock:
         if pg not in _links:
             _links[pg] = _setup(pg)
         return _links[pg]

@@ -156,3 +156,36 @@ def test_a_rank_that_stays_away_times_out_after_the_groups_timeout(tmp_path: Pat
     res = _read(tmp_path, 2)
     assert "for 2 s (the group's timeout)" in res[0]["error"]
     assert 1.5 < res[0]["seconds"] < 5
+
+
+def two_groups_job(rank: int, world: int, port: int, out_dir: str) -> None:
+    import threading
+
+    from ddpdoctor.ddp.ring import ring_all_reduce_flat
+
+    _init(rank, world, port)
+    groups = [dist.new_group([0, 1]), dist.new_group([0, 1])]
+    done: dict[int, float] = {}
+
+    def call(i: int, delay: float) -> None:
+        time.sleep(delay)
+        x = torch.full((1000,), float(i + 1))
+        ring_all_reduce_flat(x, groups[i], "sum")
+        done[i] = x[0].item()
+
+    first = rank  # rank 0 sets up group 0 first, rank 1 group 1: the opposite orders
+    threads = [threading.Thread(target=call, args=(i, 0.0 if i == first else 0.3),
+                                daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    _write(out_dir, rank, {str(i): v for i, v in done.items()})
+    if len(done) == 2:
+        end_job()
+    os._exit(0)
+
+
+def test_two_groups_set_up_from_two_threads_in_opposite_orders(tmp_path: Path) -> None:
+    run_job(two_groups_job, 2, str(tmp_path))
+    assert _read(tmp_path, 2) == [{"0": 2.0, "1": 4.0}] * 2
