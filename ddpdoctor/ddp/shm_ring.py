@@ -33,7 +33,7 @@ def shm_ring(flat: torch.Tensor, links: Links, n: int, r: int, reduce: ReduceFn,
         try:
             _Stream(plan, links, trace).run()
         except BaseException as exc:
-            links.broken = links.broken or f"{exc}"
+            links.broken = links.broken or str(exc) or type(exc).__name__
             raise
     if gather and n > 2:
         reduce_in_rank_order(flat, _rows(flat, n), r, n, reduce, scale)

@@ -150,3 +150,30 @@ def test_the_transport_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> Non
     assert not shm_link.wanted()
     monkeypatch.setenv("DDPDOCTOR_RING_TRANSPORT", "auto")
     assert shm_link.wanted()
+
+
+def test_an_interrupted_call_leaves_the_links_broken_by_name() -> None:
+    """A KeyboardInterrupt (no message) mid-call: the stream's place is lost, so every
+    later call on the links says why instead of mixing up pieces."""
+    a, b = linked_pair()
+
+    def interrupted(mine: torch.Tensor, theirs: torch.Tensor) -> Any:
+        raise KeyboardInterrupt
+
+    out: dict[int, Any] = {}
+
+    def rank1() -> None:
+        try:
+            shm_ring(torch.ones(10), b, 2, 1, interrupted, None, None, True)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            out[1] = exc
+
+    ta = threading.Thread(target=_run, args=(a, 0, torch.ones(10), out))
+    tb = threading.Thread(target=rank1)
+    ta.start()
+    tb.start()
+    ta.join(30)
+    tb.join(30)
+    assert isinstance(out[1], KeyboardInterrupt)
+    with pytest.raises(LinkBroken, match="KeyboardInterrupt"):
+        shm_ring(torch.ones(10), b, 2, 1, torch.Tensor.add_, None, None, True)
