@@ -7,12 +7,23 @@ import os
 import threading
 from typing import Any
 
-SEGMENT_BYTES = int(os.environ.get("DDPDOCTOR_RING_SEGMENT_BYTES", 4 << 20))
+
+def env_bytes(name: str, default: int, minimum: int = 0) -> int:
+    """A size in bytes from the environment variable ``name``: ``default`` when it is unset,
+    not a whole number or below ``minimum`` (a rank never fails on a mistyped setting)."""
+    try:
+        value = int(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value >= minimum else default
+
+
+SEGMENT_BYTES = env_bytes("DDPDOCTOR_RING_SEGMENT_BYTES", 4 << 20, 1)
 # Tensors up to this size, on two ranks, take the gather ring (n - 1 steps of one whole
 # tensor) instead of reduce-scatter + all-gather (2 (n - 1) steps of segmented chunks):
 # each message's latency (thread hand-offs), not the bytes, is the cost up to several MB,
 # and inside a DDP step (backward on the same cores) up to 16 MB (bench/README.md).
-GATHER_BYTES = int(os.environ.get("DDPDOCTOR_RING_GATHER_BYTES", 16 << 20))
+GATHER_BYTES = env_bytes("DDPDOCTOR_RING_GATHER_BYTES", 16 << 20)
 MIN_SPLIT_BYTES = 256 << 10  # chunks below twice this travel as one segment
 TAG_BASE = 1 << 30  # far above the tags users pick, below gloo's 2**31 limit
 _TAG_CALLS = 256  # calls whose tags differ before they repeat

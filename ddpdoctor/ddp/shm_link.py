@@ -33,7 +33,10 @@ from typing import Any
 
 import torch
 
-SLOT_BYTES = int(os.environ.get("DDPDOCTOR_RING_SLOT_BYTES", 2 << 20)) // 64 * 64 or 64
+from ddpdoctor.ddp.ring_plan import env_bytes
+
+# The same on every rank of a group (its set-up checks): a piece is at most one slot.
+SLOT_BYTES = env_bytes("DDPDOCTOR_RING_SLOT_BYTES", 2 << 20, 64) // 64 * 64
 SLOTS = 2
 DATA, CREDIT = b"D", b"C"
 _MSG = struct.Struct("<c7xq")  # kind, value
@@ -228,9 +231,9 @@ def _setup(pg: Any) -> Links | None:
                 out_map = mmap.mmap(fd, size)
             except OSError:
                 ok = False
-        their = _trade(pg, [int(ok), os.getpid(), _boot_id(), token], _SETUP_TAG)
+        their = _trade(pg, [int(ok), os.getpid(), _boot_id(), token, SLOT_BYTES], _SETUP_TAG)
         connected = False
-        if ok and their[0] and their[2] == _boot_id():
+        if ok and their[0] and their[2] == _boot_id() and their[4] == SLOT_BYTES:
             try:
                 into = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 into.settimeout(10.0)

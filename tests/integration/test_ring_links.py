@@ -46,9 +46,10 @@ def _timed_ring_call(x: torch.Tensor, pg: Any) -> dict[str, Any]:
     return {"error": error, "seconds": time.monotonic() - t0}
 
 
-def agree_job(rank: int, world: int, port: int, out_dir: str, gloo_rank: int) -> None:
-    if rank == gloo_rank:
-        os.environ["DDPDOCTOR_RING_TRANSPORT"] = "gloo"
+def agree_job(rank: int, world: int, port: int, out_dir: str, odd_rank: int,
+              odd_env: dict[str, str]) -> None:
+    if rank == odd_rank:
+        os.environ.update(odd_env)
     from ddpdoctor.ddp import shm_link
     from ddpdoctor.ddp.ring import ring_all_reduce_flat
 
@@ -71,12 +72,19 @@ def agree_job(rank: int, world: int, port: int, out_dir: str, gloo_rank: int) ->
     end_job()
 
 
-@pytest.mark.parametrize("world,gloo_rank", [(2, -1), (3, -1), (3, 1)])
-def test_links_are_used_only_where_every_rank_can(world: int, gloo_rank: int,
+@pytest.mark.parametrize("world,odd_rank,odd_env", [
+    (2, -1, {}), (3, -1, {}),
+    (3, 1, {"DDPDOCTOR_RING_TRANSPORT": "gloo"}),  # one rank turned them off
+    (2, 1, {"DDPDOCTOR_RING_SLOT_BYTES": "65536"}),  # slots of another size
+    (2, 0, {"DDPDOCTOR_RING_SLOT_BYTES": "2M"}),  # mistyped: the default, links kept
+])
+def test_links_are_used_only_where_every_rank_can(world: int, odd_rank: int,
+                                                  odd_env: dict[str, str],
                                                   tmp_path: Path) -> None:
-    run_job(agree_job, world, str(tmp_path), gloo_rank)
+    run_job(agree_job, world, str(tmp_path), odd_rank, odd_env)
     res = _read(tmp_path, world)
-    assert [r["links"] for r in res] == [gloo_rank < 0] * world  # all or none
+    linked = odd_rank < 0 or odd_env.get("DDPDOCTOR_RING_SLOT_BYTES") == "2M"
+    assert [r["links"] for r in res] == [linked] * world  # all or none
     for r in res:
         for numel in ("1", "1001", "1500007"):
             assert r[numel] == {"close": True, "same_bits": True}, (numel, r)
