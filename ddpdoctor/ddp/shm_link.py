@@ -13,8 +13,9 @@ The links of a group are made at its first ring call (``links_for``), by every r
 the group at the same call: the ranks trade a socket name over the group's own
 send/recv, connect to their left neighbour, and agree around the ring that every link
 works, twice (connected; mapped).  If any rank cannot (another host, another network
-namespace, no memfd, ``DDPDOCTOR_RING_TRANSPORT=gloo``), no rank of the group uses them
-and the ring runs over gloo's send/recv as before.
+namespace, no memfd, another ``DDPDOCTOR_RING_SLOT_BYTES``,
+``DDPDOCTOR_RING_TRANSPORT=gloo``), no rank of the group uses them and the ring runs
+over gloo's send/recv as before.  Errors name the neighbours by their global ranks.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from datetime import timedelta
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from ddpdoctor.ddp.ring_plan import env_bytes
 
@@ -254,7 +256,7 @@ def _setup(pg: Any) -> Links | None:
             os.close(fds[0])
             out_sock.settimeout(None)
             into.settimeout(None)
-            out = _Wire(out_sock, right)
+            out = _Wire(out_sock, _global_rank(pg, right))
             mapped = True
         except (OSError, IndexError, ValueError):
             mapped = False
@@ -262,7 +264,8 @@ def _setup(pg: Any) -> Links | None:
             if out is not None:
                 out.close()
             return None
-        links = Links(out, _Wire(into, left), out_map, in_map, _timeout_s(pg))
+        links = Links(out, _Wire(into, _global_rank(pg, left)), out_map, in_map,
+                      _timeout_s(pg))
         into = out_map = in_map = None  # owned by links now
         return links
     finally:
@@ -274,6 +277,14 @@ def _setup(pg: Any) -> Links | None:
                 m.close()
         if fd is not None:
             os.close(fd)
+
+
+def _global_rank(pg: Any, group_rank: int) -> int:
+    """The global rank of ``group_rank`` in ``pg`` (the rank the errors name)."""
+    try:
+        return dist.get_global_rank(pg, group_rank)
+    except (RuntimeError, ValueError):
+        return group_rank
 
 
 def _socket_name(pid: int, token: int) -> str:

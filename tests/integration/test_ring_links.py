@@ -121,13 +121,19 @@ def test_a_rank_that_leaves_is_heard_at_once_even_with_a_forked_child(tmp_path: 
             pass
 
 
-def mismatch_job(rank: int, world: int, port: int, out_dir: str) -> None:
+def mismatch_job(rank: int, world: int, port: int, out_dir: str, members: list[int]) -> None:
     from ddpdoctor.ddp.ring import ring_all_reduce_flat
 
     pg = _init(rank, world, port)
+    if members:
+        pg = dist.new_group(members)
+        if rank not in members:
+            _write(out_dir, rank, {})
+            end_job()
+            return
     ring_all_reduce_flat(torch.ones(10), pg, "sum")
     try:
-        ring_all_reduce_flat(torch.ones(1000 * (rank + 1)), pg, "sum")
+        ring_all_reduce_flat(torch.ones(1000 * (dist.get_group_rank(pg, rank) + 1)), pg, "sum")
         res: dict[str, Any] = {"error": None}
     except RuntimeError as exc:
         res = {"error": str(exc)}
@@ -140,11 +146,16 @@ def mismatch_job(rank: int, world: int, port: int, out_dir: str) -> None:
     end_job()
 
 
-def test_ranks_that_reduce_different_sizes_get_an_error_that_says_so(tmp_path: Path) -> None:
-    run_job(mismatch_job, 2, str(tmp_path))
-    res = _read(tmp_path, 2)
-    assert "rank 1 reduces a tensor of 8000 bytes where this rank has 4000" in res[0]["error"]
-    assert "rank 0 reduces a tensor of 4000 bytes where this rank has 8000" in res[1]["error"]
+@pytest.mark.parametrize("world,members", [(2, []), (3, [1, 2])])
+def test_ranks_that_reduce_different_sizes_get_an_error_that_says_so(
+        world: int, members: list[int], tmp_path: Path) -> None:
+    run_job(mismatch_job, world, str(tmp_path), members)
+    res = _read(tmp_path, world)[world - 2:]  # the two ranks of the group
+    first, second = members or [0, 1]  # named by their global ranks
+    assert (f"rank {second} reduces a tensor of 8000 bytes where this rank has 4000"
+            in res[0]["error"])
+    assert (f"rank {first} reduces a tensor of 4000 bytes where this rank has 8000"
+            in res[1]["error"])
     assert all(r["after"] == r["error"] for r in res)  # the link stays broken, said again
 
 
