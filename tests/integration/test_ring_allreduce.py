@@ -35,8 +35,10 @@ def _check_same_everywhere(name: str, ours: torch.Tensor, errors: list[str]) -> 
         errors.append(f"{name}: ranks differ")
 
 
-def ring_job(rank: int, world: int, port: int, out_dir: str) -> None:
+def ring_job(rank: int, world: int, port: int, out_dir: str, transport: str) -> None:
+    os.environ["DDPDOCTOR_RING_TRANSPORT"] = transport  # read at the group's first call
     from ddpdoctor import ring
+    from ddpdoctor.ddp import shm_link
     from ddpdoctor.ddp.ring import ring_all_reduce_flat
 
     _init(rank, world, port)
@@ -79,18 +81,22 @@ def ring_job(rank: int, world: int, port: int, out_dir: str) -> None:
     s = torch.tensor(float(rank + 1))
     ring.all_reduce(s)
     _check("0-d", s, torch.tensor(float(world * (world + 1) // 2)), errors)
+    if world > 1 and (shm_link.links_for(pg) is None) != (transport == "gloo"):
+        errors.append(f"transport {transport}: links {shm_link.links_for(pg)}")
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(errors))
     end_job()
 
 
+@pytest.mark.parametrize("transport", ["auto", "gloo"])  # shared memory here; gloo's p2p
 @pytest.mark.parametrize("world", [1, 2, 3])  # 4 ranks: the DDP equivalence job
-def test_ring_all_reduce_matches_gloo(world: int, tmp_path: Path) -> None:
-    run_job(ring_job, world, str(tmp_path))
+def test_ring_all_reduce_matches_gloo(world: int, transport: str, tmp_path: Path) -> None:
+    run_job(ring_job, world, str(tmp_path), transport)
     for r in range(world):
         assert json.loads((tmp_path / f"rank{r}.json").read_text()) == []
 
 
-def large_job(rank: int, world: int, port: int, out_dir: str) -> None:
+def large_job(rank: int, world: int, port: int, out_dir: str, transport: str) -> None:
+    os.environ["DDPDOCTOR_RING_TRANSPORT"] = transport
     from ddpdoctor import ring
 
     _init(rank, world, port)
@@ -107,8 +113,9 @@ def large_job(rank: int, world: int, port: int, out_dir: str) -> None:
 
 
 @pytest.mark.slow
-def test_ring_all_reduce_100_mb(tmp_path: Path) -> None:
-    run_job(large_job, 2, str(tmp_path))
+@pytest.mark.parametrize("transport", ["auto", "gloo"])
+def test_ring_all_reduce_100_mb(transport: str, tmp_path: Path) -> None:
+    run_job(large_job, 2, str(tmp_path), transport)
     for r in range(2):
         assert json.loads((tmp_path / f"rank{r}.json").read_text()) == []
 
