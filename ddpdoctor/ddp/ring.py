@@ -35,10 +35,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ddpdoctor.ddp.ring_plan import (GATHER_BYTES, SEGMENT_BYTES, RingPlan, next_tag_base,
-                                     uses_gather)
+from ddpdoctor.ddp.ring_plan import (GATHER_BYTES, SEGMENT_BYTES, RingPlan, global_rank,
+                                     next_tag_base, uses_gather)
 from ddpdoctor.ddp import shm_link
-from ddpdoctor.ddp.ring_reduce import ReduceFn, reduce_in_rank_order, scratch
+from ddpdoctor.ddp.ring_reduce import ReduceFn, gather_rows, reduce_in_rank_order, scratch
 from ddpdoctor.ddp.shm_ring import shm_ring
 from ddpdoctor.runtime import recorder
 
@@ -147,7 +147,7 @@ def _gather_ring(flat: torch.Tensor, pg: Any, reduce: ReduceFn,
     numel, esize = flat.numel(), flat.element_size()
     nbytes = numel * esize
     base = next_tag_base(pg)
-    rows = scratch(flat.dtype, (n - 1) * numel).view(n - 1, numel)  # row k: rank r-k-1
+    rows = gather_rows(flat, n)
     recvs: list[tuple[Any, int]] = []
     sends: list[tuple[Any, int]] = []
     try:
@@ -268,14 +268,6 @@ def resolve_group(group: Any) -> Any:
     if group is None:
         return dist.distributed_c10d._get_default_group()
     return group
-
-
-def global_rank(pg: Any, group_rank: int) -> int:
-    """The global rank of ``group_rank`` in ``pg``."""
-    try:
-        return dist.get_global_rank(pg, group_rank)
-    except (RuntimeError, ValueError):
-        return group_rank
 
 
 def all_reduce(tensor: torch.Tensor, op: Any = "sum", group: Any = None) -> None:

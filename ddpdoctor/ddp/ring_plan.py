@@ -1,4 +1,4 @@
-"""The ring all-reduce's arithmetic, the same on every rank: size limits, chunks, tags."""
+"""The ring all-reduce's plan, the same on every rank: size settings, chunks, tags, ranks."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import itertools
 import os
 import threading
 from typing import Any
+
+import torch.distributed as dist
 
 
 def env_bytes(name: str, default: int, minimum: int = 0) -> int:
@@ -43,6 +45,22 @@ def chunk_bounds(numel: int, n: int) -> list[int]:
     return bounds
 
 
+def segment_span(bounds: list[int], seg: int, chunk: int, segment: int) -> tuple[int, int]:
+    """``[start, end)`` of ``segment`` (``seg`` elements each) of ``chunk`` of ``bounds``;
+    empty past the chunk's end."""
+    start = bounds[chunk] + segment * seg
+    end = min(bounds[chunk + 1], start + seg)
+    return start, max(start, end)
+
+
+def global_rank(pg: Any, group_rank: int) -> int:
+    """The global rank of ``group_rank`` in ``pg``."""
+    try:
+        return dist.get_global_rank(pg, group_rank)
+    except (RuntimeError, ValueError):
+        return group_rank
+
+
 class RingPlan:
     """Where each chunk and segment of a ring all-reduce lies, and which tag it travels
     under.  Pure arithmetic, the same on every rank."""
@@ -65,9 +83,7 @@ class RingPlan:
 
     def span(self, chunk: int, segment: int) -> tuple[int, int]:
         """``[start, end)`` of ``segment`` of ``chunk``; empty past the chunk's end."""
-        start = self.bounds[chunk] + segment * self.seg
-        end = min(self.bounds[chunk + 1], start + self.seg)
-        return start, max(start, end)
+        return segment_span(self.bounds, self.seg, chunk, segment)
 
     def tag(self, base: int, step: int, segment: int) -> int:
         return base + step * self.nseg + segment

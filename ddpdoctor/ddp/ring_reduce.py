@@ -23,6 +23,13 @@ def scratch(dtype: torch.dtype, numel: int) -> torch.Tensor:
     return buf[:numel]
 
 
+def gather_rows(flat: torch.Tensor, n: int) -> torch.Tensor:
+    """The ``n - 1`` receive rows of a gather ring (row ``k``: rank ``r - k - 1``'s tensor),
+    in this thread's scratch buffer."""
+    numel = flat.numel()
+    return scratch(flat.dtype, (n - 1) * numel).view(n - 1, numel)
+
+
 def reduce_in_rank_order(flat: torch.Tensor, rows: torch.Tensor, r: int, n: int,
                          reduce: ReduceFn, scale: float | None) -> None:
     """Reduce this rank's ``flat`` and the ``n - 1`` ``rows`` it received (row ``k``: rank

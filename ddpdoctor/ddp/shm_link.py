@@ -33,9 +33,8 @@ from datetime import timedelta
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from ddpdoctor.ddp.ring_plan import env_bytes
+from ddpdoctor.ddp.ring_plan import env_bytes, global_rank
 
 # The same on every rank of a group (its set-up checks): a piece is at most one slot.
 SLOT_BYTES = env_bytes("DDPDOCTOR_RING_SLOT_BYTES", 2 << 20, 64) // 64 * 64
@@ -256,7 +255,7 @@ def _setup(pg: Any) -> Links | None:
             os.close(fds[0])
             out_sock.settimeout(None)
             into.settimeout(None)
-            out = _Wire(out_sock, _global_rank(pg, right))
+            out = _Wire(out_sock, global_rank(pg, right))
             mapped = True
         except (OSError, IndexError, ValueError):
             mapped = False
@@ -264,7 +263,7 @@ def _setup(pg: Any) -> Links | None:
             if out is not None:
                 out.close()
             return None
-        links = Links(out, _Wire(into, _global_rank(pg, left)), out_map, in_map,
+        links = Links(out, _Wire(into, global_rank(pg, left)), out_map, in_map,
                       _timeout_s(pg))
         into = out_map = in_map = None  # owned by links now
         return links
@@ -277,14 +276,6 @@ def _setup(pg: Any) -> Links | None:
                 m.close()
         if fd is not None:
             os.close(fd)
-
-
-def _global_rank(pg: Any, group_rank: int) -> int:
-    """The global rank of ``group_rank`` in ``pg`` (the rank the errors name)."""
-    try:
-        return dist.get_global_rank(pg, group_rank)
-    except (RuntimeError, ValueError):
-        return group_rank
 
 
 def _socket_name(pid: int, token: int) -> str:

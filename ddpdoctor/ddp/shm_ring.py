@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from ddpdoctor.ddp.ring_plan import chunk_bounds
-from ddpdoctor.ddp.ring_reduce import ReduceFn, reduce_in_rank_order, scratch
+from ddpdoctor.ddp.ring_plan import chunk_bounds, segment_span
+from ddpdoctor.ddp.ring_reduce import ReduceFn, gather_rows, reduce_in_rank_order
 from ddpdoctor.ddp.shm_link import CREDIT, DATA, SLOT_BYTES, LinkBroken, Links
 
 
@@ -36,12 +36,7 @@ def shm_ring(flat: torch.Tensor, links: Links, n: int, r: int, reduce: ReduceFn,
             links.broken = links.broken or str(exc) or type(exc).__name__
             raise
     if gather and n > 2:
-        reduce_in_rank_order(flat, _rows(flat, n), r, n, reduce, scale)
-
-
-def _rows(flat: torch.Tensor, n: int) -> torch.Tensor:
-    numel = flat.numel()
-    return scratch(flat.dtype, (n - 1) * numel).view(n - 1, numel)  # row k: rank r-k-1
+        reduce_in_rank_order(flat, gather_rows(flat, n), r, n, reduce, scale)
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
@@ -63,7 +58,7 @@ class _Gather:
         self.steps = n - 1
         self.in_place = n == 2
         self.own = _bytes(flat)
-        self.rows = None if n == 2 else _bytes(_rows(flat, n)).view(n - 1, self.nbytes)
+        self.rows = None if n == 2 else _bytes(gather_rows(flat, n)).view(n - 1, self.nbytes)
 
     def step_bytes(self, k: int, send: bool) -> int:
         return self.nbytes
@@ -116,20 +111,16 @@ class _Segmented:
         k -= n - 1
         return (r + 1 - k if send else r - k) % n
 
-    def _span(self, c: int, j: int) -> tuple[int, int]:
-        s = self.bounds[c] + j * self.seg
-        return s, max(s, min(self.bounds[c + 1], s + self.seg))
-
     def step_bytes(self, k: int, send: bool) -> int:
         c = self._chunk(k, send)
         return (self.bounds[c + 1] - self.bounds[c]) * self.esize
 
     def source(self, k: int, j: int) -> torch.Tensor:
-        s, e = self._span(self._chunk(k, True), j)
+        s, e = segment_span(self.bounds, self.seg, self._chunk(k, True), j)
         return self.own[s * self.esize:e * self.esize]
 
     def take(self, k: int, j: int, slot: torch.Tensor) -> None:
-        s, e = self._span(self._chunk(k, False), j)
+        s, e = segment_span(self.bounds, self.seg, self._chunk(k, False), j)
         mine = self.flat[s:e]
         piece = slot[:(e - s) * self.esize]
         if k < self.n - 1:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch.distributed as dist
 
 from ddpdoctor.ddp import bucket_record, comm_hook, recorded_group
+from ddpdoctor.ddp.ring_plan import global_rank
 from ddpdoctor.runtime import recorder
 
 
@@ -107,7 +108,7 @@ def _patch_ddp_collectives() -> None:
 
     @functools.wraps(original_broadcast)
     def broadcast_coalesced(pg: Any, tensors: Any, buffer_size: int, src: int = 0) -> Any:
-        return _recorded("broadcast", pg, list(tensors), _global_rank(pg, src),
+        return _recorded("broadcast", pg, list(tensors), global_rank(pg, src),
                          original_broadcast, pg, tensors, buffer_size, src)
 
     @functools.wraps(original_verify)
@@ -133,10 +134,3 @@ def _recorded(op: str, pg: Any, ins: list, peer: int, fn: Callable, *args: Any) 
         raise
     rec.end(h)
     return result
-
-
-def _global_rank(pg: Any, group_rank: int) -> int:
-    try:
-        return dist.get_global_rank(pg, group_rank)
-    except (RuntimeError, ValueError):
-        return group_rank

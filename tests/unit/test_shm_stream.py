@@ -37,12 +37,6 @@ def linked_ring(n: int) -> list[Links]:
     return ring
 
 
-def linked_pair() -> tuple[Links, Links]:
-    """Rank 0's and rank 1's links of a two-rank ring, wired to each other."""
-    a, b = linked_ring(2)
-    return a, b
-
-
 def _run(links: Links, rank: int, x: torch.Tensor, out: dict[int, Any],
          reduce: Any = torch.Tensor.add_) -> None:
     try:
@@ -66,7 +60,7 @@ def _both(a: Links, b: Links, xa: torch.Tensor, xb: torch.Tensor,
 
 @pytest.mark.parametrize("numel", [1, 1000, SLOT_BYTES // 4 * 3 + 5])  # 1 piece; 4 pieces
 def test_both_ends_hold_the_sum_call_after_call(numel: int) -> None:
-    a, b = linked_pair()
+    a, b = linked_ring(2)
     g = torch.Generator().manual_seed(0)
     for _ in range(3):  # the slot counters and credits carry over between calls
         xa, xb = torch.randn(numel, generator=g), torch.randn(numel, generator=g)
@@ -105,7 +99,7 @@ def test_every_ring_gives_every_rank_the_same_sum(n: int, gather: bool, numel: i
 def test_a_peer_that_leaves_after_its_part_does_not_fail_the_other() -> None:
     """The end of a healthy job: rank 0 has all it needs and exits while rank 1 still
     reduces; rank 1's 'slot free' answers go to a closed socket, and that is no error."""
-    a, b = linked_pair()
+    a, b = linked_ring(2)
     numel = SLOT_BYTES // 4 * 3  # three pieces through two slots
 
     def slow_add(mine: torch.Tensor, theirs: torch.Tensor) -> Any:
@@ -131,7 +125,7 @@ def test_a_peer_that_leaves_after_its_part_does_not_fail_the_other() -> None:
 
 
 def test_a_peer_that_never_sends_is_named_when_it_leaves() -> None:
-    a, b = linked_pair()
+    a, b = linked_ring(2)
     out: dict[int, Any] = {}
     tb = threading.Thread(target=_run, args=(b, 1, torch.ones(10), out))
     tb.start()
@@ -155,7 +149,7 @@ def test_the_transport_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_an_interrupted_call_leaves_the_links_broken_by_name() -> None:
     """A KeyboardInterrupt (no message) mid-call: the stream's place is lost, so every
     later call on the links says why instead of mixing up pieces."""
-    a, b = linked_pair()
+    a, b = linked_ring(2)
 
     def interrupted(mine: torch.Tensor, theirs: torch.Tensor) -> Any:
         raise KeyboardInterrupt
