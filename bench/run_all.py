@@ -85,11 +85,14 @@ def ddp_rows(quick: bool) -> list[Row]:
 def run_rows(quick: bool) -> list[Row]:
     import bench_run_overhead as B
 
-    res = B.measure(2 if quick else 11)
+    res = B.measure(4 if quick else 12)  # ranks pinned: see bench_run_overhead.py
     plain = res[B.PLAIN][0]
+    again = res[B.PLAIN_AGAIN]
     return [Row(f"step, {name} / plain torchrun", res[name][1], "", B.TARGET, "",
                 f"{res[name][0]:.2f} vs {plain:.2f} ms/step")
-            for name in (B.DOCTOR_RING, B.DOCTOR_TORCH)]
+            for name in (B.DOCTOR_RING, B.DOCTOR_TORCH)] + [
+        Row("step, plain torchrun twice: |ratio - 1| (the control)", abs(again[1] - 1), "",
+            B.CONTROL, "", f"ratio {again[1]:.3f}, {again[0]:.2f} vs {plain:.2f} ms/step")]
 
 
 def _script(name: str, args: list[str], raw: list[str]) -> str:
