@@ -9,7 +9,8 @@ epoch by epoch in one run (>= 7 pairs), so load from other jobs on the machine h
 alike; times are the thread's CPU time (what the probes add to a step; wall time on a
 shared machine mostly measures the other jobs); a pair's ratio is on / off of two adjacent
 epochs, and the tables give the median over the pairs (and the ratio of the fastest
-epochs).  ``--wall`` times wall-clock instead.  "probe call" is the probes' own work per
+epochs).  A control repeats the alternation of each judged row with the probes off on
+both sides: its ratio is the measurement's own spread.  ``--wall`` times wall-clock instead.  "probe call" is the probes' own work per
 batch timed in isolation, warm; "by call" = 1 + probe call / step, the ratio a quiet
 machine approaches (on a loaded one, cache misses make every call dearer).  Each epoch is a fresh iteration of
 the loader, so the per-epoch work (epoch records, the first batches' fingerprints) counts.
@@ -80,6 +81,16 @@ class Patches:
     def set(self, on: bool) -> None:
         for cls, name, patched, original in self.items:
             setattr(cls, name, patched if on else original)
+
+
+class Control:
+    """Both arms of a pair with the probes off (an A/A test): the ratio's own spread."""
+
+    def __init__(self, patches: Patches):
+        self.patches = patches
+
+    def set(self, on: bool) -> None:
+        self.patches.set(False)
 
 
 def loaders(batches: int, batch_size: int, features: int) -> dict[str, DataLoader]:
@@ -203,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nstep {clock} time with / without the probes ({args.pairs} alternating epoch "
           f"pairs; goal: ratio <= {GOAL} on 0.5-1 ms steps)")
     print(f"{'loader':<22} {'model':<12} {'off ms/step':>11} {'on ms/step':>11} "
-          f"{'ratio':>7} {'fastest':>8} {'by call':>8} {'goal':>5}")
+          f"{'ratio':>7} {'fastest':>8} {'by call':>8} {'goal':>5} {'control':>8}")
     worst = 0.0
+    spread = 0.0
     for width in (128, 384, 512):
         step = make_step(width, features)
         for name, loader in loaders(args.batches, args.batch_size, features).items():
@@ -216,12 +228,18 @@ def main(argv: list[str] | None = None) -> int:
             if judged:
                 worst = max(worst, ratio)
             verdict = ("ok" if ratio <= GOAL else "MISS") if judged else "-"
+            control = "-"
+            if judged:  # the same alternation with the probes off on both sides
+                a, b, _ = alternate(Control(patches), loader, step, args.pairs)
+                spread = max(spread, abs(ratios(a, b)[0] - 1))
+                control = f"{ratios(a, b)[0]:.3f}"
             print(f"{name:<22} {f'MLP {width}':<12} {m_off:>11.3f} {m_on:>11.3f} "
                   f"{ratio:>7.3f} {fastest:>8.3f} {1 + calls[name] / (m_off * 1e3):>8.4f} "
-                  f"{verdict:>5}")
+                  f"{verdict:>5} {control:>8}")
     load1 = os.getloadavg()
     print(f"\nworst step ratio on {STEP_MS[0]}-{STEP_MS[1]} ms steps {worst:.3f} (goal <= "
-          f"{GOAL}; shorter steps shown, not judged); load average "
+          f"{GOAL}; shorter steps shown, not judged); control (probes off on both sides) "
+          f"off by at most {spread:.3f}; load average "
           f"{load0[0]:.2f} at the start, {load1[0]:.2f} at the end, on {os.cpu_count()} CPUs")
     meta = Path(RUN_DIR, "traces", f"pid-{os.getpid()}.meta.jsonl").read_text()
     if "runtime_error" in meta:
