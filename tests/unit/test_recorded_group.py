@@ -245,3 +245,27 @@ def test_every_collective_of_the_group_is_forwarded_from_python() -> None:
                  "alltoall_base", "send", "recv"):
         assert getattr(recorded_group.RecordedGroup, name) is not getattr(dist.ProcessGroup,
                                                                           name), name
+
+
+def test_a_bucket_that_fails_to_launch_is_recorded_failed(tmp_path, records) -> None:
+    """The all-reduce is launched before it is recorded: one that raises at its launch (a
+    group already broken) still gets its record, begun and ended failed, and the error
+    reaches torch's reducer; the next bucket is recorded as before."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        group = recorded_group.RecordedGroup(dist.group.WORLD)
+        real = group._pg
+
+        def broken(tensors: Any, opts: Any) -> Any:
+            raise RuntimeError("Connection closed by peer")
+
+        group._pg = SimpleNamespace(allreduce=broken)
+        with pytest.raises(RuntimeError, match="closed by peer"):
+            group.allreduce([torch.ones(3)], dist.AllreduceOptions())
+        assert records.buckets() == [(0, "failed")]
+        group._pg = real
+        group.allreduce([torch.ones(3)], dist.AllreduceOptions()).wait()
+        assert _eventually(lambda: records.buckets() == [(0, "failed"), (1, "ok")])
+    finally:
+        dist.destroy_process_group()
