@@ -6,13 +6,12 @@ Python per bucket, 2-4% of a small step).  Instead, while torch builds the reduc
 ``__init__`` and ``__setstate__``), the reducer is given a ``RecordedGroup``: a process
 group with the DDP group's own gloo backend, whose ``allreduce`` forwards the call and
 records the bucket right after its launch (one logical ``all_reduce``, BUCKET flag, bucket
-index in ``aux``).  The
-records of a backward pass's buckets are ended at its end, in the engine's final callbacks
-(before the reducer's own, which waits for them too); Join's shadow passes run outside
-backward and end theirs as the all-reduces complete.  Every other call the reducer makes
-(the map of used parameters, the bucket order's broadcast) reaches gloo unrecorded, as
-under torch.  Only gloo groups of CPU parameters without sparse gradients get one; other
-DDPs keep ddpdoctor's hook (ddp/comm_hook.py).
+index in ``aux``).  The records of a backward pass's buckets are ended at its end, in the
+engine's final callbacks (before the reducer's own, which waits for them too); Join's
+shadow passes run outside backward and end theirs as the all-reduces complete.  Every
+other call the reducer makes (the map of used parameters, the bucket order's broadcast)
+reaches gloo unrecorded, as under torch.  Only gloo groups of CPU parameters without
+sparse gradients get one; other DDPs keep ddpdoctor's hook (ddp/comm_hook.py).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from ddpdoctor.ddp.ring_plan import (GATHER_BYTES, SEGMENT_BYTES, RingPlan, global_rank,
-                                     next_tag_base, uses_gather)
+                                     next_tag_base, step_chunk, uses_gather)
 from ddpdoctor.ddp import shm_link
 from ddpdoctor.ddp.ring_reduce import ReduceFn, gather_rows, reduce_in_rank_order, scratch
 from ddpdoctor.ddp.shm_ring import shm_ring
@@ -227,10 +227,9 @@ class _Ring:
         try:
             pending = []
             for j in range(nseg):  # reduce-scatter step 0
-                pending.append(self._recv(0, (r - 1) % n, j, True))
-                self._send(0, r % n, j)
-            for k in range(n - 1):  # reduce-scatter: chunk (r-k-1) arrives, is reduced
-                rc = (r - k - 1) % n
+                pending.append(self._recv(0, step_chunk(r, n, 0, False), j, True))
+                self._send(0, step_chunk(r, n, 0, True), j)
+            for k in range(n - 1):  # reduce-scatter: chunk step_chunk(r, n, k, False) arrives
                 nxt = []
                 for j in range(nseg):
                     got = pending[j]
@@ -240,12 +239,12 @@ class _Ring:
                         if k == last and self.scale is not None:
                             got[3].mul_(self.scale)  # final: scaled while in cache
                     if k < last:
-                        nxt.append(self._recv(k + 1, (r - k - 2) % n, j, True))
-                        self._send(k + 1, rc, j)
-                    else:  # chunk rc is final here: start the all-gather with it
+                        nxt.append(self._recv(k + 1, step_chunk(r, n, k + 1, False), j, True))
+                        self._send(k + 1, step_chunk(r, n, k + 1, True), j)
+                    else:  # the chunk just reduced is final: start the all-gather with it
                         self._wait_send(0, j)  # chunk r (sent at step 0) is overwritten
-                        nxt.append(self._recv(n - 1, r, j, False))
-                        self._send(n - 1, rc, j)
+                        nxt.append(self._recv(n - 1, step_chunk(r, n, n - 1, False), j, False))
+                        self._send(n - 1, step_chunk(r, n, n - 1, True), j)
                 pending = nxt
             for k in range(n - 1):  # all-gather: chunk (r-k) arrives, is passed on
                 nxt = []
@@ -255,8 +254,8 @@ class _Ring:
                         self._wait(got[0], got[1])
                     if k < last:
                         self._wait_send(k + 1, j)  # chunk (r-k-1) was sent at RS step k+1
-                        nxt.append(self._recv(n + k, (r - k - 1) % n, j, False))
-                        self._send(n + k, (r - k) % n, j)
+                        nxt.append(self._recv(n + k, step_chunk(r, n, n + k, False), j, False))
+                        self._send(n + k, step_chunk(r, n, n + k, True), j)
                 pending = nxt
         finally:
             for key in list(self.sends):

@@ -53,6 +53,17 @@ def segment_span(bounds: list[int], seg: int, chunk: int, segment: int) -> tuple
     return start, max(start, end)
 
 
+def step_chunk(r: int, n: int, step: int, send: bool) -> int:
+    """The chunk rank ``r`` of ``n`` sends (``send``) or receives at ``step`` of the
+    segmented ring: reduce-scatter steps ``k < n - 1`` send ``r - k`` and receive
+    ``r - k - 1`` (reduced in), all-gather steps send the chunk that became final and
+    receive the next final one."""
+    if step < n - 1:
+        return (r - step if send else r - step - 1) % n
+    step -= n - 1
+    return (r + 1 - step if send else r - step) % n
+
+
 def global_rank(pg: Any, group_rank: int) -> int:
     """The global rank of ``group_rank`` in ``pg``."""
     try:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ddpdoctor.ddp.ring_plan import chunk_bounds, segment_span
+from ddpdoctor.ddp.ring_plan import chunk_bounds, segment_span, step_chunk
 from ddpdoctor.ddp.ring_reduce import ReduceFn, gather_rows, reduce_in_rank_order
 from ddpdoctor.ddp.shm_link import CREDIT, DATA, SLOT_BYTES, LinkBroken, Links
 
@@ -105,11 +105,7 @@ class _Segmented:
         self.own = _bytes(flat)
 
     def _chunk(self, k: int, send: bool) -> int:
-        n, r = self.n, self.r
-        if k < n - 1:
-            return (r - k if send else r - k - 1) % n
-        k -= n - 1
-        return (r + 1 - k if send else r - k) % n
+        return step_chunk(self.r, self.n, k, send)
 
     def step_bytes(self, k: int, send: bool) -> int:
         c = self._chunk(k, send)

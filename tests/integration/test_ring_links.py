@@ -164,17 +164,25 @@ def timeout_job(rank: int, world: int, port: int, out_dir: str) -> None:
 
     pg = _init(rank, world, port, timeout_s=2.0)
     ring_all_reduce_flat(torch.ones(10), pg, "sum")
-    if rank == 1:
-        time.sleep(6)  # away for longer than the group's timeout
-    _write(out_dir, rank, _timed_ring_call(torch.ones(10), pg))
+    stayed_away = None
+    if rank == 1:  # away, alive, until rank 0 has given up (at most 60 s)
+        deadline = time.monotonic() + 60
+        while not Path(out_dir, "rank0.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stayed_away = Path(out_dir, "rank0.json").exists()
+    res = _timed_ring_call(torch.ones(10), pg)
+    _write(out_dir, rank, {**res, "stayed_away": stayed_away})
     os._exit(0)
 
 
 def test_a_rank_that_stays_away_times_out_after_the_groups_timeout(tmp_path: Path) -> None:
+    """Rank 1 does not come back before rank 0 has given up: rank 0's error can only be
+    its own timeout, after the group's 2 s, not rank 1's return or exit."""
     run_job(timeout_job, 2, str(tmp_path))
     res = _read(tmp_path, 2)
+    assert res[1]["stayed_away"] is True
     assert "for 2 s (the group's timeout)" in res[0]["error"]
-    assert 1.5 < res[0]["seconds"] < 5
+    assert res[0]["seconds"] > 1.5
 
 
 def two_groups_job(rank: int, world: int, port: int, out_dir: str) -> None:
