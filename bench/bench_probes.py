@@ -10,10 +10,12 @@ alike; times are the thread's CPU time (what the probes add to a step; wall time
 shared machine mostly measures the other jobs); a pair's ratio is on / off of two adjacent
 epochs, and the tables give the median over the pairs (and the ratio of the fastest
 epochs).  A control repeats the alternation of each judged row with the probes off on
-both sides: its ratio is the measurement's own spread.  ``--wall`` times wall-clock instead.  "probe call" is the probes' own work per
-batch timed in isolation, warm; "by call" = 1 + probe call / step, the ratio a quiet
-machine approaches (on a loaded one, cache misses make every call dearer).  Each epoch is a fresh iteration of
-the loader, so the per-epoch work (epoch records, the first batches' fingerprints) counts.
+both sides: its ratio is the measurement's own spread.  ``--wall`` times wall-clock
+instead.  "probe us" is the probes' work per batch without a training step (the epoch's
+start, first batches and end, spread over its batches); "by call" = 1 + probe us / step,
+the ratio a quiet machine approaches (after a training step caches are cold: a probe that
+ran on every batch cost ~4x its warm time there).  Each epoch is a fresh iteration of the
+loader, so the per-epoch work (epoch records, the first batches' fingerprints) counts.
 Goal (issue 15): step ratio <= 1.02 on 0.5-1 ms steps.  The load average is printed: the
 figures mean something only on a quiet machine.
 """
@@ -80,7 +82,13 @@ class Patches:
 
     def set(self, on: bool) -> None:
         for cls, name, patched, original in self.items:
-            setattr(cls, name, patched if on else original)
+            if on:
+                setattr(cls, name, patched)
+            elif original is data_probes._no_finalizer:  # the class had none
+                if name in vars(cls):
+                    delattr(cls, name)
+            else:
+                setattr(cls, name, original)
 
 
 class Control:
@@ -136,31 +144,6 @@ def ratios(on: list[float], off: list[float]) -> tuple[float, float]:
     return statistics.median(a / b for a, b in zip(on, off)), min(on) / min(off)
 
 
-def probe_call(loader: DataLoader, batches: int = 100, repeats: int = 200) -> float:
-    """Microseconds of the probes' own work per batch (index fingerprint, BATCH record,
-    the epoch's share of its records) in isolation, warm: the loader's work left out.
-    1 + this / step is the ratio a quiet machine would show."""
-    import timeit
-
-    it = iter(loader)
-    sample = [next(it) for _ in range(2)]
-    index = list(range(loader.batch_size or 1))
-    is_map = not isinstance(loader.dataset, IterableDataset)
-    rec = R.active()
-
-    def epoch() -> None:
-        ep = data_probes.LoaderEpoch(1, 9, 0, False)  # a late epoch: no content prints
-        it.__dict__["_ddpdoctor_epoch"] = ep
-        for i in range(batches):
-            if is_map:
-                data_probes._last_index[0] = index
-            data_probes._on_batch(it, sample[i & 1])
-        data_probes._end_epoch(rec, ep)
-
-    best = min(timeit.repeat(epoch, number=1, repeat=repeats))
-    return best / batches * 1e6
-
-
 def make_step(width: int, features: int) -> Callable[[Any], None]:
     model = nn.Sequential(nn.Linear(features, width), nn.ReLU(), nn.Dropout(0.1),
                           nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
@@ -199,16 +182,14 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"per-batch probe cost ({args.batches} batches x {args.pairs} epochs each way, "
           f"batch {args.batch_size}x{features}, no training step)")
-    print(f"{'loader':<22} {'off us/batch':>13} {'on us/batch':>12} {'probe us':>9} "
-          f"{'probe call us':>14}")
+    print(f"{'loader':<22} {'off us/batch':>13} {'on us/batch':>12} {'probe us':>9}")
     calls = {}
     for name, loader in loaders(args.batches, args.batch_size, features).items():
         on, off, n = alternate(patches, loader, lambda b: None, args.pairs)
         m_on = statistics.median(on) / n * 1e6
         m_off = statistics.median(off) / n * 1e6
-        calls[name] = probe_call(loader, args.batches)
-        print(f"{name:<22} {m_off:>13.1f} {m_on:>12.1f} {m_on - m_off:>9.1f} "
-              f"{calls[name]:>14.1f}")
+        calls[name] = max(0.0, m_on - m_off)
+        print(f"{name:<22} {m_off:>13.1f} {m_on:>12.1f} {m_on - m_off:>9.1f}")
 
     clock = "wall" if args.wall else "CPU"
     print(f"\nstep {clock} time with / without the probes ({args.pairs} alternating epoch "

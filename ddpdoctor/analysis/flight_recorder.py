@@ -273,11 +273,14 @@ def align(traced: list[Call], recorded: list[Call]) -> list[Call] | None:
 
 def join_run_dir_dumps(run_dir: Path, ranks: dict[int, RankRun]) -> list[str]:
     """Join RUN_DIR/flight_recorder/ dumps into the traced ranks' default-group sequence
-    (see ``align``).  Returns notes for the report's problems."""
+    (see ``align``), on every rank or on none: a rank joined and another not would count
+    the same call under different seqs.  Returns notes for the report's problems."""
     directory = fr_files.dump_dir(run_dir)
     if not directory.is_dir():
         return []
-    notes = []
+    notes: list[str] = []
+    merges: dict[int, list[Call]] = {}
+    unjoined: list[int] = []
     for path in dump_files(directory):
         try:
             dump = load_dump(path)
@@ -289,15 +292,27 @@ def join_run_dir_dumps(run_dir: Path, ranks: dict[int, RankRun]) -> list[str]:
             # ddpdoctor's ring DDP moves buckets as point-to-point messages, which torch's
             # recorder numbers apart from the trace's all_reduces: the trace is the sequence.
             continue
-        group = run.default_group()
-        merged = align(run.calls.get(group, []), dump.calls.get(DEFAULT_GROUP, []))
+        merged = align(run.calls.get(run.default_group(), []), dump.calls.get(DEFAULT_GROUP, []))
         if merged is None:
             notes.append(f"rank {dump.rank}: the flight recorder's sequence does not align "
                          "with the trace's; the trace alone is used")
-            continue
-        added = len(merged) - len(run.calls.get(group, []))
+            unjoined.append(dump.rank)
+        else:
+            merges[dump.rank] = merged
+    added = {r: len(m) - len(ranks[r].calls.get(ranks[r].default_group(), []))
+             for r, m in merges.items()}
+    unjoined += [r for r, run in ranks.items() if r not in merges and r not in unjoined
+                 and not run.ring_steps]
+    if unjoined and any(added.values()):
+        notes.append(f"flight recorder: rank(s) {', '.join(map(str, sorted(unjoined)))} have "
+                     "no dump that aligns with their trace: every rank's trace alone is used, "
+                     "so that their seqs count alike")
+        return notes
+    for rank, merged in merges.items():
+        run = ranks[rank]
+        group = run.default_group()
         run.calls[group] = merged
-        if added:
-            notes.append(f"rank {dump.rank}: {added} collective(s) on group {group} seen "
+        if added[rank]:
+            notes.append(f"rank {rank}: {added[rank]} collective(s) on group {group} seen "
                          "only by torch's flight recorder")
     return notes

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import time
 import weakref
 from typing import Any, Iterator
 
@@ -30,6 +31,7 @@ from ddpdoctor.runtime import recorder
 from ddpdoctor.runtime.record_text import describe
 
 _CPU = torch.device("cpu")
+_time_ns = time.time_ns
 _engine = torch.autograd.Variable._execution_engine
 _task_id = getattr(torch._C, "_current_graph_task_id", None)  # -1 outside a backward pass
 _groups: "weakref.WeakKeyDictionary[Any, RecordedGroup]" = weakref.WeakKeyDictionary()
@@ -62,24 +64,27 @@ class RecordedGroup(dist.ProcessGroup):
         """The reducer's all-reduce of a bucket (recorded) or of its used-parameter map.
         The all-reduce is launched first and recorded right after, so that the record's
         Python runs while gloo already moves the bucket: recording first measured 2-3
-        points more on a whole job's step, unpinned (bench/README.md)."""
+        points more on a whole job's step, unpinned (bench/README.md).  The record's start is
+        stamped before the launch, as every traced call's is: torch's flight recorder
+        stamps its entry inside the launch, and the two are matched by those times."""
+        t0 = _time_ns()
         try:
             work = self._pg.allreduce(tensors, opts)
         except BaseException:
-            self._record(tensors, None)
+            self._record(tensors, None, t0)
             raise
-        self._record(tensors, work)
+        self._record(tensors, work, t0)
         return work
 
-    def _record(self, tensors: list[torch.Tensor], work: Any) -> None:
-        """Record a bucket's all-reduce just launched as ``work`` (None: it failed to
+    def _record(self, tensors: list[torch.Tensor], work: Any, t0: int) -> None:
+        """Record a bucket's all-reduce launched at ``t0`` as ``work`` (None: it failed to
         launch); its record ends with the backward pass, or as it completes outside one."""
         t = tensors[0] if len(tensors) == 1 else None
         if t is None or not (t.is_floating_point() or t.is_complex()):  # not a bucket
             return
         try:
             task = _task_id()
-            handle = self._begin(t, self._index(task), task)
+            handle = self._begin(t, self._index(task), task, t0)
             if handle < 0:
                 return
             if work is None:
@@ -93,7 +98,7 @@ class RecordedGroup(dist.ProcessGroup):
         except Exception as e:  # noqa: BLE001 - no record, never a failed step
             _note(e)
 
-    def _begin(self, t: torch.Tensor, index: int, task: int) -> int:
+    def _begin(self, t: torch.Tensor, index: int, task: int, t0: int) -> int:
         """Record bucket ``index``'s all-reduce (one logical ``all_reduce``, as
         ``bucket_record.begin`` records it).  The hot path of ``--ddp torch``: the user's
         line that runs backward is found once a pass, and the record's text is kept per
@@ -111,7 +116,7 @@ class RecordedGroup(dist.ProcessGroup):
                 self._texts.clear()
             described = self._texts[key] = describe((t,), (), self._site)
         return rec.begin_described("all_reduce", self._group, described[0], described[1],
-                                   "avg", bucket_record.BUCKET_FLAG, -1, index)
+                                   "avg", bucket_record.BUCKET_FLAG, -1, index, t_start=t0)
 
     def _index(self, task: int) -> int:
         """The next bucket's index: in backward pass ``task``, or in a Join shadow pass."""

@@ -1,6 +1,7 @@
 """Data probes: record DataLoader epochs and batches, sampler set_epoch calls and RNG
 fingerprints inside each rank, so analysis can tell uneven batches, shared seeds, stale
-shuffles and unsharded data.
+shuffles and unsharded data.  An epoch's batches past its first ones run torch's code
+alone: the probes cost the step nothing there.
 
 Patched at class level (no change to the user's script):
 
@@ -9,30 +10,34 @@ Patched at class level (no change to the user's script):
 - ``DataLoader.__iter__``: one ``loader_epoch`` meta event per iteration of a loader
   (loader id, epoch, predicted length where ``len()`` is defined, sampler, worker seed).
   The id tells loader objects apart (``loader_facts.loader_id``: how the loader was built
-  and the line that iterates it), the same on every rank.
-- Sample indices: taken at the fetch (``_MapDatasetFetcher.fetch``) without workers; with
-  workers, indices are drawn ahead of batches, so ``_MultiProcessingDataLoaderIter.
-  _next_index`` keeps their fingerprints in a FIFO on the iterator.
-- ``_BaseDataLoaderIter.__next__``: the batch counted in the header's loader-progress
-  slot of its epoch (one store: exact even for a rank killed the next moment), and one
-  BATCH ring record per batch (seq = batch index, aux = epoch, numel = batch size, text
-  ``|||<loader>:<indices hex>:<contents hex>``, ``-`` for a fingerprint not taken:
-  contents only for the first ``FIRST_FPS`` batches of a loader's first ``CONTENT_EPOCHS``
-  epochs).  An epoch's first ``FIRST_FPS`` records are written at once; later ones are
-  held and written ``HOLD`` at a time (and at the epoch's end, the next epoch's start and
-  the process's exit): a record written after a training step costs ~10 us of cold
-  caches, a record among others ~1 us.  At the end of the epoch a ``loader_end`` meta
-  event (batch count, order and content digests, the first batches' fingerprints,
-  optimizer steps).
+  and the line that iterates it), the same on every rank.  Then the iterator gets its
+  hooks (``iterator_hooks``: on the object, never its class).
+- ``_BaseDataLoaderIter._reset``: with workers, an epoch's first indices are drawn there.
+- ``__del__`` of the iterators: an iterator the user dropped leaves its last count.
 - ``DistributedSampler.set_epoch``: a ``set_epoch`` meta event.
+
+Per iterator:
+
+- The sampler tap (map-style datasets): the first ``FIRST_FPS`` index lists of an epoch
+  are fingerprinted as they are drawn; when the sampler runs dry the epoch ends (one
+  process) or its last batches in flight pass the batch hook (workers).
+- The batch hook sees an epoch's first ``FIRST_FPS`` batches, then is taken off (an
+  iterable dataset's epoch ends as its iterator is freed, or at exit, if its fetcher ran
+  dry; the hook stays on for the StopIteration of one read by workers or unbatched).  Each seen batch is counted in the
+  header's loader-progress slot of its epoch and its first ones get a BATCH ring record
+  (seq = batch index, aux = epoch, numel = batch size, text ``|||<loader>:<indices
+  hex>:<contents hex>``, ``-`` for a fingerprint not taken: contents only in a loader's
+  first ``CONTENT_EPOCHS`` epochs).  The batches in between are counted by a sampling
+  thread (``batch_counts``).  At the end of the epoch a ``loader_end`` meta event (batch
+  count, the first batches' order and content digests and fingerprints, optimizer steps).
 - RNG: ``rng`` meta events at the first batches of the process (torch, numpy, python
   ``random`` state fingerprints; the states are copied, never advanced): the states after
   the batch, before its fetch (``fetch_before``, when the batch is fetched in the rank's
   process) and the generators the fetch drew from (``fetch_drew``: augmentation), and the
   framework that seeds every rank alike on purpose (``framework``), if any.
-- DataLoader workers: ``worker_rng`` lines in the parent rank's meta log saying whether
-  the worker consumed randomness, and the state it drew from (compared across ranks by
-  the seed detector).
+- DataLoader workers (forked): ``worker_rng`` lines in the parent rank's meta log saying
+  whether the worker consumed randomness, and the state it drew from (compared across
+  ranks by the seed detector).
 
 A probe that fails notes the error (``runtime_error`` meta event) and switches itself off;
 it never raises into the user's job.
@@ -41,28 +46,25 @@ it never raises into the user's job.
 from __future__ import annotations
 
 import atexit
-import collections
 import functools
 import os
 import sys
 import time
+import weakref
 from typing import Any
 
-from ddpdoctor.runtime import batch_records as B
+from ddpdoctor.runtime import batch_counts as B
 from ddpdoctor.runtime import fetch_probes
+from ddpdoctor.runtime import iterator_hooks as H
 from ddpdoctor.runtime import loader_facts as F
-from ddpdoctor.runtime.fetch_probes import armed as _armed
-from ddpdoctor.runtime.fetch_probes import fetch_prints as _fetch_prints
-from ddpdoctor.runtime.fetch_probes import last_index as _last_index
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.runtime.data_fingerprints import (_MASK, batch_size, indices_fingerprint,
-                                                 rng_fingerprints, seeding_framework,
                                                  tensor_fingerprint)
+from ddpdoctor.runtime.loader_epochs import (FIRST_FPS, LoaderEpoch, end_epoch,
+                                             fetcher_tells_end, freed)
 from ddpdoctor.trace import layout as L
 
 RNG_AT_BATCHES = (0, 1, 3)  # batches of the process's first loader epoch to fingerprint
-FIRST_FPS = 8  # first batches of an epoch whose contents are fingerprinted (kept in loader_end)
-CONTENT_EPOCHS = 2  # epochs of each loader whose first batches' contents are fingerprinted
 _BATCH = int(L.RecordKind.BATCH)
 
 _on = {"batch": True, "rng": True, "set_epoch": True}
@@ -100,46 +102,26 @@ def _disable(probe: str, where: str, error: BaseException) -> None:
         rec.note_error(f"data probe {where} (probe disabled)", error)
 
 
-# -- per-iterator state -----------------------------------------------------------------
-class LoaderEpoch:
-    """What the probes know about one iteration (epoch) of one DataLoader."""
-
-    __slots__ = ("loader", "epoch", "batches", "prints", "order", "content", "steps0",
-                 "ended", "indices", "prefix", "contents", "ahead", "table", "slot")
-
-    def __init__(self, loader: int, epoch: int, steps0: int, ahead: bool = True):
-        self.loader = loader
-        self.epoch = epoch
-        self.batches = 0
-        self.prints: list[str] = []
-        self.order = 0  # running digest of the sample order (indices, else contents)
-        self.content = 0  # running digest of the batches' contents
-        self.steps0 = steps0
-        self.ended = False
-        self.indices: collections.deque = collections.deque()
-        self.prefix = f"|||{loader}:"  # the BATCH records' text starts so
-        # batches whose contents are fingerprinted: the first ones of the first epochs
-        self.contents = FIRST_FPS if epoch < CONTENT_EPOCHS else 0
-        self.ahead = ahead  # indices drawn ahead of batches (workers), else at the fetch
-        self.table: memoryview | None = None  # the header's loader-progress table ...
-        self.slot = 0  # ... and where this epoch's batch count sits in it
-
-
-def _start_epoch(loader: Any, it: Any) -> LoaderEpoch | None:
+def _start_epoch(loader: Any, it: Any) -> None:
     global _rng_loader
     rec = _recorder()
     if rec is None:
-        return None
+        return
     site = R.user_callsite(3)
     lid = F.loader_id(F.loader_signature(loader), site)
     epoch = _epochs.get(lid, 0)
     _epochs[lid] = epoch + 1
-    ep = LoaderEpoch(lid, epoch, rec.steps, getattr(it, "_num_workers", 0) > 0)
-    B.flush_held()
+    tap = H.tap_of(it)
+    if tap is None and getattr(it, "_num_workers", 0) == 0 and _map_style(it):
+        tap = _tap(it)  # one process: nothing drawn yet
+    ep = LoaderEpoch(lid, epoch, rec.steps, tap.prints if tap is not None else None)
+    ep.iter_ref = tap.iter_ref if tap is not None else weakref.ref(it)
+    if tap is not None:
+        tap.ep = ep
+        ep.to_end = tap.dry  # workers drew every index ahead: its end passes the hook
+    else:  # an iterable dataset: in one process, batched, its end is seen as it is freed
+        ep.to_end = not fetcher_tells_end(it)
     B.claim_slot(rec, ep)
-    old = it.__dict__.get("_ddpdoctor_epoch")
-    if old is not None:  # persistent workers: indices drawn ahead belong to this epoch
-        ep.indices = old.indices
     it.__dict__["_ddpdoctor_epoch"] = ep
     if _rng_loader is None and _on["rng"]:
         _rng_loader = (lid, epoch)
@@ -148,91 +130,141 @@ def _start_epoch(loader: Any, it: Any) -> LoaderEpoch | None:
              **F.epoch_facts(loader, it, lid, epoch, ep.steps0))
     if _rng_loader is not None and _rng_loader[0] == lid:
         rec.set_epoch(epoch)  # the header's epoch follows the first loader iterated
-    return ep
+    H.arm(it, _on_batch, _on_stop, _before_batch)
+    B.start()
 
 
-def _end_epoch(rec: R.Recorder, ep: LoaderEpoch) -> None:
-    ep.ended = True
-    B.flush_held()
-    first = ep.prints if ep.contents else []  # kept while contents are fingerprinted
-    rec.meta("loader_end", loader=ep.loader, epoch=ep.epoch, batches=ep.batches,
-             order=f"{ep.order:016x}" if ep.order else None,
-             content=f"{ep.content:016x}", first=first, steps=rec.steps - ep.steps0)
+def _map_style(it: Any) -> bool:
+    return getattr(it, "_dataset_kind", None) == 0  # torch's _DatasetKind.Map
 
 
-def _epoch_of(it: Any) -> LoaderEpoch | None:
-    ep = it.__dict__.get("_ddpdoctor_epoch")
-    if ep is None:  # an iterator made without DataLoader.__iter__ (e.g. _get_iterator)
-        ep = LoaderEpoch(-1, 0, 0, getattr(it, "_num_workers", 0) > 0)
-        it.__dict__["_ddpdoctor_epoch"] = ep
-    return ep
+# -- the sampler tap: the first batches' indices, the epoch's end ------------------------
+def _tap(it: Any) -> H.SamplerTap:
+    return H.tap(it, FIRST_FPS, _on_draw, _on_dry)
 
 
-def _on_batch(it: Any, data: Any) -> None:
-    """One batch drawn: its count and BATCH record (the hot path: kept short)."""
-    rec = R._recorder
-    if rec is None or not rec.enabled:
+def _on_draw(tap: H.SamplerTap, index: Any) -> None:
+    """One of an epoch's first index lists drawn (before its batch, or ahead by workers)."""
+    if not _on["batch"]:
         return
-    ep = it.__dict__.get("_ddpdoctor_epoch") or _epoch_of(it)
-    i = ep.batches
+    try:
+        fp = indices_fingerprint(index)
+        size = len(index) if type(index) in (list, tuple) else 1
+        tap.prints.append((fp, size if fp is not None else 0))
+    except Exception as e:  # noqa: BLE001 - never into the user's loop
+        _disable("batch", "sampler indices", e)
+
+
+def _on_dry(tap: H.SamplerTap) -> None:
+    """The sampler ran dry: in one process the batch now asked for is the epoch's end;
+    with workers the batches in flight pass the hook, then the epoch's StopIteration."""
+    ep = tap.ep
+    if ep is None or ep.ended or not _on["batch"]:
+        return  # ep None: workers drew every index before the epoch began (see _start_epoch)
+    try:
+        it = tap.iter_ref()
+        rec = R._recorder
+        if it is None or rec is None or not rec.enabled:
+            return
+        if getattr(it, "_num_workers", 0) == 0:
+            end_epoch(rec, ep, it)
+        else:
+            ep.to_end = True
+            H.arm(it, _on_batch, _on_stop, _before_batch)
+    except Exception as e:  # noqa: BLE001
+        _disable("batch", "end of epoch", e)
+
+
+# -- the batch hook: an epoch's first batches (and the last ones where needed) -----------
+def _before_batch(it: Any) -> None:
+    if _rng_points_left:  # the first batches only (emptied when the probe is off)
+        _arm_fetch(it)
+
+
+def _on_stop(it: Any, hook: Any) -> None:
+    H.disarm(it, hook)
+    fetch_probes.disarm(getattr(it, "_dataset_fetcher", None))  # a fetch that never came
+    if not _on["batch"]:
+        return
+    try:
+        ep = it.__dict__.get("_ddpdoctor_epoch")
+        rec = R._recorder
+        if ep is not None and not ep.ended and rec is not None and rec.enabled:
+            end_epoch(rec, ep, it)
+    except Exception as e:  # noqa: BLE001
+        _disable("batch", "end of epoch", e)
+
+
+def _on_batch(it: Any, data: Any, hook: Any) -> None:
+    if not _on["batch"]:
+        H.disarm(it, hook)
+        return
+    try:
+        _probe_batch(it, data, hook)
+    except Exception as e:  # noqa: BLE001 - never into the user's loop
+        H.disarm(it, hook)
+        _disable("batch", "batch", e)
+
+
+def _probe_batch(it: Any, data: Any, hook: Any) -> None:
+    """One batch drawn: its count, and for the epoch's first ones its fingerprints and
+    BATCH record (seq = batch index, aux = epoch, numel = batch size)."""
+    rec = R._recorder
+    ep = it.__dict__.get("_ddpdoctor_epoch")
+    if rec is None or not rec.enabled or ep is None:
+        H.disarm(it, hook)
+        return
+    i = B.drawn(it)  # batches before this one (torch counts it when the hook returns)
+    i = ep.batches if i is None else i
     ep.batches = i + 1
     now = _time_ns()
-    table = ep.table
-    if table is not None:  # the exact count first: the rest may be held back
-        table[ep.slot] = i + 1
-        table[ep.slot + 1] = now
+    B.count(ep, i + 1, now)
     if now >= rec._heartbeat_due:
         rec.heartbeat(now)
-    if ep.ahead:
-        fi, size = ep.indices.popleft() if ep.indices else (None, 0)
-    else:  # no workers: the fetch just took this batch's indices
-        index = _last_index[0]
-        _last_index[0] = None
-        fi = indices_fingerprint(index)
-        size = 0 if fi is None else (len(index) if type(index) is not int else 1)
+    if i >= FIRST_FPS:  # an epoch's last batches in flight, or an iterable dataset's
+        return
+    if i + 1 >= FIRST_FPS and not ep.to_end:
+        H.disarm(it, hook)  # the rest of the epoch runs torch's code alone
+    fi, size = ep.indices.popleft() if ep.indices else (None, 0)
+    ft = None
     if i < ep.contents:  # contents of the first batches only: enough to compare ranks
         ft, tsize = tensor_fingerprint(data)
         if ft is not None:
             ep.content = hash((ep.content, ft)) & _MASK
-        order = fi if fi is not None else ft
-        fi_hex = "-" if fi is None else f"{fi:016x}"
-        ft_hex = "-" if ft is None else f"{ft:016x}"
-        text = f"{fi_hex}:{ft_hex}"
+        size = size or tsize
+        text = ("-" if fi is None else f"{fi:016x}") + ":" + \
+            ("-" if ft is None else f"{ft:016x}")
         ep.prints.append(text)
-        rec.mark("batch", i, ep.epoch, size or tsize, ep.prefix + text, _BATCH)
     else:
-        order = fi
-        if fi is None:
-            size = batch_size(data)
-        if i < FIRST_FPS:  # an epoch's first batches go out at once (the order's prints)
-            rec.mark("batch", i, ep.epoch, size, B.batch_text(ep.prefix, fi), _BATCH)
-        else:
-            held = B.held
-            held.append((i, ep.epoch, size, now, ep.prefix, fi))
-            if len(held) >= B.HOLD:
-                B.flush_held()
+        size = size or batch_size(data)
+        text = ("-" if fi is None else f"{fi:016x}") + ":-"
+    rec.mark("batch", i, ep.epoch, size, ep.prefix + text, _BATCH)
+    order = fi if fi is not None else ft
     if order is not None:
         ep.order = hash((ep.order, order)) & _MASK
     if _rng_points_left and _on["rng"] and i == _rng_points_left[0] and \
             _rng_loader == (ep.loader, ep.epoch):
         _rng_points_left.pop(0)
-        try:
-            extra: dict[str, Any] = {}
-            if _fetch_prints:  # the batch was fetched in this process: what did it draw?
-                before, after = _fetch_prints
-                extra["fetch_before"] = before
-                extra["fetch_drew"] = [k for k in ("torch", "numpy", "python")
-                                       if k in after and before.get(k) != after[k]]
-                _fetch_prints.clear()
-            framework = seeding_framework()
-            if framework:
-                extra["framework"] = framework
-                if framework == "lightning":
-                    extra["seed_workers"] = os.environ.get("PL_SEED_WORKERS") == "1"
-            rec.meta("rng", loader=ep.loader, epoch=ep.epoch, batch=i, **rng_fingerprints(),
-                     **extra)
-        except Exception as e:  # noqa: BLE001 - the rng probe alone goes off
-            _disable("rng", "rng fingerprint", e)
+        _rng_meta(rec, ep, i)
+
+
+def _rng_meta(rec: R.Recorder, ep: LoaderEpoch, i: int) -> None:
+    try:
+        rec.meta("rng", loader=ep.loader, epoch=ep.epoch, batch=i, **fetch_probes.rng_fields())
+    except Exception as e:  # noqa: BLE001 - the rng probe alone goes off
+        _disable("rng", "rng fingerprint", e)
+
+
+def _arm_fetch(it: Any) -> None:
+    """Before an RNG-fingerprinted batch: let its fetch (dataset and collate, in this
+    process when there are no workers) fingerprint the RNGs around itself, so draws in
+    data loading are told from draws in the training step."""
+    ep = it.__dict__.get("_ddpdoctor_epoch")
+    if ep is not None and _rng_loader == (ep.loader, ep.epoch) and \
+            B.drawn(it) == _rng_points_left[0] and getattr(it, "_num_workers", 0) == 0 and \
+            getattr(it, "_dataset_fetcher", None) is not None:
+        fetch_probes.fetch_prints.clear()
+        fetch_probes.arm(it._dataset_fetcher, _disable)
 
 
 # -- patches -----------------------------------------------------------------------------
@@ -269,80 +301,52 @@ def _patch_init(cls: Any) -> None:
     cls.__init__ = __init__
 
 
-def _patch_next_index(cls: Any) -> None:
-    original = cls._next_index
-
-    @functools.wraps(original)
-    def _next_index(self: Any) -> Any:
-        index = original(self)  # StopIteration passes through untouched
-        if _on["batch"]:
-            try:
-                fp = indices_fingerprint(index)
-                size = len(index) if type(index) in (list, tuple) else 1
-                ep = _epoch_of(self)
-                ep.indices.append((fp, size if fp is not None else 0))
-            except Exception as e:  # noqa: BLE001
-                _disable("batch", "sampler indices", e)
-        return index
-
-    _next_index.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
-    cls._next_index = _next_index
-
-
 def _patch_reset(cls: Any) -> None:
+    """Workers draw an epoch's first indices inside ``_reset``, before ``__iter__`` returns:
+    the tap goes on the new sampler iterator there."""
     original = cls._reset
 
     @functools.wraps(original)
     def _reset(self: Any, *args: Any, **kwargs: Any) -> Any:
-        ep = self.__dict__.get("_ddpdoctor_epoch")
-        if ep is not None:
-            ep.indices.clear()  # leftovers of an epoch the user broke out of
-        return original(self, *args, **kwargs)
+        result = original(self, *args, **kwargs)
+        if _on["batch"]:
+            try:
+                if _map_style(self) and _recorder() is not None:
+                    _tap(self)
+            except Exception as e:  # noqa: BLE001
+                _disable("batch", "sampler tap", e)
+        return result
 
     _reset.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
     cls._reset = _reset
 
 
-def _patch_next(cls: Any) -> None:
-    original = cls.__next__
+def _at_exit() -> None:
+    """The exact counts of the epochs still open as the process exits."""
+    try:
+        for _, it in B.live():
+            freed(it)
+    except Exception:  # noqa: BLE001 - at exit: nothing to raise into
+        pass
 
-    @functools.wraps(original)
-    def __next__(self: Any) -> Any:
-        if _rng_points_left:  # the first batches only (emptied when the probe is off)
-            _arm_fetch(self)
+
+def _no_finalizer(self: Any) -> None:
+    """What the base iterator class does at its end without the probes: nothing."""
+
+
+def _patch_del(cls: Any) -> None:
+    """An iterator about to be freed leaves its epoch's last batch count."""
+    original = cls.__dict__.get("__del__", _no_finalizer)
+
+    def __del__(self: Any) -> None:
         try:
-            data = original(self)
-        except StopIteration:
-            _armed[0] = False  # an armed batch that never came
-            if _on["batch"]:
-                try:
-                    ep = self.__dict__.get("_ddpdoctor_epoch")
-                    rec = R._recorder
-                    if ep is not None and not ep.ended and rec is not None and rec.enabled:
-                        _end_epoch(rec, ep)
-                except Exception as e:  # noqa: BLE001
-                    _disable("batch", "end of epoch", e)
-            raise
-        if _on["batch"]:
-            try:
-                _on_batch(self, data)
-            except Exception as e:  # noqa: BLE001
-                _disable("batch", "batch", e)
-        return data
+            freed(self)
+        except Exception:  # noqa: BLE001 - a finalizer never raises
+            pass
+        original(self)
 
-    __next__.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
-    cls.__next__ = __next__
-
-
-def _arm_fetch(it: Any) -> None:
-    """Before an RNG-fingerprinted batch: let its fetch (dataset and collate, in this
-    process when there are no workers) fingerprint the RNGs around itself, so draws in
-    data loading are told from draws in the training step."""
-    ep = it.__dict__.get("_ddpdoctor_epoch")
-    if ep is not None and _rng_loader == (ep.loader, ep.epoch) and \
-            ep.batches == _rng_points_left[0] and getattr(it, "_num_workers", 0) == 0:
-        _fetch_prints.clear()
-        _armed[0] = True
+    __del__.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+    cls.__del__ = __del__
 
 
 def _patch_set_epoch(cls: Any) -> None:
@@ -365,26 +369,22 @@ def _patch_set_epoch(cls: Any) -> None:
 
 
 def install() -> None:
-    """Patch DataLoader iteration, DistributedSampler.set_epoch and the dataset fetchers
-    (once per process)."""
+    """Patch DataLoader construction and iteration and DistributedSampler.set_epoch (once
+    per process); forked children get the worker probe's fetcher patches."""
     global _installed
     if _installed:
         return
     _installed = True
-    from torch.utils.data import DataLoader, DistributedSampler, get_worker_info
+    from torch.utils.data import DataLoader, DistributedSampler
     from torch.utils.data import dataloader as dl
-    from torch.utils.data._utils import fetch
 
-    base = dl._BaseDataLoaderIter
     _patch_init(DataLoader)
     _patch_iter(DataLoader)
-    _patch_next_index(dl._MultiProcessingDataLoaderIter)  # indices drawn ahead of batches
-    _patch_reset(base)
-    _patch_next(base)
+    _patch_reset(dl._BaseDataLoaderIter)
+    _patch_del(dl._BaseDataLoaderIter)
+    _patch_del(dl._MultiProcessingDataLoaderIter)
     _patch_set_epoch(DistributedSampler)
-    for cls in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
-        fetch_probes.patch_fetcher(cls, get_worker_info, _disable)
-    atexit.register(B.flush_held)
+    atexit.register(_at_exit)
     if os.register_at_fork is not None:
         os.register_at_fork(after_in_child=fetch_probes.after_fork)
         os.register_at_fork(after_in_child=B.after_fork)

@@ -1,22 +1,23 @@
-"""Probes at the dataset fetch: the indices of each fetch, the RNG states around an armed
-fetch (what a batch's augmentation drew), and whether a DataLoader worker's first fetch
-consumed randomness (a ``worker_rng`` line in the parent rank's meta log)."""
+"""Probes at the dataset fetch: the RNG states around an armed fetch in the rank (what a
+batch's augmentation drew: one fetcher, once), and whether a DataLoader worker's first fetch
+consumed randomness (a ``worker_rng`` line in the parent rank's meta log; the fetcher
+classes are patched in worker processes only, never on the rank's step path)."""
 
 from __future__ import annotations
 
 import functools
 import json
 import os
+import sys
 import time
 from typing import Any, Callable
 
 from ddpdoctor.runtime import recorder as R
-from ddpdoctor.runtime.data_fingerprints import rng_fingerprints
+from ddpdoctor.runtime.data_fingerprints import rng_fingerprints, seeding_framework
 
-armed = [False]  # the next main-process fetch fingerprints the RNGs around itself
 fetch_prints: list[dict[str, Any]] = []  # [before, after] of the last armed fetch
-last_index: list[Any] = [None]  # the indices of the last fetch in this process
 _worker_on = [True]  # the worker probe (off after its first failure)
+_patched: list[Any] = []  # the fetcher classes patched in this process
 
 
 class _WorkerProbe:
@@ -47,7 +48,6 @@ def _worker_note(info: Any, consumed: list[str], before: dict[str, Any]) -> None
 def _fetch_between_prints(original: Callable[..., Any], fetcher: Any, index: Any,
                           disable: Callable[[str, str, BaseException], None]) -> Any:
     """One main-process fetch with the RNGs fingerprinted before and after it."""
-    armed[0] = False
     try:
         before = rng_fingerprints()
     except Exception as e:  # noqa: BLE001 - the rng probe alone goes off
@@ -61,17 +61,52 @@ def _fetch_between_prints(original: Callable[..., Any], fetcher: Any, index: Any
     return data
 
 
-def patch_fetcher(cls: Any, get_info: Callable[[], Any],
-                  disable: Callable[[str, str, BaseException], None]) -> None:
-    """Patch a dataset fetcher: the indices of each fetch, the RNGs around an armed fetch,
-    and a worker's first fetch (did it draw randomness?)."""
+def rng_fields() -> dict[str, Any]:
+    """An ``rng`` event's fields: the RNG states' fingerprints now; for a batch fetched in
+    this process the states before its fetch and the generators the fetch drew from; the
+    framework that seeds every rank alike on purpose, if any."""
+    extra: dict[str, Any] = {}
+    if fetch_prints:
+        before, after = fetch_prints
+        extra["fetch_before"] = before
+        extra["fetch_drew"] = [k for k in ("torch", "numpy", "python")
+                               if k in after and before.get(k) != after[k]]
+        fetch_prints.clear()
+    framework = seeding_framework()
+    if framework:
+        extra["framework"] = framework
+        if framework == "lightning":
+            extra["seed_workers"] = os.environ.get("PL_SEED_WORKERS") == "1"
+    return {**rng_fingerprints(), **extra}
+
+
+def arm(fetcher: Any, disable: Callable[[str, str, BaseException], None]) -> None:
+    """The fetcher's next fetch fingerprints the RNGs around itself (an override on the
+    fetcher object, gone after that fetch or at ``disarm``)."""
+    original = type(fetcher).fetch
+
+    def fetch(possibly_batched_index: Any) -> Any:
+        fetcher.__dict__.pop("fetch", None)
+        return _fetch_between_prints(original, fetcher, possibly_batched_index, disable)
+
+    fetcher.__dict__["fetch"] = fetch
+
+
+def disarm(fetcher: Any) -> None:
+    """An armed fetch that never came (the epoch ended first)."""
+    if fetcher is not None:
+        fetcher.__dict__.pop("fetch", None)
+
+
+def patch_fetcher(cls: Any, get_info: Callable[[], Any]) -> None:
+    """Patch a dataset fetcher class for the worker probe (in a DataLoader worker: did its
+    first fetch draw randomness?)."""
     original = cls.fetch
+    if getattr(original, "__ddpdoctor_original__", None) is not None:
+        return
 
     @functools.wraps(original)
     def fetch(self: Any, possibly_batched_index: Any) -> Any:
-        last_index[0] = possibly_batched_index
-        if armed[0]:
-            return _fetch_between_prints(original, self, possibly_batched_index, disable)
         if _WorkerProbe.done or not _worker_on[0]:
             return original(self, possibly_batched_index)
         _WorkerProbe.done = True
@@ -93,8 +128,23 @@ def patch_fetcher(cls: Any, get_info: Callable[[], Any],
 
     fetch.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
     cls.fetch = fetch
+    _patched.append(cls)
+
+
+def patch_worker_fetchers() -> None:
+    """Patch torch's fetcher classes for the worker probe (in a process that may be a
+    DataLoader worker: a forked or spawned child of a rank)."""
+    try:
+        from torch.utils.data import get_worker_info
+        from torch.utils.data._utils import fetch
+    except Exception:  # noqa: BLE001 - no torch here: nothing to probe
+        return
+    for cls in (fetch._MapDatasetFetcher, fetch._IterableDatasetFetcher):
+        patch_fetcher(cls, get_worker_info)
 
 
 def after_fork() -> None:
-    """A forked process (a DataLoader worker) starts its worker probe afresh."""
+    """A forked process (perhaps a DataLoader worker) starts its worker probe afresh."""
     _WorkerProbe.done = False
+    if "torch.utils.data" in sys.modules:
+        patch_worker_fetchers()

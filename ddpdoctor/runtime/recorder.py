@@ -179,9 +179,10 @@ class Recorder:
 
     def begin_described(self, op: str, pg: Any, text: bytes, numel: int,
                         reduce_op: str = "", flags: int = 0, peer: int = -1, aux: int = 0,
-                        kind: int = _KIND_COLL) -> int:
+                        kind: int = _KIND_COLL, t_start: int = 0) -> int:
         """``begin`` for a caller that holds the record's text and input numel already
-        (``describe``'s answer, kept by a DDP's recording group for its buckets)."""
+        (``describe``'s answer, kept by a DDP's recording group for its buckets); entered
+        at ``t_start`` ns if the caller stamped it before entering torch, else now."""
         if not self.enabled:
             return -1
         try:
@@ -198,7 +199,7 @@ class Recorder:
                 if counter is None:
                     counter = self._p2p_seq.setdefault(key, _new_counter())
                 seq = next(counter)
-            now = _time_ns()
+            now = t_start or _time_ns()
             if now >= self._heartbeat_due:
                 self.heartbeat(now)
             idx = self.writer.append(kind, _OP.get(op, 0), _REDUCE_CODES.get(reduce_op, 0),
@@ -268,7 +269,7 @@ class Recorder:
     def mark(self, op: str, seq: int = 0, aux: int = 0, numel: int = 0,
              text: str = "", kind: int = int(L.RecordKind.MARK), t: int = 0) -> None:
         """A point event in the ring (batches, epochs, steps), at ``t`` ns if it happened
-        earlier (a BATCH record held back), else now."""
+        earlier, else now."""
         if not self.enabled:
             return
         try:

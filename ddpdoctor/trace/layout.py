@@ -41,10 +41,10 @@ assert HEADER.size <= HEADER_SIZE
 
 # Loader progress, in the header after the fields above: LOADER_SLOTS slots, one per loader
 # epoch (the process's newest ones), each loader id, epoch, batches drawn and the wall time
-# of the last batch (ns).  The data probes count every batch here with one store and write
-# the BATCH records past an epoch's first batches in groups (runtime/batch_records.py), so
-# the table, not the records, says exactly how far a rank that hangs or is killed got.  A
-# slot whose batch count is <= 0 is empty (older traces have zeros here).
+# of the last batch (ns).  The data probes record only an epoch's first batches and keep
+# the count of the others here (runtime/batch_counts.py), so the table, not the records,
+# says how far a rank that hangs or is killed got.  A slot whose batch count is <= 0 is
+# empty (older traces have zeros here).
 OFF_LOADERS = 1024
 LOADER_SLOT = struct.Struct("<qqqq")
 LOADER_SLOTS = 32

@@ -114,3 +114,42 @@ def test_align_does_not_take_a_direct_call_for_the_traced_one_after_it():
     merged = fr.align(traced, recorded)
     assert [(c.seq, c.callsite) for c in merged] == [
         (0, "a.py:7"), (1, fr.NO_CALLSITE), (2, "a.py:11")]
+
+
+def _two_traced_ranks() -> dict:
+    from tests.unit.factory import rank, rec
+
+    return {r: rank(r, [rec(0, t=1.0), rec(1, t=2.0)]) for r in (0, 1)}
+
+
+def _dumps(run_dir: Path, second_rank_aligns: bool) -> None:
+    """Both ranks' recorders saw a broadcast the patches missed, between the two traced
+    all_reduces; rank 1's ring wrapped unless ``second_rank_aligns``."""
+    from ddpdoctor.trace import fr_files
+    from tests.unit.factory import NS, T0
+
+    def at(seq: int, op: str, t: float) -> dict:
+        return entry(seq, op, time_created_ns=T0 + int(t * NS))
+
+    full = [at(1, "all_reduce", 1.0005), at(2, "broadcast", 1.5), at(3, "all_reduce", 2.0005)]
+    for r in (0, 1):
+        entries = full if r == 0 or second_rank_aligns else full[1:]
+        write_dump(fr_files.dump_dir(run_dir), r, entries, 3, name=f"fr-rank-{r}.json")
+
+
+def test_dumps_join_every_rank_or_none(tmp_path):
+    """A rank joined with its dump and another not would number one call differently
+    (a false mismatch blaming a rank that only waited): either every rank joins or none."""
+    ranks = _two_traced_ranks()
+    _dumps(tmp_path, second_rank_aligns=False)
+    notes = fr.join_run_dir_dumps(tmp_path, ranks)
+    assert [[(c.seq, c.op) for c in ranks[r].calls["0"]] for r in (0, 1)] == \
+        [[(0, "all_reduce"), (1, "all_reduce")]] * 2
+    assert any("every rank's trace alone is used" in n for n in notes), notes
+
+    ranks = _two_traced_ranks()
+    _dumps(tmp_path / "both", second_rank_aligns=True)
+    notes = fr.join_run_dir_dumps(tmp_path / "both", ranks)
+    assert [[(c.seq, c.op) for c in ranks[r].calls["0"]] for r in (0, 1)] == \
+        [[(0, "all_reduce"), (1, "broadcast"), (2, "all_reduce")]] * 2
+    assert sum("seen only by torch's flight recorder" in n for n in notes) == 2
