@@ -11,6 +11,7 @@ dropped (a last sample as it goes); a rank killed mid-epoch leaves its count of 
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any
@@ -19,8 +20,10 @@ from ddpdoctor.runtime import recorder as R
 from ddpdoctor.trace import layout as L
 
 SAMPLE_EVERY_S = 0.1  # how often the thread reads the live iterators' counts
+LOCK_WAIT_S = 0.05  # a count gives up rather than wait longer (never a hang at exit)
 
 _lock = threading.Lock()  # one writer of the table at a time: the rank's thread or this one
+_stop = threading.Event()  # set at exit: the thread ends
 _table_of: tuple[R.Recorder, memoryview] | None = None  # the recorder's loader-progress table
 _next_slot = [0]  # where the search for a free slot of that table starts (round robin)
 _owners: list[Any] = [None] * L.LOADER_SLOTS  # the LoaderEpoch counting in each slot
@@ -55,14 +58,19 @@ def claim_slot(rec: R.Recorder, ep: Any) -> None:
 
 def count(ep: Any, n: int, now: int) -> bool:
     """The epoch drew ``n`` batches by ``now``: its slot says so (a count is never
-    lowered).  True if the count moved."""
-    with _lock:
+    lowered).  True if the count moved.  The lock is waited for briefly only: at the
+    interpreter's exit a daemon thread may have died holding it."""
+    if not _lock.acquire(timeout=LOCK_WAIT_S):
+        return False
+    try:
         table = ep.table
         if table is None or n <= table[ep.slot]:
             return False
         table[ep.slot] = n
         table[ep.slot + 1] = now
         return True
+    finally:
+        _lock.release()
 
 
 def drawn(it: Any) -> int | None:
@@ -105,15 +113,19 @@ def gone(it: Any) -> None:
 
 
 def _run() -> None:
-    while True:
-        time.sleep(SAMPLE_EVERY_S)
+    while not _stop.wait(SAMPLE_EVERY_S):
         try:
             sample()
         except Exception as e:  # noqa: BLE001 - counts stop; the job runs on
             rec = R._recorder
-            if rec is not None:
+            if rec is not None and not _stop.is_set() and not sys.is_finalizing():
                 rec.note_error("batch count sampling (stopped)", e)
             return
+
+
+def stop() -> None:
+    """At exit: the thread ends (the exit's own last counts are the caller's)."""
+    _stop.set()
 
 
 def start() -> None:
@@ -126,8 +138,9 @@ def start() -> None:
 def after_fork() -> None:
     """A forked child has a trace of its own and no thread: the parent's table, slots and
     lock (perhaps held by the parent's thread at the fork) are not its own."""
-    global _table_of, _lock
+    global _table_of, _lock, _stop
     _lock = threading.Lock()
+    _stop = threading.Event()
     for i, ep in enumerate(_owners):
         if ep is not None:
             ep.table = None

@@ -324,6 +324,7 @@ def _patch_reset(cls: Any) -> None:
 def _at_exit() -> None:
     """The exact counts of the epochs still open as the process exits."""
     try:
+        B.stop()
         for _, it in B.live():
             freed(it)
     except Exception:  # noqa: BLE001 - at exit: nothing to raise into
