@@ -14,8 +14,9 @@ the group at the same call: the ranks trade a socket name over the group's own
 send/recv, connect to their left neighbour, and agree around the ring that every link
 works, twice (connected; mapped).  If any rank cannot (another host, another network
 namespace, no memfd, another ``DDPDOCTOR_RING_SLOT_BYTES``,
-``DDPDOCTOR_RING_TRANSPORT=gloo``), no rank of the group uses them and the ring runs
-over gloo's send/recv as before.  Errors name the neighbours by their global ranks.
+``DDPDOCTOR_RING_TRANSPORT=gloo``, or ``tcp``: the same), no rank of the group uses them
+and the ring runs over gloo's send/recv as before.  Errors name the neighbours by their
+global ranks.
 """
 
 from __future__ import annotations
