@@ -112,6 +112,7 @@ KINDS = textwrap.dedent("""
         run(DataLoader(Stream(50), batch_size=4, drop_last=True)),
         run(DataLoader(Stream(30), batch_size=None)),
         run(DataLoader(Stream(50), batch_size=4, num_workers=2)),
+        run(DataLoader(ds, batch_size=40, num_workers=2), 2),  # drawn before the epoch began
     ]
     kept = iter(DataLoader(Stream(60), batch_size=4))  # its epoch ends at the exit
     print(got, sum(1 for _ in kept))
@@ -136,16 +137,16 @@ def test_every_kind_of_iterator_ends_its_epochs_with_exact_counts(tmp_path: Path
     count the loop saw, though the probes left the iterator after its first batches."""
     out, epochs, errors = _kinds(tmp_path, "ok")
     assert out.split() == ["[[25],", "[25],", "[25,", "25],", "[13],", "[12],", "[30],",
-                           "[26]]", "15"]
+                           "[26],", "[3,", "3]]", "15"]
     assert errors == []
     assert [(f.ended, f.ran, f.counted) for f in epochs] == [
-        (True, n, n) for n in (25, 25, 25, 25, 13, 12, 30, 26, 15)]
-    first = list(range(data_probes.FIRST_FPS))
-    assert all(sorted(p[0] for p in f.prints) == first for f in epochs)
+        (True, n, n) for n in (25, 25, 25, 25, 13, 12, 30, 26, 3, 3, 15)]
+    for f in epochs:
+        assert sorted(p[0] for p in f.prints) == list(range(min(f.ran, data_probes.FIRST_FPS)))
 
 
 def test_a_failing_probe_goes_off_and_the_loops_run_on(tmp_path: Path) -> None:
     out, epochs, errors = _kinds(tmp_path, "broken")
     assert out.split() == ["[[25],", "[25],", "[25,", "25],", "[13],", "[12],", "[30],",
-                           "[26]]", "15"]  # what the user's loops saw: unchanged
+                           "[26],", "[3,", "3]]", "15"]  # what the user's loops saw: unchanged
     assert errors and "probe disabled" in errors[0]["where"]
