@@ -19,33 +19,44 @@ import collections
 import weakref
 from typing import Any, Callable, Iterator
 
-BatchFn = Callable[[Any, Any, Callable[[], Any]], None]  # (iterator, batch, the hook)
-StopFn = Callable[[Any, Callable[[], Any]], None]  # (iterator, the hook)
+BatchFn = Callable[[Any, Any, Any], None]  # (iterator, batch, the hook)
+StopFn = Callable[[Any, Any], None]  # (iterator, the hook)
 BeforeFn = Callable[[Any], None]  # (iterator), before each batch the hook sees
 
 
-def arm(it: Any, on_batch: BatchFn, on_stop: StopFn, before: BeforeFn) -> Callable[[], Any]:
-    """Route the iterator's batches through ``on_batch`` (and its end through ``on_stop``)
-    until ``disarm``; returns the hook."""
-    ref = weakref.ref(it)
-    original = type(it)._next_data
+class BatchHook:
+    """The override of one iterator's ``_next_data``: a callable object that holds the
+    iterator weakly and nothing that holds it (no reference cycle: the iterator and its
+    hook go as the loop drops them, without waiting for the garbage collector)."""
 
-    def _next_data() -> Any:
-        self = ref()  # alive: torch's __next__ is running on it
-        before(self)
+    __slots__ = ("ref", "original", "on_batch", "on_stop", "before")
+
+    def __init__(self, it: Any, on_batch: BatchFn, on_stop: StopFn, before: BeforeFn):
+        self.ref = weakref.ref(it)
+        self.original = type(it)._next_data
+        self.on_batch, self.on_stop, self.before = on_batch, on_stop, before
+
+    def __call__(self) -> Any:
+        it = self.ref()  # alive: torch's __next__ is running on it
+        self.before(it)
         try:
-            data = original(self)
+            data = self.original(it)
         except StopIteration:
-            on_stop(self, _next_data)
+            self.on_stop(it, self)
             raise
-        on_batch(self, data, _next_data)
+        self.on_batch(it, data, self)
         return data
 
-    it.__dict__["_next_data"] = _next_data
-    return _next_data
+
+def arm(it: Any, on_batch: BatchFn, on_stop: StopFn, before: BeforeFn) -> BatchHook:
+    """Route the iterator's batches through ``on_batch`` (and its end through ``on_stop``)
+    until ``disarm``; returns the hook."""
+    hook = BatchHook(it, on_batch, on_stop, before)
+    it.__dict__["_next_data"] = hook
+    return hook
 
 
-def disarm(it: Any, hook: Callable[[], Any]) -> None:
+def disarm(it: Any, hook: BatchHook) -> None:
     """Take the hook off the iterator (if it is still the one set)."""
     if it is not None and it.__dict__.get("_next_data") is hook:
         del it.__dict__["_next_data"]
@@ -54,7 +65,7 @@ def disarm(it: Any, hook: Callable[[], Any]) -> None:
 class SamplerTap:
     """One epoch's index stream: the first index lists' prints, and whether it ran dry."""
 
-    __slots__ = ("iter_ref", "gen", "prints", "drawn", "first", "dry", "ep", "on_draw",
+    __slots__ = ("iter_ref", "gen_ref", "prints", "drawn", "first", "dry", "ep", "on_draw",
                  "on_dry")
 
     def __init__(self, it: Any, first: int, on_draw: Callable[["SamplerTap", Any], None],
@@ -67,7 +78,7 @@ class SamplerTap:
         self.ep: Any = None  # the LoaderEpoch, once it exists (workers draw ahead of it)
         self.on_draw = on_draw
         self.on_dry = on_dry
-        self.gen = _tapped(it._sampler_iter, self)
+        self.gen_ref: Any = None  # the generator (weakly: its frame holds this state)
 
 
 def _tapped(inner: Iterator[Any], tap: SamplerTap) -> Iterator[Any]:
@@ -86,7 +97,9 @@ def tap(it: Any, first: int, on_draw: Callable[[SamplerTap, Any], None],
         on_dry: Callable[[SamplerTap], None]) -> SamplerTap:
     """Wrap the iterator's sampler iterator (before anything is drawn from it)."""
     t = SamplerTap(it, first, on_draw, on_dry)
-    it._sampler_iter = t.gen
+    gen = _tapped(it._sampler_iter, t)
+    t.gen_ref = weakref.ref(gen)
+    it._sampler_iter = gen
     it.__dict__["_ddpdoctor_tap"] = t
     return t
 
@@ -94,4 +107,5 @@ def tap(it: Any, first: int, on_draw: Callable[[SamplerTap, Any], None],
 def tap_of(it: Any) -> SamplerTap | None:
     """The iterator's tap on its current sampler iterator, if any."""
     t = it.__dict__.get("_ddpdoctor_tap")
-    return t if t is not None and t.gen is it.__dict__.get("_sampler_iter") else None
+    gen = it.__dict__.get("_sampler_iter")
+    return t if t is not None and gen is not None and t.gen_ref() is gen else None

@@ -150,3 +150,38 @@ def test_a_failing_probe_goes_off_and_the_loops_run_on(tmp_path: Path) -> None:
     assert out.split() == ["[[25],", "[25],", "[25,", "25],", "[13],", "[12],", "[30],",
                            "[26],", "[3,", "3]]", "15"]  # what the user's loops saw: unchanged
     assert errors and "probe disabled" in errors[0]["where"]
+
+
+GARBAGE = textwrap.dedent("""
+    import gc
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+    from ddpdoctor.runtime import data_probes
+    data_probes.install()
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(torch.zeros(200, 1))
+
+    loaders = [DataLoader(TensorDataset(torch.zeros(200, 1)), batch_size=4, shuffle=True),
+               DataLoader(Stream(), batch_size=4)]
+    gc.collect()
+    gc.disable()
+    for loader in loaders:
+        for stop in (3, 20, None):  # left early (hooks still on, or off), or run out
+            for i, _ in enumerate(loader):
+                if i == stop:
+                    break
+    print(gc.collect())
+""")
+
+
+def test_the_probes_leave_no_garbage_cycles(tmp_path: Path) -> None:
+    """An iterator the loop drops is freed at once, as without ddpdoctor (a DataLoader's
+    workers stop when their iterator goes): nothing for the cycle collector."""
+    env = {**os.environ, "DDPDOCTOR_RUN_DIR": str(tmp_path), "RANK": "0",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", GARBAGE], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["0"]
