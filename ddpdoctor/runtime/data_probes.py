@@ -23,8 +23,9 @@ Per iterator:
   process) or its last batches in flight pass the batch hook (workers).
 - The batch hook sees an epoch's first ``FIRST_FPS`` batches, then is taken off (an
   iterable dataset's epoch ends as its iterator is freed, or at exit, if its fetcher ran
-  dry; the hook stays on for the StopIteration of one read by workers or unbatched).  Each seen batch is counted in the
-  header's loader-progress slot of its epoch and its first ones get a BATCH ring record
+  dry; the hook stays on for the StopIteration of one read by workers or unbatched).
+  Each seen batch is counted in the header's loader-progress slot of its epoch and its
+  first ones get a BATCH ring record
   (seq = batch index, aux = epoch, numel = batch size, text ``|||<loader>:<indices
   hex>:<contents hex>``, ``-`` for a fingerprint not taken: contents only in a loader's
   first ``CONTENT_EPOCHS`` epochs).  The batches in between are counted by a sampling
@@ -130,7 +131,7 @@ def _start_epoch(loader: Any, it: Any) -> None:
              **F.epoch_facts(loader, it, lid, epoch, ep.steps0))
     if _rng_loader is not None and _rng_loader[0] == lid:
         rec.set_epoch(epoch)  # the header's epoch follows the first loader iterated
-    H.arm(it, _on_batch, _on_stop, _before_batch)
+    _arm(it)
     B.start()
 
 
@@ -170,12 +171,16 @@ def _on_dry(tap: H.SamplerTap) -> None:
             end_epoch(rec, ep, it)
         else:
             ep.to_end = True
-            H.arm(it, _on_batch, _on_stop, _before_batch)
+            _arm(it)
     except Exception as e:  # noqa: BLE001
         _disable("batch", "end of epoch", e)
 
 
 # -- the batch hook: an epoch's first batches (and the last ones where needed) -----------
+def _arm(it: Any) -> None:
+    H.arm(it, _on_batch, _on_stop, _before_batch)
+
+
 def _before_batch(it: Any) -> None:
     if _rng_points_left:  # the first batches only (emptied when the probe is off)
         _arm_fetch(it)
@@ -227,17 +232,17 @@ def _probe_batch(it: Any, data: Any, hook: Any) -> None:
         H.disarm(it, hook)  # the rest of the epoch runs torch's code alone
     fi, size = ep.indices.popleft() if ep.indices else (None, 0)
     ft = None
+    text = "-:" if fi is None else f"{fi:016x}:"
     if i < ep.contents:  # contents of the first batches only: enough to compare ranks
         ft, tsize = tensor_fingerprint(data)
         if ft is not None:
             ep.content = hash((ep.content, ft)) & _MASK
         size = size or tsize
-        text = ("-" if fi is None else f"{fi:016x}") + ":" + \
-            ("-" if ft is None else f"{ft:016x}")
+        text += "-" if ft is None else f"{ft:016x}"
         ep.prints.append(text)
     else:
         size = size or batch_size(data)
-        text = ("-" if fi is None else f"{fi:016x}") + ":-"
+        text += "-"
     rec.mark("batch", i, ep.epoch, size, ep.prefix + text, _BATCH)
     order = fi if fi is not None else ft
     if order is not None:

@@ -17,7 +17,6 @@ from ddpdoctor.runtime.data_fingerprints import rng_fingerprints, seeding_framew
 
 fetch_prints: list[dict[str, Any]] = []  # [before, after] of the last armed fetch
 _worker_on = [True]  # the worker probe (off after its first failure)
-_patched: list[Any] = []  # the fetcher classes patched in this process
 
 
 class _WorkerProbe:
@@ -128,7 +127,6 @@ def patch_fetcher(cls: Any, get_info: Callable[[], Any]) -> None:
 
     fetch.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
     cls.fetch = fetch
-    _patched.append(cls)
 
 
 def patch_worker_fetchers() -> None:

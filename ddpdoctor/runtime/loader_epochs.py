@@ -35,7 +35,7 @@ class LoaderEpoch:
         self.table: memoryview | None = None  # the header's loader-progress table ...
         self.slot = 0  # ... and where this epoch's batch count sits in it
         self.iter_ref: Any = None  # the iterator (weakly), for the thread's counts
-        self.to_end = indices is None  # the batch hook stays to the epoch's end
+        self.to_end = False  # the batch hook stays to the epoch's end (set by its start)
 
 
 def end_epoch(rec: R.Recorder, ep: LoaderEpoch, it: Any) -> None:
