@@ -36,9 +36,9 @@ Per iterator:
   the batch, before its fetch (``fetch_before``, when the batch is fetched in the rank's
   process) and the generators the fetch drew from (``fetch_drew``: augmentation), and the
   framework that seeds every rank alike on purpose (``framework``), if any.
-- DataLoader workers (forked): ``worker_rng`` lines in the parent rank's meta log saying
-  whether the worker consumed randomness, and the state it drew from (compared across
-  ranks by the seed detector).
+- DataLoader workers (forked or spawned): ``worker_rng`` lines in the parent rank's meta
+  log saying whether the worker consumed randomness, and the state it drew from (compared
+  across ranks by the seed detector).
 
 A probe that fails notes the error (``runtime_error`` meta event) and switches itself off;
 it never raises into the user's job.
@@ -61,6 +61,7 @@ from ddpdoctor.runtime import loader_facts as F
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.runtime.data_fingerprints import (_MASK, batch_size, indices_fingerprint,
                                                  tensor_fingerprint)
+from ddpdoctor.runtime.init_hooks import is_rank_child
 from ddpdoctor.runtime.loader_epochs import (FIRST_FPS, LoaderEpoch, end_epoch,
                                              fetcher_tells_end, freed)
 from ddpdoctor.trace import layout as L
@@ -376,7 +377,8 @@ def _patch_set_epoch(cls: Any) -> None:
 
 def install() -> None:
     """Patch DataLoader construction and iteration and DistributedSampler.set_epoch (once
-    per process); forked children get the worker probe's fetcher patches."""
+    per process); a rank's children (DataLoader workers, forked or spawned) get the worker
+    probe's fetcher patches."""
     global _installed
     if _installed:
         return
@@ -394,3 +396,5 @@ def install() -> None:
     if os.register_at_fork is not None:
         os.register_at_fork(after_in_child=fetch_probes.after_fork)
         os.register_at_fork(after_in_child=B.after_fork)
+    if is_rank_child():  # a spawned (or forkserver) DataLoader worker imports torch afresh
+        fetch_probes.patch_worker_fetchers()

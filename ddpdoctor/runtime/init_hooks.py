@@ -47,11 +47,16 @@ def _ancestors(limit: int = 16) -> set[int]:
     return found
 
 
-def _is_helper_process() -> bool:
-    """A child of a rank (DataLoader worker, subprocess) or multiprocessing's own helper:
-    it carries the rank's environment but is not a rank."""
+def is_rank_child() -> bool:
+    """A descendant of a rank (a DataLoader worker, forked or spawned, or a subprocess): it
+    carries the rank's environment but is not a rank."""
     marker = _env_int(ENV_RANK_PID)
-    if marker is not None and marker != os.getpid() and marker in _ancestors():
+    return marker is not None and marker != os.getpid() and marker in _ancestors()
+
+
+def _is_helper_process() -> bool:
+    """A child of a rank or multiprocessing's own helper: not a rank."""
+    if is_rank_child():
         return True
     argv = getattr(sys, "orig_argv", sys.argv)
     return "--multiprocessing-fork" in argv or any(

@@ -114,6 +114,14 @@ def test_one_seed_in_augmenting_workers_is_a_seed_collision(job) -> None:
     assert "generators" not in f["evidence"]  # the ranks' own RNGs draw nothing
 
 
+def test_spawned_workers_drawing_from_one_state_collide(job) -> None:
+    """Workers started by spawn import torch afresh: their fetches are probed too."""
+    run = job("worker_seed", WORKERS_START="spawn")
+    f = the(run, "seed_collision")
+    assert f["ranks"] == [0, 1]
+    assert f["evidence"]["workers"]["consumed"]["0"] == ["torch"]
+
+
 # -- stale_shuffle / duplicate_data --------------------------------------------------------
 def test_no_set_epoch_is_a_stale_shuffle(job) -> None:
     run = job("stale")

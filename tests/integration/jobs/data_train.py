@@ -18,6 +18,9 @@ val_rank0        healthy, and rank 0 alone evaluates on a validation loader each
 val_rank0_one_line  the same, with training and evaluation iterated from one line (as
                  a framework's engine does)
 uneven_barrier   uneven_split, then a barrier after the training loop (uneven_batches)
+
+WORKERS_START=spawn (or forkserver): how the worker_seed loaders start their workers
+(default: the platform's, fork on Linux).
 """
 
 import datetime
@@ -33,6 +36,7 @@ from torch.utils.data import (DataLoader, DistributedSampler, IterableDataset, S
 
 BUG = os.environ.get("BUG", "healthy")
 EPOCHS = int(os.environ.get("EPOCHS", "2"))
+WORKERS_START = os.environ.get("WORKERS_START") or None
 BATCH = 4
 
 
@@ -93,7 +97,8 @@ def make_loader(rank: int, world: int) -> DataLoader:
     if BUG in ("worker_seed", "worker_seed_ok"):
         ds = Augmented(32)
         return DataLoader(ds, batch_size=BATCH, num_workers=2,
-                          sampler=DistributedSampler(ds, shuffle=False))
+                          sampler=DistributedSampler(ds, shuffle=False),
+                          multiprocessing_context=WORKERS_START)
     return DataLoader(ds, batch_size=BATCH, sampler=DistributedSampler(ds, shuffle=True))
 
 
