@@ -35,7 +35,7 @@ class Verdict:
 
 class JobEnding:
     """The Supervisor's endings (a mixin: it uses the Supervisor's config, run dir, job,
-    live view, log and console)."""
+    live view, log, console and membership check)."""
 
     def _capture(self, why: str) -> None:
         ranks = {r: p for r, p in self.live.local_ranks().items() if not p.gone}
@@ -52,6 +52,7 @@ class JobEnding:
         self.remote_stacks(None)  # node 0 of many: the other nodes' stacks too
 
     def _write(self, outcome: str | None, exit_code: int | None, live: bool) -> dict[str, Any]:
+        self._check_membership(final=True)
         if outcome is not None:
             self.log("outcome", outcome=outcome, exit_code=exit_code)
         try:

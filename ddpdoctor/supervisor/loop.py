@@ -62,7 +62,8 @@ class Supervisor(JobEnding, NodesMixin):
         self.report: dict[str, Any] | None = None
         self.quiet = config.ui  # the UI shows everything while it runs
         self._uneven_said = False
-        self._due = {"tree": 0.0, "progress": 0.0, "processes": 0.0}  # monotonic times
+        self._due = {"tree": 0.0, "progress": 0.0, "processes": 0.0,  # monotonic times
+                     "membership": 0.0}
         self._next_prediction = 0.0
         self.progress = ProgressTracker()
         self._next_judge = 0.0
@@ -152,9 +153,10 @@ class Supervisor(JobEnding, NodesMixin):
         if self._is_due("tree", TREE_CHECK_S):
             began = time.monotonic()
             self.tree.snapshot()  # every process of the job, remembered for the stop
-            self._check_membership()
             took = time.monotonic() - began
             self._due["tree"] = max(self._due["tree"], began + took / TREE_SHARE)
+        if self._is_due("membership", PROCESS_CHECK_S):
+            self._check_membership()
         if self._is_due("progress", PROGRESS_S):
             self._sample_progress()
         if self._is_due("processes", PROCESS_CHECK_S):
@@ -220,12 +222,15 @@ class Supervisor(JobEnding, NodesMixin):
             return Verdict("hang", "a rank died and the job did not end")
         return None
 
-    def _check_membership(self) -> None:
+    def _check_membership(self, final: bool = False) -> None:
         """Nodes and world size: recorded when first known and at every change (an elastic
-        job's node joining or leaving, a restart with another world size)."""
+        job's node joining or leaving, a restart with another world size); ``final``, as
+        the report is written: a job whose ranks all ran between two looks gets it too."""
         if self.follower is not None and self.follower.linked:
             return  # node 0 records it for the whole job
         ranks = [p for p in self.live.ranks().values() if not p.gone]
+        if not ranks and final and self._membership is None:
+            ranks = list(self.live.ranks().values())
         world = max((p.header.world_size for p in ranks), default=0)
         if world <= 0:
             return

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
+from rich.console import Console
 
+from ddpdoctor.config import RunConfig
+from ddpdoctor.supervisor.loop import Supervisor
 from tests.conftest import JOBS
 
 pytestmark = pytest.mark.slow
@@ -51,6 +56,25 @@ def test_healthy_job_runs_clean(doctor, form):
     assert "rank 0 done" in run.stdout and "rank 1 done" in run.stdout
     assert {r["state"] for r in report["ranks"]} == {"exited"}
     assert all(r["last_seq"] == 7 for r in report["ranks"])
+    # the nodes and world size, even for a job shorter than the supervisor's slower looks
+    assert [(m["nodes"], m["world_size"]) for m in report["membership"]] == [(1, 2)]
+
+
+def test_membership_of_ranks_that_ran_between_two_looks(doctor):
+    """The report names the nodes and world size even when the supervisor never looked
+    while a rank ran (a short job on a loaded machine): the last look, as the report is
+    written, sees the ranks that are gone."""
+    run = run_bug(doctor, "script", "none")
+    log = run.run_dir / "supervisor.jsonl"
+    log.write_text("".join(line + "\n" for line in log.read_text().splitlines()
+                           if json.loads(line).get("event") != "membership"))
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    sup = Supervisor(RunConfig(command=("train.py",)), run.run_dir, ended,
+                     run.run_dir / "again.json", Console(file=io.StringIO()), 0)
+    sup.live.poll()
+    report = sup._write("completed", 0, live=False)
+    assert [(m["nodes"], m["world_size"]) for m in report["membership"]] == [(1, 2)]
 
 
 @pytest.mark.parametrize("form", ["script"])
