@@ -104,14 +104,6 @@ def sample() -> None:
         rec.heartbeat(now)  # the batches are the rank's activity
 
 
-def gone(it: Any) -> None:
-    """An iterator about to be freed: its epoch's last count."""
-    ep = it.__dict__.get("_ddpdoctor_epoch")
-    n = drawn(it)
-    if ep is not None and not ep.ended and n is not None:
-        count(ep, n, time.time_ns())
-
-
 def _run() -> None:
     while not _stop.wait(SAMPLE_EVERY_S):
         try:

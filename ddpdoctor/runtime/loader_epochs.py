@@ -60,10 +60,14 @@ def fetcher_tells_end(it: Any) -> bool:
 def freed(it: Any) -> None:
     """An iterator about to be freed (or still open at exit): its last count, and its
     epoch's end if its iterable dataset ran dry (the loop's StopIteration came unseen)."""
-    B.gone(it)
     ep = it.__dict__.get("_ddpdoctor_epoch")
+    if ep is None or ep.ended:
+        return
+    n = B.drawn(it)
+    if n is not None:
+        B.count(ep, n, time.time_ns())
     rec = R._recorder
-    if ep is not None and not ep.ended and ep.indices is None and not ep.to_end and \
+    if ep.indices is None and not ep.to_end and \
             getattr(getattr(it, "_dataset_fetcher", None), "ended", False) is True and \
             rec is not None and rec.enabled:
         end_epoch(rec, ep, it)

@@ -267,17 +267,15 @@ class Recorder:
             return -1
 
     def mark(self, op: str, seq: int = 0, aux: int = 0, numel: int = 0,
-             text: str = "", kind: int = int(L.RecordKind.MARK), t: int = 0) -> None:
-        """A point event in the ring (batches, epochs, steps), at ``t`` ns if it happened
-        earlier, else now."""
+             text: str = "", kind: int = int(L.RecordKind.MARK)) -> None:
+        """A point event in the ring (batches, epochs, steps), now."""
         if not self.enabled:
             return
         try:
             now = _time_ns()
             if now >= self._heartbeat_due:
                 self.heartbeat(now)
-            t = t or now
-            self.writer.append(kind, _OP.get(op, 0), 0, 0, 0, seq, t, t, numel, -1, aux,
+            self.writer.append(kind, _OP.get(op, 0), 0, 0, 0, seq, now, now, numel, -1, aux,
                                0, -1, text.encode()[: L.TEXT_SIZE])
         except Exception as e:  # noqa: BLE001 - see begin
             self.fail(f"mark {op}", e)

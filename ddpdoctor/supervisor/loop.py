@@ -30,7 +30,7 @@ from ddpdoctor.trace import layout as L
 # and, in a job whose ranks step together, delays every rank (bench/README.md).
 STEADY_POLL_SECONDS = 0.25
 STEADY_WAIT_S = 0.1  # a rank inside one call longer than this: back to POLL_SECONDS
-PROCESS_CHECK_S = 0.25  # between /proc checks of the ranks' liveness
+PROCESS_CHECK_S = 0.25  # between /proc checks of the ranks' liveness (and of the membership)
 JUDGE_AFTER_S = 1.0  # a rank blocked this long: build the job view and judge it
 JUDGE_EVERY_S = 1.0
 PROGRESS_S = 0.5  # between samples of the ranks' CPU time
@@ -62,8 +62,7 @@ class Supervisor(JobEnding, NodesMixin):
         self.report: dict[str, Any] | None = None
         self.quiet = config.ui  # the UI shows everything while it runs
         self._uneven_said = False
-        self._due = {"tree": 0.0, "progress": 0.0, "processes": 0.0,  # monotonic times
-                     "membership": 0.0}
+        self._due = {"tree": 0.0, "progress": 0.0, "processes": 0.0}  # monotonic times
         self._next_prediction = 0.0
         self.progress = ProgressTracker()
         self._next_judge = 0.0
@@ -155,11 +154,10 @@ class Supervisor(JobEnding, NodesMixin):
             self.tree.snapshot()  # every process of the job, remembered for the stop
             took = time.monotonic() - began
             self._due["tree"] = max(self._due["tree"], began + took / TREE_SHARE)
-        if self._is_due("membership", PROCESS_CHECK_S):
-            self._check_membership()
         if self._is_due("progress", PROGRESS_S):
             self._sample_progress()
         if self._is_due("processes", PROCESS_CHECK_S):
+            self._check_membership()
             verdict = self._check_processes()
             if verdict is not None:
                 return verdict

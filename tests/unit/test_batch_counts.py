@@ -39,11 +39,16 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(tmp_path: Path, how: str, wait: float = 0.0) -> tuple[int, dict]:
+def _rank(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProcess:
+    """``script`` run as rank 0 of a run dir in tmp_path (the runtime active)."""
     env = {**os.environ, "DDPDOCTOR_RUN_DIR": str(tmp_path), "RANK": "0",
            "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run([sys.executable, "-c", SCRIPT, how, str(wait)], env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", script, *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _run(tmp_path: Path, how: str, wait: float = 0.0) -> tuple[int, dict]:
+    done = _rank(tmp_path, SCRIPT, how, str(wait))
     (ring,) = (tmp_path / "traces").glob("*.ring")
     trace = read_trace(ring)
     assert not trace.meta_events("runtime_error")
@@ -120,10 +125,7 @@ KINDS = textwrap.dedent("""
 
 
 def _kinds(tmp_path: Path, how: str) -> tuple[str, list, list]:
-    env = {**os.environ, "DDPDOCTOR_RUN_DIR": str(tmp_path), "RANK": "0",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run([sys.executable, "-c", KINDS, how], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = _rank(tmp_path, KINDS, how)
     assert done.returncode == 0, done.stderr[-2000:]
     (ring,) = (tmp_path / "traces").glob("*.ring")
     trace = read_trace(ring)
@@ -179,9 +181,6 @@ GARBAGE = textwrap.dedent("""
 def test_the_probes_leave_no_garbage_cycles(tmp_path: Path) -> None:
     """An iterator the loop drops is freed at once, as without ddpdoctor (a DataLoader's
     workers stop when their iterator goes): nothing for the cycle collector."""
-    env = {**os.environ, "DDPDOCTOR_RUN_DIR": str(tmp_path), "RANK": "0",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run([sys.executable, "-c", GARBAGE], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = _rank(tmp_path, GARBAGE)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["0"]
