@@ -283,8 +283,10 @@ def _default_run_dir(bug: Bug, fixed: bool) -> Path:
     return Path.cwd() / "ddpdoctor-runs" / f"{stamp}-{bug.name}{'-fixed' if fixed else ''}"
 
 
-def run_bug(name: str, fixed: bool, extra_args: list[str]) -> int:
-    """Run a bug (or its fixed twin) under ``ddpdoctor run``; returns that run's exit status."""
+def run_bug(name: str, fixed: bool, extra_args: list[str], repro: bool = False) -> int:
+    """Run a bug (or its fixed twin) under ``ddpdoctor run``; returns that run's exit status.
+
+    With ``repro``, the run dir's repro script is written and printed after the run."""
     bug = find_bug(name)
     where = sample_bugs_dir()
     own_dir = any(a == "--run-dir" or a.startswith("--run-dir=") for a in extra_args)

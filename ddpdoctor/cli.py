@@ -110,6 +110,37 @@ def _add_attach(sub: argparse._SubParsersAction) -> None:
                    help="after the report, stop the whole job (launcher and ranks)")
 
 
+def _add_lint(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "lint", help="find collectives that only some ranks reach, before the job runs",
+        description="Static analysis of Python source (never imported or run): collectives, "
+        "explicit and implicit,\nthat depend on the rank, on rank-local data or on the file "
+        "system, skips around them,\nand the silent bugs visible in the source.\nExit status: "
+        "0 no error finding, 1 an error finding, 2 usage error or unreadable input.",
+        epilog="examples:\n  ddpdoctor lint train.py\n  ddpdoctor lint --format json src/",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                   help="Python files, or directories searched for *.py")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text (default) or json (schema ddpdoctor.lint/1)")
+
+
+def _add_repro(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "repro", help="write a standalone script that replays a run's collectives",
+        description="Write one standalone Python script that replays every rank's recorded "
+        "collectives\n(same groups, ops, shapes, dtypes, roots and peers, zero-filled tensors) "
+        "up to where\nthe job hung or failed. It needs torch only.\nExit status: 0 written, "
+        "2 for a run dir it cannot read.",
+        epilog="examples:\n  ddpdoctor repro ddpdoctor-runs/<run>\n"
+        "  ddpdoctor repro ddpdoctor-runs/<run> -o hang_repro.py\n"
+        "  ddpdoctor run --nproc-per-node 2 hang_repro.py",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE",
+                   help="where the script goes (default: RUN_DIR/repro.py)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ddpdoctor", description="Find out why a PyTorch DDP job hangs, "
                      "crashes or silently trains wrong.")
@@ -124,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to write the report (default: RUN_DIR/report.analyzed.json)")
     a.add_argument("--json", action="store_true", help="print the report as JSON")
     _add_attach(sub)
+    _add_lint(sub)
+    _add_repro(sub)
     u = sub.add_parser("ui", help="open the terminal UI on a run dir or a report.json")
     u.add_argument("path", type=Path, metavar="PATH")
     b = sub.add_parser("bugs", help="the catalogue of reproducible DDP bugs")
@@ -132,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     br = bsub.add_parser("run", help="run a bug (or its fix) under ddpdoctor")
     br.add_argument("name")
     br.add_argument("--fixed", action="store_true", help="run the fixed twin")
+    br.add_argument("--repro", action="store_true",
+                    help="after the run, write the repro script of its run dir and print it")
     br.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     _add_plugin_commands(sub)
     return parser
@@ -218,6 +253,18 @@ def _attach(args: argparse.Namespace) -> int:
                                    args.stop))
 
 
+def _lint(args: argparse.Namespace) -> int:
+    from ddpdoctor.lint.command import run_lint
+
+    return run_lint(list(args.paths), args.format)
+
+
+def _repro(args: argparse.Namespace) -> int:
+    from ddpdoctor.repro.command import run_repro
+
+    return run_repro(args.run_dir, args.output)
+
+
 def _ui(args: argparse.Namespace) -> int:
     from ddpdoctor.tui.app import run_ui
 
@@ -231,7 +278,7 @@ def _bugs(args: argparse.Namespace) -> int:
 
     if args.bugs_cmd == "run":
         extra = [a for a in args.extra if a != "--"]
-        return bugs.run_bug(args.name, args.fixed, extra)
+        return bugs.run_bug(args.name, args.fixed, extra, repro=args.repro)
     return bugs.list_bugs(Console())
 
 
@@ -244,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         handlers = {"run": _run, "analyze": _analyze, "attach": _attach,
-                    "ui": _ui, "bugs": _bugs}
+                    "ui": _ui, "bugs": _bugs, "lint": _lint, "repro": _repro}
         handler = handlers.get(args.cmd) or getattr(args, "handler", None)
         if handler is None:
             parser.print_help()

@@ -1,0 +1,1 @@
+"""Static analysis of training scripts: collectives that only some ranks reach."""

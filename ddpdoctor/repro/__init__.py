@@ -1,0 +1,1 @@
+"""Standalone replay scripts of a run's recorded collectives."""
