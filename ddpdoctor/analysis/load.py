@@ -25,14 +25,31 @@ SUPERVISOR_LOG = "supervisor.jsonl"
 MAX_STACK_BYTES = 8 << 20
 
 
+_MEMBER_LISTS: dict[tuple[int, ...], list[int]] = {}  # one list per distinct membership
+
+
+def _members(value: Any) -> list[int] | None:
+    """A group's member ranks as one list shared by every rank that names the same members
+    (a world group of N ranks, listed by each of N ranks, is held once, not N times)."""
+    if not isinstance(value, list) or set(map(type, value)) - {int}:
+        return None
+    key = tuple(value)
+    shared = _MEMBER_LISTS.get(key)
+    if shared is None:
+        if len(_MEMBER_LISTS) > 4096:
+            _MEMBER_LISTS.clear()  # bounded: a long-lived supervisor sees many jobs
+        shared = _MEMBER_LISTS[key] = value
+    return shared
+
+
 def _group_names(trace: RankTrace) -> tuple[dict[int, str], dict[str, list[int]]]:
     names: dict[int, str] = {}
     ranks: dict[str, list[int]] = {}
     for idx, g in trace.groups().items():
         name = str(g.get("name", idx))
         names[idx] = name
-        members = g.get("ranks")
-        if isinstance(members, list) and all(isinstance(r, int) for r in members):
+        members = _members(g.get("ranks"))
+        if members is not None:
             ranks[name] = members
     return names, ranks
 

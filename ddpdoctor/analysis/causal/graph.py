@@ -98,38 +98,47 @@ def edges(waits: list[Wait]) -> dict[int, tuple[int, ...]]:
 
 
 def cycles(waits: list[Wait]) -> list[tuple[int, ...]]:
-    """Strongly connected components of two or more ranks (Tarjan's algorithm)."""
+    """Strongly connected components of two or more ranks (Tarjan's algorithm, with an
+    explicit stack: a wait chain of any length), in the order Tarjan's finds them."""
     graph = edges(waits)
     index: dict[int, int] = {}
     low: dict[int, int] = {}
     stack: list[int] = []
     on: set[int] = set()
     found: list[tuple[int, ...]] = []
-
-    def visit(v: int) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
+    for root in sorted(graph):
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        walk = [(root, iter(graph.get(root, ())))]  # the recursion's frames
+        while walk:
+            v, targets = walk[-1]
+            for w in targets:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    walk.append((w, iter(graph.get(w, ()))))
                     break
-            if len(comp) > 1:
-                found.append(tuple(sorted(comp)))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:  # every target of v seen: v's component is done; back to its caller
+                walk.pop()
+                if walk:
+                    caller = walk[-1][0]
+                    low[caller] = min(low[caller], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        found.append(tuple(sorted(comp)))
     return found
 
 
