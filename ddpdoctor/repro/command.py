@@ -1,12 +1,33 @@
-"""`ddpdoctor repro`: the command's entry point (to be built)."""
+"""`ddpdoctor repro`: write the standalone replay script of a run dir."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ddpdoctor.errors import UserError
+from ddpdoctor.repro.emit import script_text
+from ddpdoctor.repro.facts import read_job
+
+DEFAULT_NAME = "repro.py"
+
+
+def write_repro(run_dir: Path, output: Path | None = None) -> Path:
+    """Write the repro script of ``run_dir`` (default ``RUN_DIR/repro.py``); returns its path.
+    Raises UserError (exit 2) for a run dir that cannot be read or holds too little."""
+    job = read_job(run_dir)
+    target = output or run_dir / DEFAULT_NAME
+    try:
+        target.write_text(script_text(job).replace("THIS_FILE", target.name))
+    except OSError as e:
+        raise UserError(f"cannot write {target}: {e.strerror or e}; give another -o FILE", 2)
+    return target
 
 
 def run_repro(run_dir: Path, output: Path | None) -> int:
     """Write the repro script of ``run_dir``; returns the exit status."""
-    raise UserError("repro is not built yet", 2)
+    target = write_repro(run_dir, output)
+    lines = target.read_text().count("\n")
+    print(f"ddpdoctor: wrote {target} ({lines} lines); run it with "
+          f"`ddpdoctor run --nproc-per-node N {target.name}`", file=sys.stderr)
+    return 0

@@ -1,0 +1,278 @@
+"""What a run dir says each rank did, as the steps a replay performs: ReplayJob, RankPlan, Step."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import linecache
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.model import NS, Call, JobView, RankRun
+from ddpdoctor.errors import UserError
+from ddpdoctor.trace import layout as L
+
+MAX_MESSAGE = 300  # a crash's message is quoted up to this many characters
+
+
+class Ending(str, enum.Enum):
+    """How a rank's replay ends, after its last step.
+
+    RETURNS: its program returned.
+    HANGS: it was still inside its last call when the job ended (the replay waits there).
+    RAISES: it died of an exception outside any collective: the replay raises it there.
+    STALLS: it was stuck outside any collective (computing, or blocked in its own code)
+        when the job ended: the replay sleeps (or spins, if it was busy) there.
+    NEVER_INIT: it never finished init_process_group's start: it stalls before it.
+    """
+
+    RETURNS = "returns"
+    HANGS = "hangs"
+    RAISES = "raises"
+    STALLS = "stalls"
+    NEVER_INIT = "never_init"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One replayed call of one rank; ``key()`` is what makes two steps the same.
+
+    op: the torch.distributed function; group: its process group's name; peer: the root,
+    destination or source (a global rank), -1 for none; slot: the async work's variable
+    (``w<slot>``), -1 for a blocking call; wait: this step is ``w<slot>.wait()``.
+    """
+
+    op: str
+    group: str
+    reduce_op: str = ""
+    in_shapes: tuple[tuple[int, ...], ...] = ()
+    out_shapes: tuple[tuple[int, ...], ...] = ()
+    dtypes: tuple[str, ...] = ()
+    peer: int = -1
+    p2p: bool = False
+    obj: bool = False
+    bucket: int = -1
+    slot: int = -1
+    wait: bool = False
+    site: str = ""  # train.py:42
+    source: str = ""  # the user's source line at ``site``
+    framework_site: str = ""
+
+    def key(self) -> tuple:
+        return (self.op, self.group, self.reduce_op, self.in_shapes, self.out_shapes,
+                self.dtypes, self.peer, self.p2p, self.obj, self.bucket, self.slot, self.wait,
+                self.site, self.framework_site)
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """One rank's replay: its steps in the order it made them, and how it ends."""
+
+    rank: int
+    steps: tuple[Step, ...]
+    ending: Ending
+    message: str = ""  # RAISES: the exception, one line
+    busy: bool = False  # STALLS: it was using CPU (a straggler), not blocked
+    destroys: bool = False  # it called destroy_process_group at its end
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """Everything a repro script needs from a run dir."""
+
+    run_dir: Path
+    world_size: int
+    command: tuple[str, ...]
+    started_at: str
+    outcome: str
+    groups: tuple[tuple[str, tuple[int, ...]], ...]  # created in this order, after init
+    plans: tuple[RankPlan, ...]
+    finding: str  # ddpdoctor's first finding, one line ("" when none)
+    source: str  # "ddpdoctor run", "ddpdoctor attach", "torch flight recorder dumps"
+    notes: tuple[str, ...] = field(default_factory=tuple)  # what the replay cannot carry
+
+
+def _short(callsite: str) -> str:
+    path, _, line = callsite.rpartition(":")
+    return f"{os.path.basename(path)}:{line}" if path else callsite
+
+
+def _source_line(callsite: str) -> str:
+    """The user's line of code at ``callsite`` (path:line), stripped; "" if unreadable."""
+    path, _, line = callsite.rpartition(":")
+    if not path or not line.isdigit() or not os.path.isfile(path):
+        return ""
+    return linecache.getline(path, int(line)).strip()[:100]
+
+
+def _step(call: Call, slot: int) -> Step:
+    bucket = call.aux if call.flags & L.RecordFlag.BUCKET else -1
+    return Step(call.op, call.group, call.reduce_op, call.in_shapes, call.out_shapes,
+                call.dtypes, call.peer, call.kind == L.RecordKind.P2P,
+                bool(call.flags & L.RecordFlag.OBJECT), bucket, slot, False,
+                _short(call.callsite), _source_line(call.callsite), call.framework_site)
+
+
+def rank_steps(run: RankRun) -> list[Step]:
+    """The rank's collectives and p2p calls (every group) in the order it made them; an
+    async call is followed, where its wait returned, by the wait (an async call never
+    waited for is waited for at the end: the rank stood there or went past it)."""
+    calls = [c for cs in run.calls.values() for c in cs] + list(run.p2p)
+    calls.sort(key=lambda c: (c.t_start, c.seq))
+    events: list[tuple[int, int, int, Call]] = []  # (time, order, 0 issue / 1 wait, call)
+    for i, call in enumerate(calls):
+        events.append((call.t_start, 2 * i, 0, call))
+        if call.flags & L.RecordFlag.ASYNC:
+            events.append((call.t_end or 1 << 62, 2 * i + 1, 1, call))
+    events.sort(key=lambda e: (e[0], e[1]))
+    steps: list[Step] = []
+    slots: dict[int, int] = {}  # id of the call -> its slot while outstanding
+    for _, _, is_wait, call in events:
+        if not is_wait:
+            slot = -1
+            if call.flags & L.RecordFlag.ASYNC:
+                slot = min(set(range(len(slots) + 1)) - set(slots.values()))
+                slots[id(call)] = slot
+            steps.append(_step(call, slot))
+        else:
+            waited = _step(call, slots.pop(id(call)))
+            steps.append(Step(waited.op, waited.group, slot=waited.slot, wait=True,
+                              site=waited.site, source=waited.source, p2p=waited.p2p))
+    return steps
+
+
+def _failed_in_call(run: RankRun) -> bool:
+    """Did the rank's exception come out of one of its calls (a failed or still open one)?"""
+    calls = [c for cs in run.calls.values() for c in cs[-2:]] + run.p2p[-4:]
+    return any(c.flags & L.RecordFlag.FAILED or c.open for c in calls)
+
+
+def _message(exc: dict[str, Any]) -> str:
+    kind = str(exc.get("type") or exc.get("exc_type") or "RuntimeError")
+    text = str(exc.get("message") or exc.get("value") or exc.get("text") or "")
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{kind.rsplit('.', 1)[-1]}: {first}"[:MAX_MESSAGE]
+
+
+def _initialised(run: RankRun) -> bool:
+    inits = [m for m in run.marks if m.op == "init"]
+    if inits:
+        return any(m.t_end for m in inits)
+    return bool(run.calls or run.p2p) or run.trace.header.state != L.RankState.STARTING
+
+
+def rank_plan(run: RankRun) -> RankPlan:
+    """How one rank is replayed: its steps and its ending (see ``Ending``)."""
+    steps = tuple(rank_steps(run))
+    destroys = bool(run.trace.meta_events("destroy"))
+    if not _initialised(run):
+        return RankPlan(run.rank, (), Ending.NEVER_INIT, busy=run.cpu_busy is True)
+    exc = run.exception()
+    if exc is not None and not _failed_in_call(run):
+        return RankPlan(run.rank, steps, Ending.RAISES, _message(exc))
+    if exc is None and not run.fault and run.header.state in (
+            L.RankState.COMPUTING, L.RankState.STARTING) and run.open_call() is None and \
+            run.returncode is None:
+        return RankPlan(run.rank, steps, Ending.STALLS, busy=run.cpu_busy is True)
+    if run.open_call() is not None and exc is None and not run.exited_cleanly():
+        return RankPlan(run.rank, steps, Ending.HANGS)
+    return RankPlan(run.rank, steps, Ending.RETURNS, destroys=destroys)
+
+
+def _groups(job: JobView) -> list[tuple[str, tuple[int, ...]]]:
+    """Every process group but the default one, in the order torch named (created) them;
+    a group no rank recorded the members of gets every rank (it was created, never used)."""
+    members: dict[str, tuple[int, ...]] = {}
+    default = {run.default_group() for run in job.ranks.values()}
+    for run in job.ranks.values():
+        for name, ranks in run.group_ranks.items():
+            if name not in default:
+                members.setdefault(name, tuple(ranks))
+        for name in list(run.calls) + [c.group for c in run.p2p]:
+            if name not in default and name not in members:
+                members[name] = tuple(job.group_members(name))
+    created = max((sum(1 for m in run.marks if m.op == "new_group")
+                   for run in job.ranks.values()), default=0)
+    for n in range(1, created + 1):
+        if all(name.isdigit() for name in members) and str(n) not in members:
+            members[str(n)] = tuple(range(job.world_size))
+    return sorted(members.items(), key=lambda kv: (not kv[0].isdigit(),
+                                                   int(kv[0]) if kv[0].isdigit() else 0,
+                                                   kv[0]))
+
+
+def first_finding(run_dir: Path) -> str:
+    """The report's first error finding (else its first finding), one line."""
+    try:
+        report = json.loads((run_dir / "report.json").read_text())
+        findings = [f for f in report.get("findings", []) if isinstance(f, dict)]
+    except (OSError, ValueError, AttributeError):
+        return ""
+    errors = [f for f in findings if f.get("severity") == "error"] or findings
+    if not errors:
+        return ""
+    f = errors[0]
+    ranks = ", ".join(map(str, f.get("ranks") or []))
+    return (f"{f.get('kind')} ({f.get('severity')}, rank{'s' if ',' in ranks else ''} {ranks}, "
+            f"seq {f.get('seq')}): {f.get('summary', '')}")
+
+
+def _source_of(run_dir: Path, job: JobView) -> str:
+    if (run_dir / "facts.json").is_file():
+        return "ddpdoctor attach"
+    if not (run_dir / "run.json").is_file():
+        return "torch flight recorder dumps"
+    return "ddpdoctor run"
+
+
+def _started(job: JobView) -> str:
+    first = job.started_ns or min((r.header.started_ns for r in job.ranks.values()
+                                   if r.header.started_ns), default=0)
+    if not first:
+        return "unknown"
+    return dt.datetime.fromtimestamp(first / NS, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _notes(job: JobView, source: str) -> list[str]:
+    notes = []
+    lost = sorted(r for r, run in job.ranks.items() if run.trace.dropped)
+    if lost:
+        notes.append(f"rank(s) {', '.join(map(str, lost))} lost their oldest records to the "
+                     "trace ring: the replay starts where their records start")
+    missing = sorted(set(range(job.world_size)) - set(job.ranks))
+    if missing:
+        notes.append(f"rank(s) {', '.join(map(str, missing))} left no record: they only "
+                     "join init_process_group and return")
+    if source == "ddpdoctor attach":
+        notes.append("attached from outside: where only the call a rank was in is known, "
+                     "only that call is replayed")
+    if any(run.batches for run in job.ranks.values()):
+        notes.append("DataLoader batches, seeds and data are not replayed (no data): findings "
+                     "from the data alone (uneven batches counted by the loader, seeds, "
+                     "shuffles) show here only through the collectives they caused")
+    return notes
+
+
+def read_job(run_dir: Path) -> ReplayJob:
+    """The replay of ``run_dir``; UserError (exit 2) when it cannot be read or holds too
+    little to replay."""
+    if not run_dir.is_dir():
+        raise UserError(f"no such run dir: {run_dir}", 2)
+    job = load_job([run_dir], stacks=False)
+    if not job.ranks:
+        raise UserError(f"{run_dir} holds no rank's trace to replay: give the run dir that "
+                        "`ddpdoctor run` or `ddpdoctor attach` wrote", 2)
+    if not any(run.calls or run.p2p for run in job.ranks.values()):
+        raise UserError(f"{run_dir} holds no collective or p2p record to replay "
+                        f"({len(job.ranks)} rank(s) traced, none reached a collective)", 2)
+    world = max(job.world_size, max(job.ranks) + 1)
+    plans = [rank_plan(job.ranks[r]) if r in job.ranks else
+             RankPlan(r, (), Ending.RETURNS) for r in range(world)]
+    source = _source_of(run_dir, job)
+    return ReplayJob(run_dir, world, tuple(job.command), _started(job),
+                     job.outcome or "unknown", tuple(_groups(job)), tuple(plans),
+                     first_finding(run_dir), source, tuple(_notes(job, source)))
