@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
+import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,13 @@ MAX_PARALLEL = 16
 
 
 def py_spy_path() -> str | None:
+    """py-spy beside the running interpreter (a venv or pipx install that is not on PATH),
+    then in the scripts dir of this install, then on PATH."""
+    beside = [Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))]
+    for folder in beside:
+        found = shutil.which("py-spy", path=str(folder))
+        if found is not None:
+            return found
     return shutil.which("py-spy")
 
 
