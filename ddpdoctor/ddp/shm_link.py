@@ -2,7 +2,8 @@
 
 A rank's ring on a process group has two links: out to its right neighbour and in from
 its left one.  Each link is a memfd of ``SLOTS`` slots of ``SLOT_BYTES`` that only its
-sender writes, mapped by both ends, and a unix stream socket on which the sender says
+sender writes (sealed at its size; the receiver gets a read-only descriptor of it and
+maps it copy-on-write, so it can never write the sender's memory), and a unix stream socket on which the sender says
 "slot filled" (``DATA``, with the call's size in bytes, so both ends can check they hold
 the same tensor) and the receiver answers "slot free" (``CREDIT``).  Bytes move once
 (into the slot) and the receiver reduces straight out of it: no kernel copy, no TCP
@@ -10,20 +11,20 @@ stack, no thread hand-off; a peer that exits closes its sockets, so a waiting ra
 it at once.
 
 The links of a group are made at its first ring call (``links_for``), by every rank of
-the group at the same call: the ranks trade a socket name over the group's own
-send/recv, connect to their left neighbour, and agree around the ring that every link
-works, twice (connected; mapped).  If any rank cannot (another host, another network
-namespace, no memfd, another ``DDPDOCTOR_RING_SLOT_BYTES``,
-``DDPDOCTOR_RING_TRANSPORT=gloo``, or ``tcp``: the same), no rank of the group uses them
-and the ring runs over gloo's send/recv as before.  Errors name the neighbours by their
-global ranks.
+the group at the same call (``shm_setup``: the ranks trade what their neighbours must know
+over the group's own send/recv, each end checks with ``SO_PEERCRED`` that the other is its
+neighbour, and the ranks agree around the ring that every link works).  If any rank cannot
+(another host, another network or pid namespace, no memfd, another
+``DDPDOCTOR_RING_SLOT_BYTES``, ``DDPDOCTOR_RING_TRANSPORT=gloo``, or ``tcp``: the same), no
+rank of the group uses them and the ring runs over gloo's send/recv as before.  Which of
+the two a group uses, and why, goes into the rank's meta log (a ``transport`` event).
+Errors name the neighbours by their global ranks.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-import secrets
 import select
 import socket
 import struct
@@ -35,14 +36,15 @@ from typing import Any
 
 import torch
 
+from ddpdoctor.ddp import shm_setup
 from ddpdoctor.ddp.ring_plan import env_bytes, global_rank
+from ddpdoctor.runtime import recorder
 
 # The same on every rank of a group (its set-up checks): a piece is at most one slot.
 SLOT_BYTES = env_bytes("DDPDOCTOR_RING_SLOT_BYTES", 2 << 20, 64) // 64 * 64
 SLOTS = 2
 DATA, CREDIT = b"D", b"C"
 _MSG = struct.Struct("<c7xq")  # kind, value
-_SETUP_TAG = 1 << 29  # far below the ring's own tags (ring_plan.TAG_BASE)
 _DEFAULT_TIMEOUT_S = 1800.0
 
 
@@ -185,103 +187,40 @@ def _timeout_s(pg: Any) -> float:
         return _DEFAULT_TIMEOUT_S
 
 
-def _boot_id() -> int:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return int(f.read().strip().replace("-", "")[:15], 16)
-    except (OSError, ValueError):
-        return 0
-
-
-def _trade(pg: Any, values: list[int], tag: int) -> list[int]:
-    """Send ``values`` to the right neighbour and return the left neighbour's (gloo)."""
-    n, r = pg.size(), pg.rank()
-    mine = torch.tensor(values, dtype=torch.int64)
-    theirs = torch.empty_like(mine)
-    recv = pg.recv([theirs], (r - 1) % n, tag)
-    send = pg.send([mine], (r + 1) % n, tag)
-    send.wait()
-    recv.wait()
-    return theirs.tolist()
-
-
-def _all_agree(pg: Any, ok: bool, tag: int) -> bool:
-    """Whether ``ok`` holds on every rank: its AND passed around the ring ``n - 1`` times."""
-    flag = int(ok)
-    for k in range(pg.size() - 1):
-        flag &= _trade(pg, [flag], tag + k)[0]
-    return bool(flag)
-
-
 def _setup(pg: Any) -> Links | None:
     n, r = pg.size(), pg.rank()
-    left, right = (r - 1) % n, (r + 1) % n
-    size = SLOTS * SLOT_BYTES
-    token = secrets.randbits(62)
-    name = _socket_name(os.getpid(), token)
-    listener = into = fd = out_map = in_map = None
-    try:
-        ok = wanted() and hasattr(os, "memfd_create") and hasattr(socket, "send_fds")
-        if ok:
-            try:
-                listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                listener.bind(name)
-                listener.listen(2)
-                fd = os.memfd_create("ddpdoctor-ring", os.MFD_CLOEXEC)
-                os.ftruncate(fd, size)
-                os.posix_fallocate(fd, 0, size)  # no room: fail here, never SIGBUS later
-                out_map = mmap.mmap(fd, size)
-            except OSError:
-                ok = False
-        their = _trade(pg, [int(ok), os.getpid(), _boot_id(), token, SLOT_BYTES], _SETUP_TAG)
-        connected = False
-        if ok and their[0] and their[2] == _boot_id() and their[4] == SLOT_BYTES:
-            try:
-                into = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                into.settimeout(10.0)
-                into.connect(_socket_name(their[1], their[3]))
-                connected = True
-            except OSError:
-                connected = False
-        if not _all_agree(pg, ok and connected, _SETUP_TAG + 8):
-            return None
-        mapped = False
-        out = None
+    outcome = shm_setup.setup(pg, wanted(), SLOT_BYTES, SLOTS * SLOT_BYTES)
+    links = None
+    made = outcome.made
+    if made is not None:
         try:
-            listener.settimeout(10.0)
-            out_sock, _ = listener.accept()
-            socket.send_fds(out_sock, [b"m"], [fd])
-            _msg, fds, _flags, _addr = socket.recv_fds(into, 1, 1)
-            in_map = mmap.mmap(fds[0], size)
-            os.close(fds[0])
-            out_sock.settimeout(None)
-            into.settimeout(None)
-            out = _Wire(out_sock, global_rank(pg, right))
-            mapped = True
-        except (OSError, IndexError, ValueError):
-            mapped = False
-        if not _all_agree(pg, mapped, _SETUP_TAG + 8 + n):
-            if out is not None:
-                out.close()
-            return None
-        links = Links(out, _Wire(into, global_rank(pg, left)), out_map, in_map,
-                      _timeout_s(pg))
-        into = out_map = in_map = None  # owned by links now
-        return links
-    finally:
-        for thing in (listener, into):
-            if thing is not None:
+            links = Links(_Wire(made.out_sock, global_rank(pg, (r + 1) % n)),
+                          _Wire(made.into_sock, global_rank(pg, (r - 1) % n)),
+                          made.out_map, made.in_map, _timeout_s(pg))
+        except (OSError, ValueError, RuntimeError) as e:  # torch could not view the maps
+            for thing in (made.out_sock, made.into_sock, made.out_map, made.in_map):
                 thing.close()
-        for m in (out_map, in_map):
-            if m is not None:
-                m.close()
-        if fd is not None:
-            os.close(fd)
+            outcome = shm_setup.Outcome(None, f"the slots could not be viewed ({e})",
+                                        outcome.refused)
+    _record(pg, outcome, links is not None)
+    return links
 
 
-def _socket_name(pid: int, token: int) -> str:
-    """A listening socket's name in the abstract namespace (gone with its process)."""
-    return f"\0ddpdoctor-ring-{pid:x}-{token:x}"
+def _record(pg: Any, outcome: "shm_setup.Outcome", shm: bool) -> None:
+    """The group's transport, and why, in this rank's meta log (``transport`` event); a
+    stranger's refused connections with it."""
+    rec = recorder.active()
+    if rec is None:
+        return
+    try:
+        group = rec.group_index(pg)
+    except (RuntimeError, ValueError, TypeError):  # an unregistered group: named only
+        group = None
+    fields: dict[str, Any] = {"group": group, "transport": "shm" if shm else "gloo",
+                              "why": outcome.why}
+    if outcome.refused:
+        fields["refused"] = outcome.refused
+    rec.meta("transport", **fields)
 
 
 def _forget_in_child() -> None:

@@ -1,6 +1,7 @@
 """report.json (schema ddpdoctor.report/1): build it from a JobView and its findings.
 
-Top level (contract): schema, outcome (completed | failed | hung), command, world_size,
+Top level (contract): schema, outcome (completed | failed | hung; a live view, live: true,
+of a job that still runs with nothing wrong so far: running), command, world_size,
 started_at and ended_at (ISO 8601, UTC), ranks, findings (each with caused_by: the index of
 its root cause's finding, or null), waits (the wait-for graph: rank, waits_for, group, seq,
 op).  Extensions: run_dir, live,
@@ -10,6 +11,8 @@ own status after ddpdoctor stopped it); stopped, when ddpdoctor stopped processe
 (SIGTERM, SIGINT), pids: every process it reached, sigkill: those still alive after the
 grace}; attempt and attempts, for a job torchrun restarted (see report.attempts).
 
+transports: [{"group", "group_ranks", "transport": shm | gloo, "why", "ranks", "refused"}]:
+  each process group's ring transport, as its ranks recorded it (see report/transports.py).
 notices: [{"text", "ranks"}]: what ddpdoctor could not honour in this job (e.g. a DDP
   set-up its ring cannot reduce), each said once, with the ranks that said it.
 
@@ -34,10 +37,12 @@ import ddpdoctor
 from ddpdoctor.analysis.clocks import host_now
 from ddpdoctor.analysis.model import NS, Call, Finding, JobView, RankRun
 from ddpdoctor.redact import redact_argv
+from ddpdoctor.report.transports import transports
 from ddpdoctor.trace import layout as L
 
 SCHEMA = "ddpdoctor.report/1"
 OUTCOMES = ("completed", "failed", "hung")
+LIVE_OUTCOMES = OUTCOMES + ("running",)  # a live view (live: true) of a job still running
 TIMELINE_LEN = 200
 RECENT_LEN = 20
 MANY_RANKS = 64  # past this, each rank's timeline is cut to TIMELINE_LEN_MANY entries
@@ -153,7 +158,7 @@ def build(job: JobView, findings: list[Finding], outcome: str,
           exit_code: int | None = None, started_ns: int | None = None,
           waits: list[Any] | None = None) -> dict[str, Any]:
     """The report dict for ``job`` (see the module docstring for every field)."""
-    if outcome not in OUTCOMES:
+    if outcome not in (LIVE_OUTCOMES if job.live else OUTCOMES):
         raise ValueError(f"unknown outcome {outcome!r}")
     starts = [r.header.started_ns for r in job.ranks.values()] + [
         t.header.started_ns for t in job.launchers]
@@ -179,6 +184,7 @@ def build(job: JobView, findings: list[Finding], outcome: str,
         "profile": {str(r.rank): profile(r, host_now(job, r.rank)) for r in ranks},
         "problems": list(dict.fromkeys(job.problems)),
         "notices": notices(job),
+        "transports": transports(job),
         "ddpdoctor_version": ddpdoctor.__version__,
         **_membership(job),
     }

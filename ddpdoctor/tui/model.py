@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ddpdoctor.report.transports import transport_line
 from ddpdoctor.tui.styles import SEVERITY_ORDER
 from ddpdoctor.tui.values import (as_dict, as_float, as_int, as_list, as_str, format_shapes,
                                    parse_time)
@@ -207,6 +208,7 @@ class ReportView:
     waits: tuple[WaitEdge, ...] = ()
     attempt: int | None = None  # a restarted job: which attempt this report is of
     attempts: tuple[tuple[int, str, str], ...] = ()  # (attempt, outcome, its report path)
+    transports: str = ""  # each group's ring transport, one line (report["transports"])
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], parser: CollectiveParser | None = None) -> ReportView:
@@ -247,6 +249,8 @@ class ReportView:
                 for e in as_list(data.get("attempts"))
                 if isinstance(e, dict) and (a := as_int(e.get("attempt"))) is not None
             ),
+            transports=transport_line([e for e in as_list(data.get("transports"))
+                                       if isinstance(e, dict)]),
         )
         parser.done()
         return view

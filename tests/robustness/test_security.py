@@ -1,4 +1,5 @@
-"""Security: no pickle, no listening socket, owner-only run dirs, secrets redacted."""
+"""Security: no pickle, no listening socket, owner-only run dirs, secrets redacted, ring links
+and the node store only for the job's own processes."""
 
 from __future__ import annotations
 
@@ -6,13 +7,16 @@ import json
 import os
 import re
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from ddpdoctor.redact import REDACTED, is_secret_name, redact_argv, redact_mapping
 
-from .helpers import (COLLECTIVES, TRAIN, job_pids, rank_headers, read_report, run_args,
+from .helpers import (COLLECTIVES, JOBS, TRAIN, job_pids, rank_headers, read_report, run_args,
                       run_doctor, start_doctor, wait_until)
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ddpdoctor"
@@ -170,3 +174,74 @@ def test_secrets_are_redacted_in_run_json_report_and_traces(run_dir):
         pytest.xfail("report.json's command is not redacted yet: the supervisor writes "
                      "config.command as is (supervisor/loop.py _write; report/schema.py "
                      f"build) - leaked {leaked}")
+
+
+# -- ring links --------------------------------------------------------------------------
+
+RING_JOB = JOBS / "ring_job.py"
+STRANGER = (JOBS / "ring_stranger.py").read_text()
+NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+RIGHT_LATE_S = "4"  # rank 0's link socket waits this long for rank 1: the strangers' window
+
+
+def _stranger(pids: list[int], as_nobody: bool) -> subprocess.Popen:
+    python = os.path.realpath(sys.executable)
+    argv = [python, "-I", "-S", "-c", STRANGER, *map(str, pids)]
+    return subprocess.Popen(NOBODY + argv if as_nobody else argv, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _ring_run(run_dir: Path, strangers: bool) -> tuple[subprocess.CompletedProcess, float,
+                                                       list[list[dict]]]:
+    """The ring job under ddpdoctor (rank 1 late to the first all-reduce), with two
+    strangers (another uid, and this uid but not a rank) connecting to its link sockets."""
+    t0 = time.monotonic()
+    proc = start_doctor([*run_args(run_dir, "--hang-timeout", "60"), str(RING_JOB)],
+                        env={"RIGHT_LATE_S": RIGHT_LATE_S})
+    spies = []
+    try:
+        if strangers:
+            assert wait_until(lambda: len(rank_headers(run_dir)) == 2, 120)
+            pids = [h.pid for h in rank_headers(run_dir).values()]
+            spies = [_stranger(pids, True), _stranger(pids, False)]
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        seen = [json.loads(spy.communicate(input="", timeout=60)[0] or "[]") for spy in spies]
+    seconds = time.monotonic() - t0
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), seconds, seen
+
+
+def _first_ring_call_s(report: dict, rank: int) -> float:
+    first = next(e for e in report["timeline"][str(rank)] if e["op"] == "all_reduce")
+    return first["end"] - first["start"]
+
+
+@pytest.mark.slow
+def test_a_stranger_cannot_use_a_ring_link_and_changes_nothing(tmp_path):
+    """Another uid, and a process of this uid that is not the neighbour, connect to the
+    ranks' link sockets first: each is refused (no descriptor, no byte), the other uid
+    cannot open the ranks' memory, and the job ends as without them: same output and exit,
+    shared memory still (no fallback to gloo), the real neighbour not made to wait."""
+    plain, plain_s, _ = _ring_run(tmp_path / "plain", strangers=False)
+    spied, spied_s, seen = _ring_run(tmp_path / "spied", strangers=True)
+    print(f"ring job: {plain_s:.1f} s alone, {spied_s:.1f} s with two strangers")
+    assert plain.returncode == 0 and spied.returncode == 0, spied.stderr[-2000:]
+    checksum = [line for line in plain.stdout.splitlines() if line.startswith("checksum")]
+    assert checksum and checksum == [line for line in spied.stdout.splitlines()
+                                     if line.startswith("checksum")]
+    nobody, same_uid = seen
+    assert nobody and same_uid, "the strangers never saw a link socket"
+    for entry in nobody + same_uid:
+        assert entry.get("got_fds", 0) == 0 and entry.get("got_bytes", 0) == 0, entry
+    assert all(e["memory"].startswith("denied") for e in nobody), nobody
+    report = read_report(tmp_path / "spied" / "report.json")
+    transports = report["transports"]
+    assert {t["transport"] for t in transports} == {"shm"}, transports
+    refused = [r for t in transports for r in t["refused"]]
+    assert any(r.endswith("uid 65534") for r in refused), refused
+    assert any(r.endswith(f"uid {os.getuid()}") for r in refused), refused
+    assert _first_ring_call_s(report, 1) < 5.0  # the link's timeout is 10 s
+    assert _first_ring_call_s(read_report(tmp_path / "plain" / "report.json"), 1) < 5.0

@@ -16,6 +16,7 @@ OUTCOME_STYLES = {
     "hung": "bold white on red",
     "failed": "bold white on red",
     "completed": "bold black on green",
+    "running": "bold black on green",  # a live view's outcome
 }
 
 
@@ -95,6 +96,11 @@ def summary_text(view: ReportView, now: float, width: int = 120) -> Text:
     if view.attempts:
         text.append("\n")
         text.append_text(attempts_text(view, width))
+    if view.transports:
+        text.append("\n")
+        ring = Text(f" {view.transports}", style="dim")
+        ring.truncate(width, overflow="ellipsis")
+        text.append_text(ring)
     top = view.findings[0] if view.findings else None
     if top is not None:
         text.append("\n")
