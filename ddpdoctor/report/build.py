@@ -14,7 +14,8 @@ from ddpdoctor.trace.reader import TraceError, read_header
 
 
 def infer_outcome(job: JobView) -> str:
-    """completed | failed | hung from what the traces (and the supervisor's log) say."""
+    """completed | failed | hung from what the traces (and the supervisor's log) say; a
+    live view of a job that still runs with nothing wrong so far: running."""
     if job.outcome in schema.OUTCOMES:
         return job.outcome
     states = {schema.rank_state(r, job) for r in job.ranks.values()}
@@ -23,7 +24,7 @@ def infer_outcome(job: JobView) -> str:
     if states & {"failed", "killed"}:
         return "failed"
     if job.live and states - {"exited"}:
-        return "completed"  # still running: nothing wrong so far
+        return "running"  # nothing wrong so far
     if any(r.open_call() for r in job.ranks.values()):
         return "hung"
     return "completed"

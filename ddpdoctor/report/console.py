@@ -15,7 +15,8 @@ STATE_STYLE = {"computing": "green", "in_collective": "cyan", "waiting": "yellow
                "stopped": "bold yellow", "killed": "bold red", "starting": "dim",
                "unreachable": "bold yellow"}
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
-OUTCOME_STYLE = {"completed": "bold green", "failed": "bold red", "hung": "bold magenta"}
+OUTCOME_STYLE = {"completed": "bold green", "failed": "bold red", "hung": "bold magenta",
+                 "running": "bold cyan"}
 MAX_RANK_ROWS = 16
 
 

@@ -1,6 +1,7 @@
 """report.json (schema ddpdoctor.report/1): build it from a JobView and its findings.
 
-Top level (contract): schema, outcome (completed | failed | hung), command, world_size,
+Top level (contract): schema, outcome (completed | failed | hung; a live view, live: true,
+of a job that still runs with nothing wrong so far: running), command, world_size,
 started_at and ended_at (ISO 8601, UTC), ranks, findings (each with caused_by: the index of
 its root cause's finding, or null), waits (the wait-for graph: rank, waits_for, group, seq,
 op).  Extensions: run_dir, live,
@@ -41,6 +42,7 @@ from ddpdoctor.trace import layout as L
 
 SCHEMA = "ddpdoctor.report/1"
 OUTCOMES = ("completed", "failed", "hung")
+LIVE_OUTCOMES = OUTCOMES + ("running",)  # a live view (live: true) of a job still running
 TIMELINE_LEN = 200
 RECENT_LEN = 20
 MANY_RANKS = 64  # past this, each rank's timeline is cut to TIMELINE_LEN_MANY entries
@@ -156,7 +158,7 @@ def build(job: JobView, findings: list[Finding], outcome: str,
           exit_code: int | None = None, started_ns: int | None = None,
           waits: list[Any] | None = None) -> dict[str, Any]:
     """The report dict for ``job`` (see the module docstring for every field)."""
-    if outcome not in OUTCOMES:
+    if outcome not in (LIVE_OUTCOMES if job.live else OUTCOMES):
         raise ValueError(f"unknown outcome {outcome!r}")
     starts = [r.header.started_ns for r in job.ranks.values()] + [
         t.header.started_ns for t in job.launchers]

@@ -142,7 +142,7 @@ class JobEnding:
         report = self._write(outcome, None, live=True)
         if interrupted:
             report["notes"] = report.get("notes", []) + ["interrupted by the user"]
-            if report["outcome"] == "completed":
+            if report["outcome"] in ("completed", "running"):
                 report["outcome"] = "failed"
         stop = interrupted or self.config.on_hang == OnHang.STOP
         self.publish_verdict(verdict.reason, verdict.message, stop,
