@@ -1,0 +1,217 @@
+"""Which calls are collectives: torch.distributed, DDP's implicit ones, and the frameworks'."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ddpdoctor.lint.module import ParsedModule
+from ddpdoctor.lint.taint import key_of
+
+DIST = "torch.distributed"
+DIST_COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
+    "all_to_all_single", "broadcast", "broadcast_object_list", "reduce", "reduce_scatter",
+    "reduce_scatter_tensor", "gather", "gather_object", "scatter", "scatter_object_list",
+    "barrier", "monitored_barrier", "new_group", "new_subgroups",
+    "new_subgroups_by_enumeration", "init_process_group", "destroy_process_group",
+    "all_reduce_coalesced", "all_gather_coalesced", "_all_gather_base", "_reduce_scatter_base",
+    "init_device_mesh"})
+DIST_P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv",
+                      "send_object_list", "recv_object_list"})
+MODULE_COLLECTIVES: dict[str, frozenset[str]] = {
+    DIST: DIST_COLLECTIVES | DIST_P2P,
+    "torch.distributed.distributed_c10d": DIST_COLLECTIVES | DIST_P2P,
+    "torch.distributed.device_mesh": frozenset({"init_device_mesh"}),
+    "torch.distributed.nn": frozenset({"all_reduce", "all_gather", "broadcast", "reduce",
+                                       "all_to_all", "gather", "scatter", "reduce_scatter"}),
+    "torch.distributed.nn.functional": frozenset({"all_reduce", "all_gather", "broadcast",
+                                                  "reduce", "all_to_all", "gather", "scatter",
+                                                  "reduce_scatter"}),
+    "ignite.distributed": frozenset({"all_reduce", "all_gather", "broadcast", "barrier",
+                                     "new_group", "auto_model"}),
+    "accelerate.utils": frozenset({"gather", "gather_object", "reduce", "broadcast",
+                                   "broadcast_object_list", "pad_across_processes",
+                                   "wait_for_everyone"}),
+    "accelerate.utils.operations": frozenset({"gather", "gather_object", "reduce", "broadcast",
+                                              "broadcast_object_list",
+                                              "pad_across_processes"}),
+}
+# calls whose argument 0 is the same on every rank afterwards
+IN_PLACE_UNIFORM = frozenset({"all_reduce", "broadcast", "all_gather", "all_gather_object",
+                              "broadcast_object_list", "all_gather_into_tensor", "reduce"})
+DDP_WRAPPERS = frozenset({
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.nn.DistributedDataParallel", "ddpdoctor.DistributedDataParallel",
+    "torch.distributed.fsdp.FullyShardedDataParallel",
+    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+    "ignite.distributed.auto_model"})
+SYNC_BATCHNORM = ("SyncBatchNorm.convert_sync_batchnorm", "SyncBatchNorm")
+# methods that are collectives on a receiver whose last name contains the key
+RECEIVER_METHODS: dict[str, frozenset[str]] = {
+    "accelerator": frozenset({"gather", "gather_for_metrics", "reduce", "wait_for_everyone",
+                              "pad_across_processes", "prepare", "prepare_model"}),
+    "fabric": frozenset({"all_gather", "all_reduce", "barrier", "broadcast", "setup"}),
+    "strategy": frozenset({"barrier", "broadcast", "reduce", "all_gather",
+                           "reduce_boolean_decision"}),
+    "trainer": frozenset({"evaluate", "predict", "validate", "test", "fit", "train"}),
+}
+UNIFORM_RESULT_METHODS = frozenset({"gather", "gather_for_metrics", "reduce", "all_gather",
+                                    "all_reduce", "broadcast", "pad_across_processes",
+                                    "reduce_boolean_decision", "compute"})
+ANY_RECEIVER = frozenset({"consolidate_state_dict"})
+LIGHTNING_SELF = frozenset({"all_gather"})
+LOG_METHODS = frozenset({"log", "log_dict"})
+BACKWARD_RECEIVERS = ("accelerator", "fabric")
+P2P_NAMES = DIST_P2P
+
+
+@dataclass(frozen=True)
+class Site:
+    """One call that is (or leads to) a collective.
+
+    Args:
+        name: what it is, e.g. ``barrier``, ``DDP forward``, ``save()`` (a user function).
+        line: its line.
+        sig: what must match on the other ranks (the op and its group).
+        p2p: a point-to-point op (ranks differ by design; not matched against a branch).
+    """
+
+    name: str
+    line: int
+    sig: str
+    p2p: bool = False
+
+
+def receiver_name(node: ast.expr) -> str:
+    """The last name of a receiver: ``self.trainer.strategy`` -> ``strategy``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Call):
+        return receiver_name(node.func)
+    return ""
+
+
+def group_text(call: ast.Call) -> str:
+    for k in call.keywords:
+        if k.arg in ("group", "process_group"):
+            return ast.unparse(k.value)
+    return ""
+
+
+def dist_op(call: ast.Call, module: ParsedModule) -> str | None:
+    """The op name when ``call`` is a module-level collective (``dist.barrier`` -> barrier)."""
+    name = module.qualified(call.func)
+    if name is None or "." not in name:
+        return None
+    prefix, op = name.rsplit(".", 1)
+    ops = MODULE_COLLECTIVES.get(prefix)
+    return op if ops is not None and op in ops else None
+
+
+def is_ddp_wrap(call: ast.Call, module: ParsedModule) -> bool:
+    name = module.qualified(call.func) or ""
+    return name in DDP_WRAPPERS or name.endswith(("DistributedDataParallel",
+                                                  "FullyShardedDataParallel"))
+
+
+def is_sync_batchnorm(call: ast.Call, module: ParsedModule) -> bool:
+    name = module.qualified(call.func) or ""
+    return name.endswith(SYNC_BATCHNORM)
+
+
+def uniform_result(call: ast.Call, module: ParsedModule, kinds: dict[str, frozenset[str]]) -> bool:
+    """True when the call's result is the same on every rank (a gather, a reduce)."""
+    op = dist_op(call, module)
+    if op is not None:
+        return op in IN_PLACE_UNIFORM or op.startswith(("all_", "broadcast"))
+    if isinstance(call.func, ast.Attribute) and call.func.attr in UNIFORM_RESULT_METHODS:
+        recv = receiver_name(call.func.value).lower()
+        if call.func.attr == "compute":
+            key = key_of(call.func.value)
+            return key is not None and "metric" in kinds.get(key, frozenset())
+        return any(r in recv for r in RECEIVER_METHODS) or recv == "self"
+    return False
+
+
+def classify(call: ast.Call, module: ParsedModule, kinds: dict[str, frozenset[str]],
+             no_grad: bool, no_sync: bool, has_ddp: bool) -> Site | None:
+    """The collective ``call`` is, if any (user functions aside: see summaries).
+
+    Args:
+        kinds: what objects names hold (``ddp``, ``syncbn``, ``evaluator``, ``metric``).
+        no_grad: inside ``torch.no_grad()``: a DDP forward does not all-reduce there.
+        no_sync: inside ``model.no_sync()``: neither forward nor backward syncs.
+        has_ddp: the file wraps a model in DDP (a ``.backward()`` all-reduces gradients).
+    """
+    line = call.lineno
+    op = dist_op(call, module)
+    if op is not None:
+        return Site(op, line, f"{op}({group_text(call)})", op in P2P_NAMES)
+    if is_ddp_wrap(call, module):
+        return Site("DDP construction (broadcasts the parameters)", line, "ddp_init")
+    func = call.func
+    key = key_of(func)
+    if key is not None:
+        labels = kinds.get(key, frozenset())
+        if "syncbn" in labels and not no_sync:
+            return Site("SyncBatchNorm forward (all-gathers statistics)", line, "forward")
+        if "ddp" in labels and not no_grad and not no_sync:
+            return Site("DDP forward (prepares the gradient all-reduce)", line, "forward")
+    if not isinstance(func, ast.Attribute):
+        return None
+    method, recv = func.attr, func.value
+    rname = receiver_name(recv).lower()
+    if method == "backward" and not no_sync and not no_grad and (
+            has_ddp or any(r in rname for r in BACKWARD_RECEIVERS)):
+        return Site("backward (DDP's gradient all-reduce)", line, "backward")
+    if method == "manual_backward" and rname == "self":
+        return Site("manual_backward (DDP's gradient all-reduce)", line, "backward")
+    if method in ANY_RECEIVER:
+        return Site(method, line, method)
+    if isinstance(recv, ast.Name) and recv.id == "self" and method in LIGHTNING_SELF:
+        return Site(f"self.{method}", line, method)
+    if method in LOG_METHODS and _sync_dist(call):
+        return Site(f"{method}(sync_dist=True)", line, "log_sync")
+    for marker, methods in RECEIVER_METHODS.items():
+        if marker in rname and method in methods:
+            return Site(f"{receiver_name(recv)}.{method}", line, method)
+    rkey = key_of(recv)
+    labels = kinds.get(rkey, frozenset()) if rkey else frozenset()
+    if method == "run" and "evaluator" in labels:
+        return Site(f"{rkey}.run (its metrics all-reduce)", line, "evaluator_run")
+    if method in ("compute", "sync") and "metric" in labels:
+        return Site(f"{rkey}.{method} (the metric syncs across ranks)", line, "metric_compute")
+    return None
+
+
+def _sync_dist(call: ast.Call) -> bool:
+    for k in call.keywords:
+        if k.arg == "sync_dist":
+            return not (isinstance(k.value, ast.Constant) and not k.value.value)
+    return False
+
+
+def call_kinds(call: ast.Call, module: ParsedModule) -> frozenset[str]:
+    """What object a call's result is: ``ddp`` for DDP(...), ``loader`` for DataLoader(...)."""
+    name = module.qualified(call.func) or ""
+    last = name.rsplit(".", 1)[-1]
+    if is_sync_batchnorm(call, module):
+        return frozenset({"syncbn", "model"})
+    if is_ddp_wrap(call, module):
+        return frozenset({"ddp", "model"})
+    if last in ("DataLoader", "auto_dataloader"):
+        return frozenset({"loader"})
+    if last == "DistributedSampler":
+        return frozenset({"sampler"})
+    if last == "Accelerator":
+        return frozenset({"accelerator"})
+    if last in ("create_supervised_evaluator", "create_supervised_trainer") and any(
+            k.arg == "metrics" for k in call.keywords):
+        return frozenset({"evaluator"})
+    if name.startswith(("torchmetrics.", "ignite.metrics.")):
+        return frozenset({"metric"})
+    return frozenset()

@@ -1,0 +1,128 @@
+"""lint_files: parse the files, summarise their functions, walk them, apply the rules."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from ddpdoctor.errors import UserError
+from ddpdoctor.lint.findings import Condition, LintFinding, ignored
+from ddpdoctor.lint.module import ParsedModule, parse_module
+from ddpdoctor.lint.rules import Draft, duplicate_data, missing_set_epoch, seed_collision
+from ddpdoctor.lint.summaries import Program, static_kinds, summarise_collectives
+from ddpdoctor.lint.taint import Env
+from ddpdoctor.lint.walker import FunctionWalker, ModuleFacts
+
+SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", "node_modules", ".tox"})
+
+
+def python_files(paths: list[Path]) -> list[tuple[Path, str]]:
+    """The files to lint, with the name to show: files as given, directories' ``*.py``."""
+    found: list[tuple[Path, str]] = []
+    for path in paths:
+        if path.is_dir():
+            for f in sorted(path.rglob("*.py")):
+                if not SKIP_DIRS & set(f.relative_to(path).parts[:-1]):
+                    found.append((f, str(f)))
+        elif path.is_file():
+            found.append((path, str(path)))
+        else:
+            raise UserError(f"{path}: no such file or directory; give Python files or "
+                            "directories that hold them", 2)
+    return found
+
+
+def dataset_classes(module: ParsedModule) -> dict[str, ast.ClassDef]:
+    """The file's classes that are datasets (a base named ``...Dataset``)."""
+    out = {}
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.ClassDef) and any(
+                ast.unparse(b).endswith("Dataset") for b in node.bases):
+            out[node.name] = node
+    return out
+
+
+def _walk_module(program: Program, module: ParsedModule, quiet: bool,
+                 drafts: list[Draft], facts: ModuleFacts) -> None:
+    datasets = set(dataset_classes(module))
+    top = FunctionWalker(program, module, None, Env(), drafts.append, facts, datasets, quiet,
+                         nested_defs=False)
+    top.block(module.tree.body)
+    base = top.env
+    has_ddp = module.path in program.ddp_modules
+    class_kinds = {node.name: static_kinds(node, module, has_ddp)  # type: ignore[arg-type]
+                   for node in module.tree.body if isinstance(node, ast.ClassDef)}
+    for (path, _), info in program.functions.items():
+        if path != module.path:
+            continue
+        env = base.copy()
+        if info.cls is not None:
+            env.kinds.update(class_kinds.get(info.cls, {}))
+        walker = FunctionWalker(program, module, info.cls, env, drafts.append, facts, datasets,
+                                quiet)
+        walker.walk_function(info, info.node)
+
+
+def _file_rules(program: Program, module: ParsedModule, facts: ModuleFacts) -> list[Draft]:
+    drafts: list[Draft] = []
+    set_epoch_functions = {
+        info.node.name for (path, _), info in program.functions.items()
+        if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+               and c.func.attr == "set_epoch" for c in ast.walk(info.node))}
+    scopes: list[ast.AST] = [module.tree] + [info.node for (path, _), info in
+                                             program.functions.items() if path == module.path]
+    scopes += [n for n in ast.walk(module.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and id(n) not in program.by_node]
+    for scope in scopes:
+        drafts += missing_set_epoch.check(scope, module, set_epoch_functions)
+    draws = {name: seed_collision.draws(cls, module)
+             for name, cls in dataset_classes(module).items()}
+    drafts += seed_collision.check(facts.loaders, facts.seeds, draws)
+    drafts += [duplicate_data.check(line) for line in sorted(facts.world_splits)]
+    return drafts
+
+
+def _finding(module: ParsedModule, draft: Draft) -> LintFinding:
+    cond = None
+    if draft.condition_line is not None:
+        cond = Condition(module.path, draft.condition_line, module.line(draft.condition_line))
+    return LintFinding(draft.kind, draft.severity, module.path, draft.line, draft.collective,
+                       cond, draft.message, draft.fix)
+
+
+def lint_modules(modules: list[ParsedModule]) -> list[LintFinding]:
+    """The findings of the parsed files, sorted by file and line, ignore comments applied."""
+    program = Program(modules)
+    summarise_collectives(program)
+    for module in modules:  # a first pass: what user functions return
+        _walk_module(program, module, True, [], ModuleFacts())
+    findings: list[LintFinding] = []
+    for module in modules:
+        drafts: list[Draft] = []
+        facts = ModuleFacts()
+        _walk_module(program, module, False, drafts, facts)
+        drafts += _file_rules(program, module, facts)
+        seen: set[tuple[int, str]] = set()
+        for draft in drafts:
+            if (draft.line, draft.kind) in seen:
+                continue
+            seen.add((draft.line, draft.kind))
+            line_text = module.lines[draft.line - 1] if 0 < draft.line <= len(module.lines) else ""
+            if not ignored(line_text, draft.kind):
+                findings.append(_finding(module, draft))
+    findings.sort(key=lambda f: (f.file, f.line, f.kind))
+    return findings
+
+
+def lint_files(paths: list[Path]) -> list[LintFinding]:
+    """Lint files and directories; a UserError (exit 2) for a missing or unreadable one."""
+    modules = [parse_module(path, shown) for path, shown in python_files(paths)]
+    return lint_modules(modules)
+
+
+def lint_source(source: str, name: str = "<source>") -> list[LintFinding]:
+    """Lint one source text (tests, the catalogue)."""
+    tree = ast.parse(source, filename=name)
+    from ddpdoctor.lint.module import _collect_aliases
+
+    return lint_modules([ParsedModule(name, tree, source.splitlines(), _collect_aliases(tree))])

@@ -1,0 +1,45 @@
+"""A collective that only the ranks taking one side of a condition reach."""
+
+from __future__ import annotations
+
+from ddpdoctor.lint.collectives import Site
+from ddpdoctor.lint.rules import Draft, because, severity_of
+from ddpdoctor.lint.taint import Taint, TaintKind
+
+RANK_KIND = "rank_dependent_collective"
+OTHER_KIND = "conditional_collective"
+ORDER_KIND = "rank_dependent_order"
+MESSAGE = "{what} runs only where the condition on line {cond} holds, which depends on {why}"
+ORDER_MESSAGE = ("the branches of line {cond} issue collectives in different orders ({what} "
+                 "first on one side, {other} on the other): a deadlock when ranks take both")
+FIX = ("call {what} on every rank (outside the condition) and keep only the rank-specific "
+       "work inside it")
+ORDER_FIX = "issue the collectives in one order on every rank, outside the condition"
+
+
+def signature(sites: list[Site]) -> list[str]:
+    """The sites that must match across ranks (point-to-point ops differ by design)."""
+    return [s.sig for s in sites if not s.p2p]
+
+
+def check(taint: Taint, cond_line: int, taken: list[Site], other: list[Site]) -> Draft | None:
+    """Rule: when a condition that can differ between ranks guards a branch, the collectives
+    of both branches must be the same ops in the same order (p2p ops aside); else the first
+    collective that differs is flagged (an error when the rank decides, else a warning)."""
+    a = [s for s in taken if not s.p2p]
+    b = [s for s in other if not s.p2p]
+    if [s.sig for s in a] == [s.sig for s in b]:
+        return None
+    if a and b and sorted(s.sig for s in a) == sorted(s.sig for s in b):
+        first = next(x for x, y in zip(a, b) if x.sig != y.sig)
+        second = next(y for x, y in zip(a, b) if x.sig != y.sig)
+        return Draft(ORDER_KIND, severity_of(taint), first.line, first.name.split(" (")[0],
+                     cond_line, ORDER_MESSAGE.format(cond=cond_line, what=first.sig,
+                                                     other=second.sig), ORDER_FIX)
+    index = next((i for i, (x, y) in enumerate(zip(a, b)) if x.sig != y.sig), min(len(a), len(b)))
+    site = a[index] if index < len(a) else b[index]
+    kind = RANK_KIND if taint.kind == TaintKind.RANK else OTHER_KIND
+    short = site.name.split(" (")[0]
+    return Draft(kind, severity_of(taint), site.line, short, cond_line,
+                 MESSAGE.format(what=site.name, cond=cond_line, why=because(taint)),
+                 FIX.format(what=short))

@@ -1,0 +1,303 @@
+"""Values that can differ between ranks: where they come from and how they flow in a function."""
+
+from __future__ import annotations
+
+import ast
+import enum
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ddpdoctor.lint.module import ParsedModule
+
+
+class TaintKind(str, enum.Enum):
+    """Why a value can differ between ranks, strongest first.
+
+    RANK: the rank or a predicate on it (an error when a collective depends on it).
+    SHARD: data selected by rank (``x[rank::world]``): sizes can differ between ranks.
+    EXCEPTION: set in an ``except`` block: only the rank that failed runs it.
+    FILESYSTEM: what a rank finds on its disk (``os.path.exists``).
+    TIME: the clock.
+    RANDOM: random numbers (the same only if every rank seeded alike).
+    DATA: rank-local data: a loss or batch value, ``.item()``, ``isnan``.
+    WORLD: the world size: the same on every rank (tracked to spot splits that ignore rank).
+    """
+
+    RANK = "rank"
+    SHARD = "shard"
+    EXCEPTION = "exception"
+    FILESYSTEM = "filesystem"
+    TIME = "time"
+    RANDOM = "random"
+    DATA = "data"
+    WORLD = "world"
+
+
+STRENGTH = {k: len(TaintKind) - i for i, k in enumerate(TaintKind)}
+DESCRIBE = {
+    TaintKind.RANK: "the rank",
+    TaintKind.SHARD: "this rank's share of the data",
+    TaintKind.EXCEPTION: "an exception caught on this rank",
+    TaintKind.FILESYSTEM: "what this rank finds on its file system",
+    TaintKind.TIME: "the clock",
+    TaintKind.RANDOM: "a random draw",
+    TaintKind.DATA: "rank-local data (a loss, a batch, .item())",
+    TaintKind.WORLD: "the world size",
+}
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A value that can differ between ranks: why, and where it began to differ."""
+
+    kind: TaintKind
+    line: int
+
+    def divergent(self) -> bool:
+        """True when ranks can really take different paths on it (not the world size)."""
+        return self.kind != TaintKind.WORLD
+
+
+def stronger(a: Taint | None, b: Taint | None) -> Taint | None:
+    """The stronger of two taints (None is no taint); on a tie, the first."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a if STRENGTH[a.kind] >= STRENGTH[b.kind] else b
+
+
+@dataclass
+class Env:
+    """What a function knows at one point: tainted names, names made uniform by a collective,
+    and what objects names hold (``ddp``, ``loader``, ``evaluator``...)."""
+
+    taints: dict[str, Taint] = field(default_factory=dict)
+    uniform: set[str] = field(default_factory=set)
+    kinds: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def copy(self) -> Env:
+        return Env(dict(self.taints), set(self.uniform), dict(self.kinds))
+
+    def merge(self, other: Env) -> Env:
+        """The state after two paths join: taint from either, uniform only if both say so."""
+        taints = dict(self.taints)
+        for name, t in other.taints.items():
+            taints[name] = stronger(taints.get(name), t)  # type: ignore[assignment]
+        kinds = dict(self.kinds)
+        for name, k in other.kinds.items():
+            kinds[name] = kinds.get(name, frozenset()) | k
+        return Env(taints, self.uniform & other.uniform, kinds)
+
+
+RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "SLURM_PROCID",
+                           "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                           "PMI_RANK", "LOCAL_PROCESS_RANK"})
+WORLD_ENV_VARS = frozenset({"WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_NTASKS",
+                            "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+RANK_CALLS = frozenset({
+    "torch.distributed.get_rank", "torch.distributed.get_node_local_rank",
+    "torch.distributed.get_global_rank", "torch.distributed.get_group_rank",
+    "ignite.distributed.get_rank", "ignite.distributed.get_local_rank",
+    "ignite.distributed.get_node_rank"})
+WORLD_CALLS = frozenset({"torch.distributed.get_world_size", "ignite.distributed.get_world_size",
+                         "ignite.distributed.get_nproc_per_node"})
+RANK_ATTRS = frozenset({"rank", "local_rank", "global_rank", "node_rank", "is_global_zero",
+                        "is_main_process", "is_local_main_process", "process_index",
+                        "local_process_index", "is_world_process_zero",
+                        "is_local_process_zero", "is_last_process"})
+RANK_METHODS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "rank"})
+WORLD_ATTRS = frozenset({"world_size", "num_processes", "num_replicas"})
+RANK_NAMES = frozenset({"rank", "local_rank", "global_rank", "node_rank", "rank_id",
+                        "process_index"})
+WORLD_NAMES = frozenset({"world", "world_size", "num_replicas", "nprocs", "num_processes"})
+FS_CALLS = frozenset({"os.path.exists", "os.path.isfile", "os.path.isdir", "os.path.getsize",
+                      "os.path.getmtime", "os.path.lexists", "os.listdir", "os.access",
+                      "os.scandir", "os.stat", "glob.glob", "glob.iglob"})
+FS_METHODS = frozenset({"exists", "is_file", "is_dir", "stat", "glob", "rglob", "iterdir"})
+TIME_CALLS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.time_ns",
+                        "time.process_time", "datetime.datetime.now", "datetime.now",
+                        "datetime.datetime.utcnow", "datetime.utcnow"})
+RANDOM_PREFIXES = ("random.", "numpy.random.")
+RANDOM_EXEMPT = frozenset({"seed", "default_rng", "RandomState", "Generator", "SeedSequence",
+                           "Random", "SystemRandom", "get_state", "set_state", "getstate",
+                           "setstate", "PCG64", "MT19937"})
+TORCH_RANDOM = frozenset({"torch.rand", "torch.randn", "torch.randint", "torch.randperm",
+                          "torch.bernoulli", "torch.multinomial", "torch.normal",
+                          "torch.rand_like", "torch.randn_like", "torch.randint_like"})
+DATA_METHODS = frozenset({"item", "tolist", "isnan", "isinf", "isfinite", "any", "all"})
+DATA_CALLS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "math.isnan",
+                        "math.isinf", "math.isfinite", "numpy.isnan", "numpy.isinf",
+                        "numpy.isfinite"})
+
+
+EVEN_SHARDS = ("DistributedSampler",)  # every rank gets the same number of items
+SHARD_ARGS = frozenset({"sampler", "batch_sampler"})
+SEED_ARGS = frozenset({"generator", "worker_init_fn", "seed", "num_workers", "pin_memory",
+                       "timeout", "prefetch_factor", "persistent_workers",
+                       "multiprocessing_context", "collate_fn"})
+
+
+def key_of(node: ast.expr) -> str | None:
+    """The name a value is kept under: ``x``, ``self.x``; None for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+            node.value.id in ("self", "cls"):
+        return f"{node.value.id}.{node.attr}"
+    return None
+
+
+def env_var_name(node: ast.expr, module: ParsedModule) -> str | None:
+    """``os.environ["X"]``, ``os.environ.get("X")``, ``os.getenv("X")`` -> ``X``."""
+    if isinstance(node, ast.Subscript) and module.qualified(node.value) == "os.environ":
+        sl = node.slice
+        if isinstance(sl, ast.Constant) and isinstance(sl.value, str):
+            return sl.value
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        name = module.qualified(node.func)
+        if name in ("os.environ.get", "os.getenv") and isinstance(node.args[0].value, str):
+            return node.args[0].value
+    return None
+
+
+@dataclass
+class TaintEval:
+    """Evaluates an expression's taint in an environment.
+
+    Args:
+        module: the file (its imports resolve calls).
+        env: the function's state at this point.
+        returns: the taint a user function's result carries (from the summaries).
+        uniform_call: True for calls whose result is the same on every rank (a gather).
+        on_world_split: told the line of a slice or ``range`` that splits by world size
+            without the rank (every rank reads the same items).
+    """
+
+    module: ParsedModule
+    env: Env
+    returns: Callable[[ast.Call], Taint | None]
+    uniform_call: Callable[[ast.Call], bool]
+    on_world_split: Callable[[int], None]
+
+    def of(self, node: ast.expr | None) -> Taint | None:
+        """The taint of ``node`` (None: the same on every rank, as far as we know)."""
+        if node is None:
+            return None
+        method = getattr(self, f"_{type(node).__name__}", None)
+        if method is not None:
+            return method(node)
+        result: Taint | None = None
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                result = stronger(result, self.of(child))
+        return result
+
+    def all_of(self, nodes: list[ast.expr]) -> Taint | None:
+        result: Taint | None = None
+        for n in nodes:
+            result = stronger(result, self.of(n))
+        return result
+
+    def _Name(self, node: ast.Name) -> Taint | None:
+        t = self.env.taints.get(node.id)
+        if t is None and "loss" in node.id.lower() and node.id not in self.env.uniform:
+            return Taint(TaintKind.DATA, node.lineno)
+        return t
+
+    def _Lambda(self, node: ast.Lambda) -> Taint | None:
+        return None
+
+    def _Attribute(self, node: ast.Attribute) -> Taint | None:
+        if node.attr in RANK_ATTRS:
+            return Taint(TaintKind.RANK, node.lineno)
+        if node.attr in WORLD_ATTRS:
+            return Taint(TaintKind.WORLD, node.lineno)
+        key = key_of(node)
+        if key is not None and key in self.env.taints:
+            return self.env.taints[key]
+        return self.of(node.value)
+
+    def _Subscript(self, node: ast.Subscript) -> Taint | None:
+        var = env_var_name(node, self.module)
+        if var is not None:
+            return self._env_var(var, node.lineno)
+        base = self.of(node.value)
+        index = self.of(node.slice)
+        if index is not None and isinstance(node.slice, ast.Slice):
+            if index.kind == TaintKind.RANK:
+                index = Taint(TaintKind.SHARD, index.line)
+            elif index.kind == TaintKind.WORLD:
+                self.on_world_split(node.lineno)
+        return stronger(base, index)
+
+    @staticmethod
+    def _env_var(var: str, line: int) -> Taint | None:
+        if var in RANK_ENV_VARS:
+            return Taint(TaintKind.RANK, line)
+        if var in WORLD_ENV_VARS:
+            return Taint(TaintKind.WORLD, line)
+        return None
+
+    def _Call(self, node: ast.Call) -> Taint | None:
+        var = env_var_name(node, self.module)
+        if var is not None:
+            return self._env_var(var, node.lineno)
+        if self.uniform_call(node):
+            return None
+        name = self.module.qualified(node.func) or ""
+        line = node.lineno
+        source = self._source_taint(node, name, line)
+        if source is not None:
+            return source
+        if name.endswith(EVEN_SHARDS):
+            return None
+        user = self.returns(node)
+        kept = [k.value for k in node.keywords if k.arg not in SEED_ARGS]
+        if name.endswith("DataLoader") and any(k.arg in SHARD_ARGS for k in node.keywords):
+            kept = [k.value for k in node.keywords if k.arg in SHARD_ARGS]
+            args = self.all_of(kept)
+        else:
+            args = self.all_of([*node.args, *kept])
+        if name.endswith(".islice") or name == "islice":
+            return self.all_of(node.args[1:])
+        if name == "range":
+            return self._range(node, args)
+        if isinstance(node.func, ast.Attribute):
+            receiver = node.func.value
+            recv_taint = self.of(receiver)
+            if node.func.attr in DATA_METHODS:
+                key = key_of(receiver)
+                if key is not None and key in self.env.uniform:
+                    return stronger(recv_taint, args)
+                return stronger(stronger(recv_taint, Taint(TaintKind.DATA, line)), args)
+            args = stronger(recv_taint, args)
+        return stronger(user, args)
+
+    def _range(self, node: ast.Call, args: Taint | None) -> Taint | None:
+        if args is not None and len(node.args) >= 2 and args.kind == TaintKind.RANK:
+            return Taint(TaintKind.SHARD, args.line)
+        if args is not None and args.kind == TaintKind.WORLD and len(node.args) == 3:
+            self.on_world_split(node.lineno)
+        return args
+
+    def _source_taint(self, node: ast.Call, name: str, line: int) -> Taint | None:
+        """The taint a call creates by itself, whatever its arguments."""
+        if name in RANK_CALLS:
+            return Taint(TaintKind.RANK, line)
+        if name in WORLD_CALLS:
+            return Taint(TaintKind.WORLD, line)
+        attr = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+        if attr in RANK_METHODS and name not in WORLD_CALLS:
+            return Taint(TaintKind.RANK, line)
+        if name in FS_CALLS or attr in FS_METHODS:
+            return Taint(TaintKind.FILESYSTEM, line)
+        if name in TIME_CALLS:
+            return Taint(TaintKind.TIME, line)
+        if name in DATA_CALLS:
+            return Taint(TaintKind.DATA, line)
+        if name.startswith(RANDOM_PREFIXES) and name.rsplit(".", 1)[-1] not in RANDOM_EXEMPT:
+            return Taint(TaintKind.RANDOM, line)
+        if name in TORCH_RANDOM and not any(k.arg == "generator" for k in node.keywords):
+            return Taint(TaintKind.RANDOM, line)
+        return None
