@@ -17,6 +17,7 @@ from ddpdoctor.config import RunConfig
 from ddpdoctor.errors import UserError
 from ddpdoctor.launch.attempts import make_supervisor, restarts_env
 from ddpdoctor.launch.command import job_argv, job_env
+from ddpdoctor.lint.prerun import lint_before_run
 from ddpdoctor.proc.control import become_subreaper, start_job
 from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.redact import redact_argv
@@ -56,6 +57,7 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     })
     if not config.ui:
         console.print(f"[bold]ddpdoctor:[/bold] run dir {run_dir}", highlight=False)
+    lint_before_run(list(config.command), run_dir, console)  # notices; the job starts anyway
     log: IO[bytes] | None = None
     if config.ui:
         log = open(run_dir / "job.log", "ab", buffering=0,  # noqa: SIM115

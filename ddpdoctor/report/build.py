@@ -8,6 +8,7 @@ from typing import Any
 from ddpdoctor.analysis.engine import analyze_with_waits
 from ddpdoctor.analysis.load import load_job
 from ddpdoctor.analysis.model import JobView
+from ddpdoctor.lint.prerun import read_lint
 from ddpdoctor.report import schema
 from ddpdoctor.trace.layout import HEADER_SIZE
 from ddpdoctor.trace.reader import TraceError, read_header
@@ -62,5 +63,9 @@ def build_report(run_dir: Path | list[Path], live: bool = True,
     findings, waits = analyze_with_waits(job)
     exit_code = next((e.get("exit_code") for e in reversed(job.supervisor_events)
                       if e.get("event") == "outcome"), None)
-    return schema.build(job, findings, infer_outcome(job),
-                        exit_code if isinstance(exit_code, int) else None, waits=waits)
+    report = schema.build(job, findings, infer_outcome(job),
+                          exit_code if isinstance(exit_code, int) else None, waits=waits)
+    lint = read_lint(dirs[0])  # what `ddpdoctor run` linted in the script before the start
+    if lint is not None:
+        report["lint"] = lint
+    return report

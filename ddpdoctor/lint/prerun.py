@@ -1,0 +1,77 @@
+"""Lint the job's script before ``ddpdoctor run`` starts it: notices only, never a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from ddpdoctor.errors import UserError
+from ddpdoctor.lint.engine import lint_files
+from ddpdoctor.rundir.layout import write_json_atomic
+
+LINT_FILE = "lint.json"
+SHOWN = 8  # notices printed at most; the report keeps them all
+PYTHON_NAMES = ("python", "python3")
+
+
+def job_script(command: list[str]) -> Path | None:
+    """The user's script in a ``ddpdoctor run`` command: ``train.py ...``, ``torchrun ...
+    train.py``, ``python train.py``; None for ``-m module``, ``-c`` or no script."""
+    for arg in command:
+        if arg in ("-m", "--module", "-c"):
+            return None
+        if arg.endswith(".py") and not arg.startswith("-"):
+            path = Path(arg)
+            return path if path.is_file() else None
+    return None
+
+
+def lint_before_run(command: list[str], run_dir: Path, console: Console) -> list[dict[str, Any]]:
+    """Lint the job's script, print its findings as notices and keep them in the run dir
+    (``lint.json``) for the report. Whatever happens here, the run goes on."""
+    script = job_script(command)
+    if script is None:
+        return []
+    try:
+        findings = [f.as_dict() for f in lint_files([script])]
+    except UserError as e:
+        console.print(f"[dim]ddpdoctor: lint skipped: {escape(str(e))}[/dim]", highlight=False)
+        return []
+    except Exception as e:  # noqa: BLE001 - a bug in the linter must never stop the user's job
+        console.print(f"[dim]ddpdoctor: lint skipped ({e.__class__.__name__})[/dim]",
+                      highlight=False)
+        return []
+    try:
+        write_json_atomic(run_dir / LINT_FILE, findings)
+    except OSError:
+        pass  # the notices below still tell the user; the report will lack its lint key
+    for f in findings[:SHOWN]:
+        style = "yellow" if f["severity"] == "error" else "dim"
+        console.print(f"[{style}]ddpdoctor: lint notice: {escape(f['file'])}:{f['line']}: "
+                      f"{f['severity']} {f['kind']}: {escape(f['message'])}[/{style}]",
+                      highlight=False)
+    if len(findings) > SHOWN:
+        console.print(f"[dim]ddpdoctor: lint: {len(findings) - SHOWN} more in the report[/dim]")
+    if findings:
+        console.print("[dim]ddpdoctor: the job starts anyway (lint only warns); "
+                      f"`ddpdoctor lint {escape(str(script))}` shows the fixes[/dim]",
+                      highlight=False)
+    return findings
+
+
+def read_lint(run_dir: Path) -> list[dict[str, Any]] | None:
+    """The lint findings kept for a run dir (or its parent, for an attempt's dir), if any."""
+    for where in (run_dir, run_dir.parent) if run_dir.name.startswith("attempt-") else (run_dir,):
+        path = where / LINT_FILE
+        if os.path.isfile(path):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                return None
+            return data if isinstance(data, list) else None
+    return None
