@@ -8,8 +8,8 @@ from ddpdoctor.lint.taint import Taint, TaintKind
 
 RANK_KIND = "rank_dependent_loop"
 OTHER_KIND = "uneven_loop"
-MESSAGE = ("the loop on line {cond} runs a number of times that depends on {why}; {what} in "
-           "its body then runs more often on some ranks than on others")
+MESSAGE = ("the loop on line {cond} runs a number of times (or in an order) that depends on "
+           "{why}; {what} in its body then runs more often on some ranks than on others")
 FIX = ("give every rank the same number of iterations (DistributedSampler with drop_last, or "
        "all-reduce the count with MIN first), or run the loop inside `with Join([model]):`")
 

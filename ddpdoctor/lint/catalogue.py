@@ -1,0 +1,124 @@
+"""What ``ddpdoctor lint`` finds in the bug catalogue: the expected finding of every sample bug
+(or why it is out of reach), measured against the scripts; ``python -m ddpdoctor.lint.catalogue``
+prints the README's table.
+
+Adding a bug to the catalogue: add one line to EXPECTED (tests/integration/test_lint_catalogue.py
+holds the linter to it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddpdoctor.lint.engine import lint_files
+from ddpdoctor.lint.findings import LintFinding, Severity
+
+
+@dataclass(frozen=True)
+class Flagged:
+    """The finding lint must report for a bug: at the culprit line, of this kind and severity."""
+
+    line: int
+    kind: str
+    severity: Severity
+
+
+@dataclass(frozen=True)
+class OutOfReach:
+    """A bug whose cause is not visible in the source; ``reason`` says why."""
+
+    reason: str
+
+
+E, W = Severity.ERROR, Severity.WARNING
+EXPECTED: dict[str, Flagged | OutOfReach] = {
+    "last_batch_hand_split": Flagged(36, "uneven_loop", W),
+    "last_batch_iterable_dataset": Flagged(79, "rank_dependent_loop", E),
+    "no_set_epoch": Flagged(32, "missing_set_epoch", W),
+    "same_seed_augmentation": Flagged(44, "seed_collision", W),
+    "worker_numpy_seed": Flagged(52, "seed_collision", W),
+    "metric_rank0_only": Flagged(48, "rank_dependent_collective", E),
+    "barrier_in_rank0_checkpoint": Flagged(60, "rank_dependent_collective", E),
+    "download_first_wrong": Flagged(56, "rank_dependent_collective", E),
+    "allgather_uneven_last_batch": Flagged(42, "uneven_loop", W),
+    "dtype_mismatch": OutOfReach("the dtype is inferred at run time from values that differ "
+                                 "(float on two ranks, int on the third)"),
+    "reduce_order_mismatch": Flagged(58, "uneven_loop", W),
+    "early_stop_per_rank": Flagged(50, "rank_dependent_skip", E),
+    "crash_mid_epoch": OutOfReach("a corrupt record raises on one rank at run time; no path in "
+                                  "the source differs between ranks"),
+    "unused_parameters": OutOfReach("which parameters get no gradient is decided by autograd at "
+                                    "run time, the same on every rank"),
+    "broadcast_object_behind_file_check": Flagged(59, "conditional_collective", W),
+    "clean_exit_uneven_no_loader": Flagged(39, "uneven_loop", W),
+    "pg_timeout_while_peer_computes": OutOfReach("a timeout shorter than a peer's work: a matter "
+                                                 "of durations, not of paths"),
+    "subgroup_skip_4ranks": Flagged(32, "rank_dependent_collective", E),
+    "two_group_lock_order": Flagged(30, "rank_dependent_order", E),
+    "p2p_recv_recv": Flagged(25, "recv_before_send", E),
+    "stuck_before_init": OutOfReach("a download with no timeout blocks one rank before "
+                                    "init_process_group; no collective depends on a condition"),
+    "busy_straggler_finishes": OutOfReach("not a bug but a slow rank: evaluation time is not "
+                                          "visible in the source"),
+    "lightning_all_gather_global_zero": Flagged(36, "rank_dependent_collective", E),
+    "accelerate_gather_main_process": Flagged(44, "rank_dependent_collective", E),
+    "ignite_evaluator_rank0": Flagged(42, "rank_dependent_collective", E),
+    "transformers_evaluate_one_rank": Flagged(44, "rank_dependent_collective", E),
+}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One bug linted: what was expected, and the finding at the culprit line if any."""
+
+    name: str
+    expected: Flagged | OutOfReach | None
+    hit: LintFinding | None
+    findings: tuple[LintFinding, ...]
+    fixed_errors: tuple[LintFinding, ...]
+
+
+def measure(sample_dir: Path | None = None) -> list[Measured]:
+    """Lint every catalogue bug and its fixed twin."""
+    from ddpdoctor.bugs import CATALOGUE, sample_bugs_dir
+
+    where = sample_dir or sample_bugs_dir()
+    rows = []
+    for bug in CATALOGUE:
+        findings = tuple(lint_files([where / bug.script]))
+        fixed = [f for f in lint_files([where / bug.fixed_script]) if f.severity == Severity.ERROR]
+        expected = EXPECTED.get(bug.name)
+        hit = None
+        if isinstance(expected, Flagged):
+            hit = next((f for f in findings if f.line == expected.line and
+                        f.kind == expected.kind and f.severity == expected.severity), None)
+        rows.append(Measured(bug.name, expected, hit, findings, tuple(fixed)))
+    return rows
+
+
+def markdown_table(rows: list[Measured]) -> str:
+    """The README's table: bug, flagged line, kind, severity (or out of reach, and why)."""
+    out = ["| bug | flagged line | kind | severity |", "| --- | --- | --- | --- |"]
+    for row in rows:
+        if row.hit is not None:
+            out.append(f"| `{row.name}` | {row.hit.line} | `{row.hit.kind}` | "
+                       f"{row.hit.severity.value} |")
+        elif isinstance(row.expected, OutOfReach):
+            out.append(f"| `{row.name}` | out of reach: {row.expected.reason} | | |")
+        else:
+            out.append(f"| `{row.name}` | not flagged (expected: {row.expected}) | | |")
+    flagged = sum(r.hit is not None for r in rows)
+    out.append("")
+    out.append(f"{flagged} of {len(rows)} bugs flagged at the culprit line, "
+               f"{sum(isinstance(r.expected, OutOfReach) for r in rows)} out of reach; "
+               f"errors on fixed twins: {sum(len(r.fixed_errors) for r in rows)}.")
+    return "\n".join(out)
+
+
+def main() -> int:
+    print(markdown_table(measure()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""The bug catalogue under ``ddpdoctor lint``: every bug whose cause is in its source is flagged
+at the culprit line; no fixed twin, compat job or example gets an error it does not mean.
+
+The expectations are ddpdoctor/lint/catalogue.py's EXPECTED (one line a bug), which also
+prints the README's table (``python -m ddpdoctor.lint.catalogue``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.bugs import CATALOGUE, sample_bugs_dir
+from ddpdoctor.lint.catalogue import EXPECTED, Flagged, OutOfReach, measure
+from ddpdoctor.lint.engine import lint_files
+from ddpdoctor.lint.findings import Severity
+
+ROOT = Path(__file__).resolve().parents[2]
+BUG_NAMES = [bug.name for bug in CATALOGUE]
+# Jobs that hang on purpose (a mode of the job, or the example's bug): the errors lint must
+# find there, as (file relative to the repository, line). Any other error is a false one.
+DELIBERATE = {
+    ("examples/train_hang.py", 37),  # the example's bug: all_reduce under rank == 0
+    ("tests/integration/jobs/collectives.py", 31),  # BUG=op: a broadcast on the culprit only
+    ("tests/integration/jobs/collectives.py", 34),  # BUG=raise on the culprit
+    ("tests/integration/jobs/collectives.py", 41),  # BUG=barrier_rank0
+    ("tests/integration/jobs/collectives.py", 44),  # BUG=barrier_node1
+    ("tests/integration/jobs/collectives.py", 51),  # BUG=conditional
+    ("tests/integration/jobs/rank0_barrier.py", 21),  # the hang this job exists for
+    ("tests/integration/jobs/restart_once.py", 25),  # rank 1 fails in attempt 0 on purpose
+    ("tests/integration/jobs/data_train.py", 142),  # BUG=uneven_split/uneven_iterable loaders
+}
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return {row.name: row for row in measure(sample_bugs_dir())}
+
+
+@pytest.mark.parametrize("name", BUG_NAMES)
+def test_bug_has_an_expectation(name):
+    assert name in EXPECTED, (
+        f"catalogue bug {name!r} has no lint expectation: add one line to EXPECTED in "
+        f"ddpdoctor/lint/catalogue.py: {name!r}: Flagged(LINE, 'KIND', E|W) or "
+        f"OutOfReach('why its cause is not in the source')")
+
+
+@pytest.mark.parametrize("name", BUG_NAMES)
+def test_bug_flagged_at_culprit_line(measured, name):
+    expected = EXPECTED.get(name)
+    row = measured[name]
+    if isinstance(expected, OutOfReach):
+        bug = next(b for b in CATALOGUE if b.name == name)
+        if bug.finishes:  # a healthy (if slow) job: no error
+            assert not [f for f in row.findings if f.severity == Severity.ERROR]
+        return
+    if not isinstance(expected, Flagged):
+        pytest.skip(f"{name}: no expectation yet")
+    got = [(f.line, f.kind, f.severity.value) for f in row.findings]
+    assert row.hit is not None, (f"{name}: expected {expected.kind} ({expected.severity.value}) "
+                                 f"at line {expected.line}; lint found {got}")
+    assert row.hit.condition is None or row.hit.condition.line < row.hit.line
+
+
+@pytest.mark.parametrize("name", BUG_NAMES)
+def test_fixed_twin_gets_no_error(measured, name):
+    errors = [(f.line, f.kind, f.message) for f in measured[name].fixed_errors]
+    assert not errors, f"{name}'s fixed twin: {errors}"
+
+
+def test_compat_jobs_get_no_error():
+    jobs = sorted((ROOT / "tests" / "compat" / "jobs").glob("*.py"))
+    assert jobs
+    errors = [f for f in lint_files(jobs) if f.severity == Severity.ERROR]
+    assert not errors, [(f.file, f.line, f.kind, f.message) for f in errors]
+
+
+def test_examples_and_test_jobs_get_only_their_deliberate_errors():
+    files = sorted((ROOT / "examples").glob("*.py")) + \
+        sorted((ROOT / "tests" / "integration" / "jobs").glob("*.py"))
+    found = {(str(Path(f.file).relative_to(ROOT)), f.line) for f in lint_files(files)
+             if f.severity == Severity.ERROR}
+    assert found - DELIBERATE == set(), "false errors"
+    assert DELIBERATE - found == set(), "deliberate bugs no longer found"
