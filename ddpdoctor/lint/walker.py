@@ -312,8 +312,18 @@ class FunctionWalker:
     def visit_if(self, stmt: ast.If, paired: bool = False) -> None:
         t = self.divergent(stmt.test)
         if t is not None and not paired:
-            self.emit(conditional_collective.check(t, stmt.lineno, self.sites(stmt.body),
-                                                   self.sites(stmt.orelse)))
+            body, orelse = self.sites(stmt.body), self.sites(stmt.orelse)
+            frame = self.frames[-1]
+            rest = frame.stmts[frame.index + 1:]
+            skip_rule = False  # a jump with no collective of its own: the skip rule reports
+            if ends_in_jump(stmt.body) and not ends_in_jump(stmt.orelse):
+                orelse += self.sites(rest)  # the other path goes on past the if
+                skip_rule = not body
+            elif ends_in_jump(stmt.orelse) and not ends_in_jump(stmt.body):
+                body += self.sites(rest)
+                skip_rule = not orelse
+            if not skip_rule:
+                self.emit(conditional_collective.check(t, stmt.lineno, body, orelse))
         self.branches(t, stmt.lineno, [stmt.body, stmt.orelse])
 
     def branches(self, t: Taint | None, line: int, bodies: list[list[ast.stmt]],
@@ -499,6 +509,11 @@ class FunctionWalker:
 
     def sigs(self, stmts: list[ast.stmt]) -> list[str]:
         return [s.sig for s in self.sites(stmts) if not s.p2p]
+
+
+def ends_in_jump(stmts: list[ast.stmt]) -> bool:
+    """True when a block ends in continue, break, return or raise."""
+    return bool(stmts) and isinstance(stmts[-1], (ast.Continue, ast.Break, ast.Return, ast.Raise))
 
 
 NEGATE = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.GtE, ast.GtE: ast.Lt,

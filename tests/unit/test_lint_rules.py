@@ -1,0 +1,389 @@
+"""ddpdoctor lint's rules on small sources: each case marks the lines that must be flagged with
+``# expect: KIND`` (every other line must stay clean), true and false positives side by side."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+
+from ddpdoctor.lint.engine import lint_source
+from ddpdoctor.lint.findings import Severity
+
+MARK = re.compile(r"#\s*expect:\s*([a-z_]+)")
+HEADER = """\
+import os, random, time
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+"""
+
+
+def expected_and_found(body: str) -> tuple[set, set, list]:
+    source = HEADER + textwrap.dedent(body)
+    expected = {(i, m.group(1)) for i, line in enumerate(source.splitlines(), 1)
+                for m in [MARK.search(line)] if m}
+    findings = lint_source(source, "case.py")
+    return expected, {(f.line, f.kind) for f in findings}, findings
+
+
+def check(body: str) -> list:
+    expected, found, findings = expected_and_found(body)
+    assert found == expected, "\n".join(f"{f.line}: {f.kind}: {f.message}" for f in findings)
+    return findings
+
+
+def severities(findings) -> set[str]:
+    return {f.severity.value for f in findings}
+
+
+# -- rank_dependent_collective / conditional_collective -------------------------------------
+def test_collective_under_rank_condition():
+    findings = check("""
+    def main():
+        rank = int(os.environ["RANK"])
+        t = torch.ones(1)
+        if rank == 0:
+            dist.barrier()  # expect: rank_dependent_collective
+            print("saved")
+        if dist.get_rank() == 0:
+            print("only a print")
+        if rank == 0:
+            dist.all_reduce(t)
+        else:
+            dist.all_reduce(t)
+        if rank == 0:
+            dist.send(t, dst=1)
+        else:
+            dist.recv(t, src=0)
+    """)
+    assert severities(findings) == {"error"}
+    assert findings[0].condition is not None and findings[0].condition.source == "if rank == 0:"
+
+
+def test_rank_zero_first_pattern_is_balanced():
+    check("""
+    def rank_zero_first(rank):
+        if rank != 0:
+            dist.barrier()
+        yield
+        if rank == 0:
+            dist.barrier()
+
+    def wrong(rank):
+        if rank != 0:
+            dist.barrier()  # expect: rank_dependent_collective
+        yield
+    """)
+
+
+def test_rank_through_helpers_and_summaries():
+    check("""
+    def is_main():
+        return dist.get_rank() == 0
+
+    def sync(t):
+        dist.all_reduce(t)
+
+    def log(t):
+        print(t)
+
+    def main(t):
+        if is_main():
+            sync(t)  # expect: rank_dependent_collective
+        if is_main():
+            log(t)
+    """)
+
+
+def test_data_file_time_random_and_exception_conditions_are_warnings():
+    findings = check("""
+    def main(loss, path, t):
+        if loss.item() > 10:
+            dist.all_reduce(t)  # expect: conditional_collective
+        if os.path.exists(path):
+            dist.barrier()  # expect: conditional_collective
+        if time.time() > 5:
+            dist.barrier()  # expect: conditional_collective
+        if random.random() < 0.5:
+            dist.barrier()  # expect: conditional_collective
+        failed = False
+        try:
+            open(path)
+        except OSError:
+            failed = True
+        if failed:
+            dist.barrier()  # expect: conditional_collective
+        dist.all_reduce(t)
+        if t.item() > 10:
+            dist.barrier()
+    """)
+    assert severities(findings) == {"warning"}
+
+
+def test_uniform_after_all_reduce():
+    check("""
+    def main(loss):
+        local = loss.detach()
+        if local.item() > 1:
+            dist.barrier()  # expect: conditional_collective
+        dist.all_reduce(local)
+        if local.item() > 1:
+            dist.barrier()
+    """)
+
+
+def test_rank_dependent_order():
+    check("""
+    def main(rank, a, b, ga, gb):
+        if rank == 0:
+            dist.all_reduce(a, group=ga)  # expect: rank_dependent_order
+            dist.all_reduce(b, group=gb)
+        else:
+            dist.all_reduce(b, group=gb)
+            dist.all_reduce(a, group=ga)
+    """)
+
+
+def test_rank_zero_only_decorator():
+    check("""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    @rank_zero_only
+    def save(t):
+        dist.barrier()  # expect: rank_dependent_collective
+
+    @rank_zero_only
+    def log(t):
+        print(t)
+    """)
+
+
+# -- skips ----------------------------------------------------------------------------------
+def test_skips_under_divergent_conditions():
+    check("""
+    def train(model, loader, opt, rank):
+        model = DDP(model)
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            if torch.isnan(loss):
+                continue  # expect: conditional_skip
+            loss.backward()
+            opt.step()
+        for x, y in loader:
+            if rank == 1 and x.sum() > 0:
+                break  # expect: rank_dependent_skip
+            model(x).sum().backward()
+
+    def evaluate(rank, t):
+        if rank != 0:
+            return  # expect: rank_dependent_skip
+        dist.all_reduce(t)
+
+    def harmless(rank, t):
+        dist.all_reduce(t)
+        if rank != 0:
+            return
+        print(t)
+    """)
+
+
+def test_skip_after_agreeing_is_fine():
+    check("""
+    def train(model, loader, world):
+        model = DDP(model)
+        best = 1e9
+        for epoch in range(10):
+            for x, y in loader:
+                nn.functional.mse_loss(model(x), y).backward()
+            val = torch.tensor([1.0])
+            dist.all_reduce(val)
+            val_loss = val.item() / world
+            if val_loss >= best:
+                break
+            best = val_loss
+    """)
+
+
+def test_skip_balanced_in_its_branch():
+    check("""
+    def train(loader, t):
+        for x in loader:
+            if torch.isnan(x).any():
+                dist.all_reduce(torch.zeros(1))
+                continue
+            dist.all_reduce(t)
+    """)
+
+
+# -- loops ----------------------------------------------------------------------------------
+def test_loops_with_rank_dependent_bounds():
+    check("""
+    from torch.distributed.algorithms.join import Join
+
+    def main(rank, world, data, model, t):
+        model = DDP(model)
+        for _ in range(rank + 1):
+            dist.all_reduce(t)  # expect: rank_dependent_loop
+        mine = data[rank::world]
+        for x in mine:
+            model(x).sum().backward()  # expect: uneven_loop
+        with Join([model]):
+            for x in mine:
+                model(x).sum().backward()
+        loader = DataLoader(data, sampler=DistributedSampler(data, rank=rank), batch_size=2)
+        for x in loader:
+            model(x).sum().backward()
+        steps = torch.tensor([len(mine)])
+        dist.all_reduce(steps, op=dist.ReduceOp.MIN)
+        for i in range(int(steps)):
+            model(mine[i]).sum().backward()
+        n = 0
+        while n < rank:
+            dist.barrier()  # expect: rank_dependent_loop
+            n += 1
+    """)
+
+
+def test_ddp_forward_without_grad_is_no_collective():
+    check("""
+    def main(rank, model, x):
+        model = DDP(model)
+        if rank == 0:
+            with torch.no_grad():
+                model(x)
+            model.module(x)
+        if rank == 0:
+            model(x)  # expect: rank_dependent_collective
+    """)
+
+
+# -- p2p ------------------------------------------------------------------------------------
+def test_recv_before_send():
+    check("""
+    def main(rank, mine, theirs):
+        peer = 1 - rank
+        dist.recv(theirs, src=peer)  # expect: recv_before_send
+        dist.send(mine, dst=peer)
+
+    def ordered(rank, mine, theirs):
+        peer = 1 - rank
+        if rank == 0:
+            dist.send(mine, dst=peer)
+            dist.recv(theirs, src=peer)
+        else:
+            dist.recv(theirs, src=peer)
+            dist.send(mine, dst=peer)
+    """)
+
+
+# -- silent bugs ----------------------------------------------------------------------------
+def test_missing_set_epoch():
+    check("""
+    def train(data, model):
+        sampler = DistributedSampler(data, shuffle=True)
+        loader = DataLoader(data, batch_size=4, sampler=sampler)
+        for epoch in range(3):  # expect: missing_set_epoch
+            for x in loader:
+                model(x)
+
+    def fixed(data, model):
+        sampler = DistributedSampler(data, shuffle=True)
+        loader = DataLoader(data, batch_size=4, sampler=sampler)
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            for x in loader:
+                model(x)
+
+    def not_shuffled(data, model):
+        loader = DataLoader(data, sampler=DistributedSampler(data, shuffle=False))
+        for epoch in range(3):
+            for x in loader:
+                model(x)
+    """)
+
+
+def test_seed_collision_in_the_main_process():
+    check("""
+    SEED = 0
+
+    class Crops(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return torch.randn(4)
+
+    def main():
+        torch.manual_seed(SEED)  # expect: seed_collision
+        loader = DataLoader(Crops(), batch_size=2)
+
+    def fixed(rank):
+        torch.manual_seed(SEED + rank)
+        loader = DataLoader(Crops(), batch_size=2)
+    """)
+
+
+def test_seed_collision_in_workers():
+    check("""
+    class Jitter(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return np.random.uniform(0, 1, 4)
+
+    def main(rank):
+        torch.manual_seed(42)
+        data = Jitter()
+        a = DataLoader(data, num_workers=2)  # expect: seed_collision
+        b = DataLoader(data, num_workers=2, generator=torch.Generator().manual_seed(42 + rank))
+        c = DataLoader(data, num_workers=2, worker_init_fn=lambda w: np.random.seed(w))
+        d = DataLoader(data, num_workers=2, generator=torch.Generator().manual_seed(0))  # expect: seed_collision
+    """)
+
+
+def test_duplicate_data_split_without_rank():
+    check("""
+    def main(data):
+        world = dist.get_world_size()
+        rank = dist.get_rank()
+        same = data[::world]  # expect: duplicate_data
+        mine = data[rank::world]
+        also_same = Subset(data, range(0, len(data), world))  # expect: duplicate_data
+    """)
+
+
+# -- ignore comments and the JSON form ------------------------------------------------------
+def test_ignore_comment_silences_one_kind():
+    check("""
+    def main(rank):
+        if rank == 0:
+            dist.barrier()  # ddpdoctor: ignore[rank_dependent_collective]
+        if rank == 0:
+            dist.barrier()  # ddpdoctor: ignore[uneven_loop]  # expect: rank_dependent_collective
+    """)
+
+
+def test_finding_json_has_the_contract_fields():
+    findings = check("""
+    def main(rank):
+        if rank == 0:
+            dist.barrier()  # expect: rank_dependent_collective
+    """)
+    d = findings[0].as_dict()
+    assert set(d) == {"kind", "severity", "file", "line", "collective", "condition", "message",
+                      "fix"}
+    assert d["severity"] == "error" and d["collective"] == "barrier" and d["file"] == "case.py"
+    assert d["condition"] == {"file": "case.py", "line": d["line"] - 1, "source": "if rank == 0:"}
+    assert findings[0].severity == Severity.ERROR
+
+
+@pytest.mark.parametrize("source", ["def f(:\n", "x = (\n"])
+def test_lint_source_rejects_bad_syntax(source):
+    with pytest.raises(SyntaxError):
+        lint_source(source)
