@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -67,3 +68,59 @@ def test_the_report_carries_waits_and_caused_by(tmp_path: Path) -> None:
                                 "op": "all_reduce"}]
     assert report["findings"][0]["caused_by"] is None
     assert report["findings"][0]["ranks"] == [1]
+
+
+def test_a_slow_writer_makes_progress_and_a_sleeper_does_not(tmp_path: Path) -> None:
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import os, time\n"
+        f"f = open({str(tmp_path / 'out.bin')!r}, 'wb')\n"
+        "chunk = b'x' * (64 << 10)\n"
+        "while True:\n"
+        "    f.write(chunk); f.flush(); os.fsync(f.fileno()); time.sleep(0.05)\n")])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(1.0)  # both started
+        tracker = ProgressTracker()
+        ranks = [(0, writer.pid, 0), (1, sleeper.pid, 0)]
+        tracker.sample(ranks)
+        first = {p: tracker.by_pid[p].progress_ns for p in (writer.pid, sleeper.pid)}
+        for _ in range(4):
+            time.sleep(0.6)
+            tracker.sample(ranks)
+        w, s = tracker.by_pid[writer.pid], tracker.by_pid[sleeper.pid]
+        assert w.io_busy and not w.cpu_busy and w.progress_ns > first[writer.pid]
+        assert not s.io_busy and not s.cpu_busy and s.progress_ns == first[sleeper.pid]
+        assert tracker.event()["0"]["io_busy"] is True
+    finally:
+        for p in (writer, sleeper):
+            p.kill()
+            p.wait()
+
+
+def test_a_child_process_writing_is_its_ranks_progress(tmp_path: Path) -> None:
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', '''\n"
+        "import os, time\n"
+        f"f = open({str(tmp_path / 'child.bin')!r}, 'wb')\n"
+        "while True:\n"
+        "    f.write(b\"y\" * (64 << 10)); f.flush(); time.sleep(0.05)\n"
+        "'''])\n"
+        "time.sleep(60)\n")])
+    try:
+        time.sleep(1.5)
+        tracker = ProgressTracker()
+        tracker.sample([(0, parent.pid, 0)])
+        for _ in range(4):
+            time.sleep(0.6)
+            tracker.sample([(0, parent.pid, 0)])
+        p = tracker.by_pid[parent.pid]
+        assert p.children, "the writing child was not found"
+        assert p.io_busy and not p.cpu_busy
+    finally:
+        from ddpdoctor.proc.table import descendants, scan
+
+        for pid in descendants(scan(), [parent.pid]):
+            os.kill(pid, 9)
+        parent.kill()
+        parent.wait()
