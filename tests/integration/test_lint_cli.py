@@ -1,0 +1,139 @@
+"""`ddpdoctor lint` as a user runs it: exit codes, the JSON schema, bad input as one line, and
+`ddpdoctor run` printing lint notices before a job it still runs (the report keeps them)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+from tests.conftest import REPO
+
+BUGS = REPO / "sample_bugs"
+FIELDS = {"kind", "severity", "file", "line", "collective", "condition", "message", "fix"}
+
+
+def one_line_error(run) -> str:
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ddpdoctor: "), run.stderr
+    return lines[0]
+
+
+def test_clean_file_exits_0(doctor):
+    run = doctor(["lint", str(BUGS / "barrier_in_rank0_checkpoint_fixed.py")])
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "0 errors, 0 warnings" in run.stdout
+
+
+def test_warnings_alone_exit_0(doctor):
+    run = doctor(["lint", str(BUGS / "no_set_epoch.py")])
+    assert run.returncode == 0, run.stdout
+    assert "warning missing_set_epoch" in run.stdout and "fix: call sampler.set_epoch" in run.stdout
+
+
+def test_error_exits_1_with_text(doctor):
+    run = doctor(["lint", str(BUGS / "barrier_in_rank0_checkpoint.py")])
+    assert run.returncode == 1
+    assert "barrier_in_rank0_checkpoint.py:60: error rank_dependent_collective" in run.stdout
+    assert "condition: " in run.stdout and "if rank == 0:" in run.stdout
+
+
+def test_json_schema(doctor, tmp_path):
+    for name in ("metric_rank0_only.py", "no_set_epoch.py", "p2p_recv_recv.py"):
+        shutil.copy(BUGS / name, tmp_path / name)
+    run = doctor(["lint", "--format", "json", str(tmp_path)])
+    assert run.returncode == 1, run.stderr
+    doc = json.loads(run.stdout)
+    assert doc["schema"] == "ddpdoctor.lint/1"
+    kinds = set()
+    for f in doc["findings"]:
+        assert set(f) == FIELDS
+        assert f["severity"] in ("error", "warning", "info")
+        assert isinstance(f["line"], int) and isinstance(f["collective"], str)
+        assert Path(f["file"]).name in ("metric_rank0_only.py", "no_set_epoch.py",
+                                        "p2p_recv_recv.py")
+        if f["condition"] is not None:
+            assert set(f["condition"]) == {"file", "line", "source"}
+        kinds.add((Path(f["file"]).name, f["line"], f["kind"]))
+    assert ("metric_rank0_only.py", 48, "rank_dependent_collective") in kinds
+    assert ("no_set_epoch.py", 32, "missing_set_epoch") in kinds
+    assert ("p2p_recv_recv.py", 25, "recv_before_send") in kinds
+    cond = next(f["condition"] for f in doc["findings"] if f["line"] == 48)
+    assert cond["line"] == 46 and cond["source"] == "if rank == 0:"
+
+
+def test_ignore_comment(doctor, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""\
+        import torch.distributed as dist
+        rank = dist.get_rank()
+        if rank == 0:
+            dist.barrier()  # ddpdoctor: ignore[rank_dependent_collective]
+        """))
+    run = doctor(["lint", str(script)])
+    assert run.returncode == 0, run.stdout
+
+
+def test_missing_path_is_one_line(doctor):
+    assert "nosuch.py" in one_line_error(doctor(["lint", "nosuch.py"]))
+
+
+def test_not_python_is_one_line(doctor, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("this is not python: it has words, and a colon\n")
+    assert "notes.txt is not valid Python" in one_line_error(doctor(["lint", str(notes)]))
+    blob = tmp_path / "blob.py"
+    blob.write_bytes(b"\xff\xfe\x00binary")
+    assert "blob.py" in one_line_error(doctor(["lint", str(blob)]))
+
+
+def test_syntax_error_is_one_line(doctor, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(:\n    pass\n")
+    assert "bad.py is not valid Python at line 1" in one_line_error(doctor(["lint", str(bad)]))
+
+
+def test_no_path_is_a_usage_error(doctor):
+    run = doctor(["lint"])
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+
+
+JOB = """\
+import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = torch.ones(4)
+dist.all_reduce(t)
+if os.environ.get("NEVER_SET_IN_THIS_TEST") and rank == 0:
+    dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_run_prints_lint_notices_and_keeps_them_in_the_report(doctor, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    run = doctor(["run", "--hang-timeout", "30", "--nproc-per-node", "2", str(script)])
+    assert run.returncode == 0, run.stderr  # lint never stops the job
+    assert "lint notice" in run.stderr and "rank_dependent_collective" in run.stderr
+    lint = run.report["lint"]
+    assert [(f["line"], f["kind"], f["severity"]) for f in lint] == \
+        [(10, "rank_dependent_collective", "error")]
+    assert run.report["outcome"] == "completed"
+    assert not [f for f in run.report["findings"] if f["severity"] == "error"]
+
+
+def test_run_of_a_clean_script_has_an_empty_lint(doctor, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(JOB.replace('os.environ.get("NEVER_SET_IN_THIS_TEST") and rank == 0',
+                                  "False"))
+    run = doctor(["run", "--hang-timeout", "30", "--nproc-per-node", "2", str(script)])
+    assert run.returncode == 0, run.stderr
+    assert "lint notice" not in run.stderr
+    assert run.report["lint"] == []
