@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import torch
+from ddpdoctor.repro.loaders import BATCH, END, START
+from ddpdoctor.repro.steps import Step
 
-from ddpdoctor.repro.facts import Step
-
-DTYPES = {name for name in dir(torch) if isinstance(getattr(torch, name, None), torch.dtype)}
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8",
+          "uint8", "bool", "complex64", "complex128")
 ONE_TENSOR = ("all_reduce", "broadcast", "reduce", "send", "recv", "isend", "irecv")
 INTO_TENSOR = ("all_gather_into_tensor", "_all_gather_base", "all_gather_single")
 SCATTER_TENSOR = ("reduce_scatter_tensor", "_reduce_scatter_base", "reduce_scatter_single")
@@ -63,7 +63,14 @@ def _kwargs(step: Step, group: str | None, reduce: bool = False) -> str:
 
 def call_text(step: Step, group: str | None, size: int) -> str:
     """The torch.distributed call that replays ``step`` (``group``: its variable, None for
-    the default group; ``size``: the group's number of ranks)."""
+    the default group; ``size``: the group's number of ranks), or its DataLoader step."""
+    it = f"it_{step.group.rpartition('_')[2]}"
+    if step.op == START:
+        return f"{it} = {step.group}({step.in_shapes[0][0]}, rank)"
+    if step.op == BATCH:
+        return f"next({it})"
+    if step.op == END:
+        return f"next({it}, None)"
     if step.wait:
         return f"w{step.slot}.wait()"
     text = _call(step, group, size)

@@ -9,10 +9,14 @@ from dataclasses import dataclass
 from typing import Any, Hashable
 
 from ddpdoctor.repro.calls import call_text, comment_text
-from ddpdoctor.repro.facts import Ending, RankPlan, ReplayJob, Step
+from ddpdoctor.repro.facts import Ending, RankPlan, ReplayJob
+from ddpdoctor.repro.steps import Step
 from ddpdoctor.repro.fold import Loop, fold, item_key
+from ddpdoctor.repro.loaders import BATCH, END, START
 
 INDENT = "    "
+LOADER_WORDS = {START: "an epoch of {n} batches begins", BATCH: "the next batch",
+                END: "the loader runs out: the epoch ends"}
 WIDTH = 100
 
 
@@ -49,7 +53,13 @@ class ScriptWriter:
     def step(self, depth: int, step: Step) -> None:
         code = call_text(step, self.group_vars.get(step.group),
                          self.sizes.get(step.group, self.job.world_size))
-        self.emit(depth, f"{code}  {comment_text(step)}"[:WIDTH + 60].rstrip())
+        if step.op in LOADER_WORDS:
+            site = dict(self.job.loaders).get(step.group, "?")
+            words = LOADER_WORDS[step.op].format(n=step.in_shapes[0][0] if step.in_shapes else 0)
+            comment = f"# {site}  [{words}]"
+        else:
+            comment = comment_text(step)
+        self.emit(depth, f"{code}  {comment}"[:WIDTH + 60].rstrip())
 
     def end(self, depth: int, end: End) -> None:
         if end.ending == Ending.RAISES:
@@ -113,6 +123,10 @@ class ScriptWriter:
                         f"rank in ({', '.join(map(str, ranks))})")
                 self.emit(depth, f"{word} {cond}:")
             self.block(depth + 1, {r: rest[r] for r in ranks})
+
+
+def _docstring_safe(text: str) -> str:
+    return text.replace("\\", "/").replace(chr(34) * 3, chr(39) * 3)
 
 
 def _group_var(name: str, index: int) -> str:
@@ -188,7 +202,17 @@ def script_text(job: ReplayJob) -> str:
     progs = {plan.rank: program(plan) for plan in job.plans}
     writer.block(1, progs)
     never = [p.rank for p in job.plans if p.ending == Ending.NEVER_INIT]
-    out = _header(job) + [PRELUDE, "", "def main():",
+    out = _header(job) + [PRELUDE]
+    if job.loaders:
+        out[-1] = out[-1].replace("import torch.distributed as dist\n",
+                                  "import torch.distributed as dist\n"
+                                  "from torch.utils.data import DataLoader\n")
+    for name, site in job.loaders:
+        out += ["", f"def {name}(n, rank):",
+                f'{INDENT}"""{_docstring_safe(site)}  (replayed: n batches of other numbers '
+                f'on each rank)."""',
+                f"{INDENT}return iter(DataLoader(range(rank * n, rank * n + n)))", ""]
+    out += ["", "def main():",
                           f'{INDENT}rank = int(os.environ["RANK"])',
                           f'{INDENT}assert int(os.environ["WORLD_SIZE"]) == {job.world_size}, '
                           f'"run it with {job.world_size} ranks"']

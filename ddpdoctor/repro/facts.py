@@ -5,15 +5,15 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import json
-import linecache
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ddpdoctor.analysis.load import load_job
 from ddpdoctor.analysis.model import NS, Call, JobView, RankRun
 from ddpdoctor.errors import UserError
+from ddpdoctor.repro import loaders
+from ddpdoctor.repro.steps import Step, short_site, source_line
 from ddpdoctor.trace import layout as L
 
 MAX_MESSAGE = 300  # a crash's message is quoted up to this many characters
@@ -35,37 +35,6 @@ class Ending(str, enum.Enum):
     RAISES = "raises"
     STALLS = "stalls"
     NEVER_INIT = "never_init"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One replayed call of one rank; ``key()`` is what makes two steps the same.
-
-    op: the torch.distributed function; group: its process group's name; peer: the root,
-    destination or source (a global rank), -1 for none; slot: the async work's variable
-    (``w<slot>``), -1 for a blocking call; wait: this step is ``w<slot>.wait()``.
-    """
-
-    op: str
-    group: str
-    reduce_op: str = ""
-    in_shapes: tuple[tuple[int, ...], ...] = ()
-    out_shapes: tuple[tuple[int, ...], ...] = ()
-    dtypes: tuple[str, ...] = ()
-    peer: int = -1
-    p2p: bool = False
-    obj: bool = False
-    bucket: int = -1
-    slot: int = -1
-    wait: bool = False
-    site: str = ""  # train.py:42
-    source: str = ""  # the user's source line at ``site``
-    framework_site: str = ""
-
-    def key(self) -> tuple:
-        return (self.op, self.group, self.reduce_op, self.in_shapes, self.out_shapes,
-                self.dtypes, self.peer, self.p2p, self.obj, self.bucket, self.slot, self.wait,
-                self.site, self.framework_site)
 
 
 @dataclass(frozen=True)
@@ -94,19 +63,7 @@ class ReplayJob:
     finding: str  # ddpdoctor's first finding, one line ("" when none)
     source: str  # "ddpdoctor run", "ddpdoctor attach", "torch flight recorder dumps"
     notes: tuple[str, ...] = field(default_factory=tuple)  # what the replay cannot carry
-
-
-def _short(callsite: str) -> str:
-    path, _, line = callsite.rpartition(":")
-    return f"{os.path.basename(path)}:{line}" if path else callsite
-
-
-def _source_line(callsite: str) -> str:
-    """The user's line of code at ``callsite`` (path:line), stripped; "" if unreadable."""
-    path, _, line = callsite.rpartition(":")
-    if not path or not line.isdigit() or not os.path.isfile(path):
-        return ""
-    return linecache.getline(path, int(line)).strip()[:100]
+    loaders: tuple[tuple[str, str], ...] = ()  # replay name, the user's line iterating it
 
 
 def _step(call: Call, slot: int) -> Step:
@@ -114,35 +71,42 @@ def _step(call: Call, slot: int) -> Step:
     return Step(call.op, call.group, call.reduce_op, call.in_shapes, call.out_shapes,
                 call.dtypes, call.peer, call.kind == L.RecordKind.P2P,
                 bool(call.flags & L.RecordFlag.OBJECT), bucket, slot, False,
-                _short(call.callsite), _source_line(call.callsite), call.framework_site)
+                short_site(call.callsite), source_line(call.callsite), call.framework_site)
 
 
-def rank_steps(run: RankRun) -> list[Step]:
-    """The rank's collectives and p2p calls (every group) in the order it made them; an
-    async call is followed, where its wait returned, by the wait (an async call never
-    waited for is waited for at the end: the rank stood there or went past it)."""
+def rank_steps(run: RankRun, loader_names: dict[int, str] | None = None) -> list[Step]:
+    """The rank's collectives and p2p calls (every group) and DataLoader epochs, in the
+    order it made them; an async call is followed, where its wait returned, by the wait
+    (an async call never waited for is waited for at the end: the rank stood there or went
+    past it)."""
     calls = [c for cs in run.calls.values() for c in cs] + list(run.p2p)
     calls.sort(key=lambda c: (c.t_start, c.seq))
-    events: list[tuple[int, int, int, Call]] = []  # (time, order, 0 issue / 1 wait, call)
+    events: list[tuple[int, int, Any]] = []  # (time, order, call | (call,) wait | Step)
     for i, call in enumerate(calls):
-        events.append((call.t_start, 2 * i, 0, call))
+        events.append((call.t_start, 2 * i, call))
         if call.flags & L.RecordFlag.ASYNC:
-            events.append((call.t_end or 1 << 62, 2 * i + 1, 1, call))
+            events.append((call.t_end or 1 << 62, 2 * i + 1, (call,)))
+    names = loader_names or {}
+    for t, step in loaders.timed_steps(run, names):
+        events.append((t, -1, step))
     events.sort(key=lambda e: (e[0], e[1]))
     steps: list[Step] = []
     slots: dict[int, int] = {}  # id of the call -> its slot while outstanding
-    for _, _, is_wait, call in events:
-        if not is_wait:
-            slot = -1
-            if call.flags & L.RecordFlag.ASYNC:
-                slot = min(set(range(len(slots) + 1)) - set(slots.values()))
-                slots[id(call)] = slot
-            steps.append(_step(call, slot))
-        else:
-            waited = _step(call, slots.pop(id(call)))
+    for _, _, what in events:
+        if isinstance(what, Step):
+            steps.append(what)
+        elif isinstance(what, tuple):
+            waited = _step(what[0], slots.pop(id(what[0])))
             steps.append(Step(waited.op, waited.group, slot=waited.slot, wait=True,
                               site=waited.site, source=waited.source, p2p=waited.p2p))
-    return steps
+        else:
+            slot = -1
+            if what.flags & L.RecordFlag.ASYNC:
+                slot = min(set(range(len(slots) + 1)) - set(slots.values()))
+                slots[id(what)] = slot
+            steps.append(_step(what, slot))
+    steps = loaders.add_unrecorded_batches(steps, loaders.drawn(run, names))
+    return [replace(st, peer=-1) if st.op in loaders.OPS else st for st in steps]
 
 
 def _failed_in_call(run: RankRun) -> bool:
@@ -165,9 +129,9 @@ def _initialised(run: RankRun) -> bool:
     return bool(run.calls or run.p2p) or run.trace.header.state != L.RankState.STARTING
 
 
-def rank_plan(run: RankRun) -> RankPlan:
+def rank_plan(run: RankRun, loader_names: dict[int, str] | None = None) -> RankPlan:
     """How one rank is replayed: its steps and its ending (see ``Ending``)."""
-    steps = tuple(rank_steps(run))
+    steps = tuple(rank_steps(run, loader_names))
     destroys = bool(run.trace.meta_events("destroy"))
     if not _initialised(run):
         return RankPlan(run.rank, (), Ending.NEVER_INIT, busy=run.cpu_busy is True)
@@ -251,9 +215,9 @@ def _notes(job: JobView, source: str) -> list[str]:
         notes.append("attached from outside: where only the call a rank was in is known, "
                      "only that call is replayed")
     if any(run.batches for run in job.ranks.values()):
-        notes.append("DataLoader batches, seeds and data are not replayed (no data): findings "
-                     "from the data alone (uneven batches counted by the loader, seeds, "
-                     "shuffles) show here only through the collectives they caused")
+        notes.append("the data: each DataLoader epoch is replayed as a loader of as many "
+                     "batches of distinct numbers, unshuffled (seeds, shuffles and duplicate "
+                     "samples are not)")
     return notes
 
 
@@ -270,9 +234,11 @@ def read_job(run_dir: Path) -> ReplayJob:
         raise UserError(f"{run_dir} holds no collective or p2p record to replay "
                         f"({len(job.ranks)} rank(s) traced, none reached a collective)", 2)
     world = max(job.world_size, max(job.ranks) + 1)
-    plans = [rank_plan(job.ranks[r]) if r in job.ranks else
+    names = loaders.loader_names(list(job.ranks.values()))
+    plans = [rank_plan(job.ranks[r], names) if r in job.ranks else
              RankPlan(r, (), Ending.RETURNS) for r in range(world)]
     source = _source_of(run_dir, job)
     return ReplayJob(run_dir, world, tuple(job.command), _started(job),
                      job.outcome or "unknown", tuple(_groups(job)), tuple(plans),
-                     first_finding(run_dir), source, tuple(_notes(job, source)))
+                     first_finding(run_dir), source, tuple(_notes(job, source)),
+                     tuple(loaders.loader_sites(list(job.ranks.values()), names).items()))

@@ -1,0 +1,53 @@
+"""One replayed step of one rank (Step), and the user's call site it came from."""
+
+from __future__ import annotations
+
+import linecache
+import os
+from dataclasses import dataclass
+from typing import Hashable
+
+
+@dataclass(frozen=True)
+class Step:
+    """One replayed call of one rank; ``key()`` is what makes two steps the same.
+
+    op: the torch.distributed function; group: its process group's name; peer: the root,
+    destination or source (a global rank), -1 for none; slot: the async work's variable
+    (``w<slot>``), -1 for a blocking call; wait: this step is ``w<slot>.wait()``.
+    """
+
+    op: str
+    group: str
+    reduce_op: str = ""
+    in_shapes: tuple[tuple[int, ...], ...] = ()
+    out_shapes: tuple[tuple[int, ...], ...] = ()
+    dtypes: tuple[str, ...] = ()
+    peer: int = -1
+    p2p: bool = False
+    obj: bool = False
+    bucket: int = -1
+    slot: int = -1
+    wait: bool = False
+    site: str = ""  # train.py:42
+    source: str = ""  # the user's source line at ``site``
+    framework_site: str = ""
+
+    def key(self) -> tuple:
+        return (self.op, self.group, self.reduce_op, self.in_shapes, self.out_shapes,
+                self.dtypes, self.peer, self.p2p, self.obj, self.bucket, self.slot, self.wait,
+                self.site, self.framework_site)
+
+
+
+def short_site(callsite: str) -> str:
+    path, _, line = callsite.rpartition(":")
+    return f"{os.path.basename(path)}:{line}" if path else callsite
+
+
+def source_line(callsite: str) -> str:
+    """The user's line of code at ``callsite`` (path:line), stripped; "" if unreadable."""
+    path, _, line = callsite.rpartition(":")
+    if not path or not line.isdigit() or not os.path.isfile(path):
+        return ""
+    return linecache.getline(path, int(line)).strip()[:100]
