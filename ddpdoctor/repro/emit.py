@@ -15,6 +15,9 @@ from ddpdoctor.repro.fold import Loop, fold, item_key
 from ddpdoctor.repro.loaders import BATCH, END, START
 
 INDENT = "    "
+# Where ranks part ways although the job made the call under no rank-dependent `if`, the
+# branch tests `who`: ddpdoctor reads an `if rank ...` around a call as the job's own.
+WHO = "who = rank  # `if who` parts ranks where the job had no `if rank` of its own"
 LOADER_WORDS = {START: "an epoch of {n} batches begins", BATCH: "the next batch",
                 END: "the loader runs out: the epoch ends"}
 WIDTH = 100
@@ -46,6 +49,7 @@ class ScriptWriter:
         self.group_vars = {name: _group_var(name, i) for i, (name, _) in enumerate(job.groups)}
         self.sizes = {name: len(ranks) for name, ranks in job.groups}
         self.lines: list[str] = []
+        self.uses_who = False  # a branch tests `who`, not `rank` (see WHO)
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append(INDENT * depth + text)
@@ -68,6 +72,9 @@ class ScriptWriter:
             how = "computing" if end.busy else "blocked in its own code"
             self.emit(depth, f"stall(busy={end.busy})  # the rank was {how} here, outside "
                              "any collective, when the job ended")
+        elif end.ending == Ending.CALL_FAILS:
+            self.emit(depth, "pass  # in the job, the call above raised: "
+                             + _docstring_safe(end.message)[:80])
         elif end.ending == Ending.HANGS:
             self.emit(depth, "pass  # the rank was still in the call above when the job ended")
         elif end.ending == Ending.NEVER_INIT:
@@ -113,14 +120,17 @@ class ScriptWriter:
         if len(sets) == 1 and not some_ended:
             self.block(depth, rest)
             return
+        ranked = any(getattr(p[0], "ranked", False) for p in rest.values())
+        var = "rank" if ranked else "who"
+        self.uses_who = self.uses_who or not ranked
         for n, ranks in enumerate(sets):
             if n == len(sets) - 1 and n > 0 and not some_ended:
                 self.emit(depth, f"else:  # rank{'s' if len(ranks) > 1 else ''} "
                                  f"{', '.join(map(str, ranks))}")
             else:
                 word = "if" if n == 0 else "elif"
-                cond = (f"rank == {ranks[0]}" if len(ranks) == 1 else
-                        f"rank in ({', '.join(map(str, ranks))})")
+                cond = (f"{var} == {ranks[0]}" if len(ranks) == 1 else
+                        f"{var} in ({', '.join(map(str, ranks))})")
                 self.emit(depth, f"{word} {cond}:")
             self.block(depth + 1, {r: rest[r] for r in ranks})
 
@@ -220,6 +230,8 @@ def script_text(job: ReplayJob) -> str:
         busy = next(p.busy for p in job.plans if p.rank == r)
         out.append(f"{INDENT}if rank == {r}:  # rank {r} never got through init_process_group")
         out.append(f"{INDENT * 2}stall(busy={busy})")
+    if writer.uses_who:
+        out.append(f"{INDENT}{WHO}")
     out.append(f'{INDENT}dist.init_process_group("gloo")')
     for name, ranks in job.groups:
         out.append(f"{INDENT}{writer.group_vars[name]} = dist.new_group({list(ranks)})")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.source import rank_condition
 from ddpdoctor.analysis.model import NS, Call, JobView, RankRun
 from ddpdoctor.errors import UserError
 from ddpdoctor.repro import loaders
@@ -24,6 +25,7 @@ class Ending(str, enum.Enum):
 
     RETURNS: its program returned.
     HANGS: it was still inside its last call when the job ended (the replay waits there).
+    CALL_FAILS: its last call raised (a peer's failure, a mismatch): the replay's does too.
     RAISES: it died of an exception outside any collective: the replay raises it there.
     STALLS: it was stuck outside any collective (computing, or blocked in its own code)
         when the job ended: the replay sleeps (or spins, if it was busy) there.
@@ -32,6 +34,7 @@ class Ending(str, enum.Enum):
 
     RETURNS = "returns"
     HANGS = "hangs"
+    CALL_FAILS = "call_fails"
     RAISES = "raises"
     STALLS = "stalls"
     NEVER_INIT = "never_init"
@@ -71,7 +74,8 @@ def _step(call: Call, slot: int) -> Step:
     return Step(call.op, call.group, call.reduce_op, call.in_shapes, call.out_shapes,
                 call.dtypes, call.peer, call.kind == L.RecordKind.P2P,
                 bool(call.flags & L.RecordFlag.OBJECT), bucket, slot, False,
-                short_site(call.callsite), source_line(call.callsite), call.framework_site)
+                short_site(call.callsite), source_line(call.callsite), call.framework_site,
+                rank_condition(call.callsite) is not None)
 
 
 def rank_steps(run: RankRun, loader_names: dict[int, str] | None = None) -> list[Step]:
@@ -142,7 +146,9 @@ def rank_plan(run: RankRun, loader_names: dict[int, str] | None = None) -> RankP
             L.RankState.COMPUTING, L.RankState.STARTING) and run.open_call() is None and \
             run.returncode is None:
         return RankPlan(run.rank, steps, Ending.STALLS, busy=run.cpu_busy is True)
-    if run.open_call() is not None and exc is None and not run.exited_cleanly():
+    if exc is not None:
+        return RankPlan(run.rank, steps, Ending.CALL_FAILS, _message(exc))
+    if run.open_call() is not None and not run.exited_cleanly():
         return RankPlan(run.rank, steps, Ending.HANGS)
     return RankPlan(run.rank, steps, Ending.RETURNS, destroys=destroys)
 

@@ -32,6 +32,7 @@ class Step:
     site: str = ""  # train.py:42
     source: str = ""  # the user's source line at ``site``
     framework_site: str = ""
+    ranked: bool = False  # the job made the call under a rank-dependent `if` (not in key())
 
     def key(self) -> tuple:
         return (self.op, self.group, self.reduce_op, self.in_shapes, self.out_shapes,
