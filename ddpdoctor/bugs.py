@@ -219,6 +219,28 @@ CATALOGUE: tuple[Bug, ...] = (
          "a straggler, not a hang",
          "shard the evaluation evenly",
          hang_timeout=5.0, finishes=True),
+    # DDP's own errors in plain words, and failures that are not in the user's code.
+    _bug("aux_loss_skipped_one_rank", 2, Launch.TORCHRUN,
+         "iteration 4 raises \"Expected to have finished reduction in the prior iteration\" "
+         "on rank 1 alone: its batch 3 had no rare-class sample, so its aux head got no grad",
+         "rank_failed", (1,),
+         "pytorch/pytorch#43259; open-mmlab/mmdetection#4742 (different branches in DDP mode)",
+         "use the aux head every iteration (its loss weighted by zero when the class is absent)",
+         hang_timeout=5.0),
+    _bug("frozen_on_one_rank", 3, Launch.TORCHRUN,
+         "every rank raises \"DDP expects same model across all ranks\": rank 1 froze the "
+         "encoder's weight from its own copy of the config",
+         "rank_failed", (1,),
+         "yifan123/flow_grpo#245; NVIDIA/apex#46",
+         "read the config on rank 0 and broadcast it before building the model",
+         hang_timeout=5.0),
+    _bug("store_port_taken", 2, Launch.SPAWN,
+         "init_process_group raises DistNetworkError (EADDRINUSE) on rank 0: another process "
+         "holds the job's fixed MASTER_PORT",
+         "rank_failed", (0,),
+         "pytorch/pytorch#73320 and #85604; meta-pytorch/torchtune#392",
+         "let the job take a free port (torchrun --standalone / --rdzv-endpoint localhost:0)",
+         hang_timeout=5.0),
 )
 
 
@@ -355,3 +377,27 @@ FRAMEWORK_BUGS: tuple[Bug, ...] = (
          hang_timeout=10.0),
 )
 CATALOGUE = CATALOGUE + FRAMEWORK_BUGS
+
+
+# -- why, not only who: out of step, collectives the user never wrote, skipped iterations --
+WHY_BUGS: tuple[Bug, ...] = (
+    _bug("loss_log_extra_allreduce_rank0", 2, Launch.TORCHRUN,
+         "hangs in epoch 2 at the loss log: rank 0 alone all-reduced its validation loss, "
+         "which met rank 1's next loss all-reduce",
+         "collective_mismatch", (0,),
+         "Lightning-AI/pytorch-lightning#19783; pytorch/pytorch#38174",
+         "all-reduce the validation loss on every rank; keep only the print on rank 0"),
+    _bug("eval_ddp_forward_rank0", 2, Launch.TORCHRUN,
+         "hangs at the end: rank 0 evaluates with the DDP model, whose forward broadcasts "
+         "the BatchNorm buffers",
+         "missing_collective", (0,),
+         "pytorch/pytorch#37764 and #23658; Lightning-AI/pytorch-lightning#4178",
+         "evaluate on model.module (no collective) on rank 0"),
+    _bug("nan_loss_skip_one_rank", 2, Launch.TORCHRUN,
+         "trains out of step, then hangs: rank 1 alone skips a batch with a NaN loss "
+         "(`continue` before backward)",
+         "missing_collective", (1,),
+         "huggingface/transformers#14347; Lightning-AI/pytorch-lightning#5243",
+         "all-reduce the non-finite flag (MAX) and skip the batch on every rank together"),
+)
+CATALOGUE = CATALOGUE + WHY_BUGS

@@ -64,6 +64,7 @@ def _patch_ddp_class(cls: type, mode: comm_hook.HookMode) -> None:
 
     @functools.wraps(original_init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        _record_parameters(args[0] if args else kwargs.get("module"))
         with _reducer_for(self, mode):
             original_init(self, *args, **kwargs)
         _attach_safely(self, mode)
@@ -95,6 +96,39 @@ def _patch_ddp_class(cls: type, mode: comm_hook.HookMode) -> None:
                          (_match_all_reduce_for_bwd_pass, original_shadow)):
         fn.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
         setattr(cls, original.__name__, fn)
+
+
+# -- the parameter table -------------------------------------------------------------------
+def parameter_table(module: Any) -> dict[str, Any]:
+    """What a DDP built on ``module`` holds: every parameter (module path, shape,
+    requires_grad), and the reducer's parameters in its index order (torch's
+    ``_build_params_for_reducer``: requires_grad, not ignored, shared ones once), so that
+    the indices torch's reducer errors give can be named."""
+    ignored = set(getattr(module, "_ddp_params_and_buffers_to_ignore", ()) or ())
+    seen: set[int] = set()
+    params, reducer = [], []
+    for module_name, sub in module.named_modules():
+        for name, p in sub.named_parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            path = f"{module_name}.{name}" if module_name else name
+            params.append([path, list(p.shape), bool(p.requires_grad)])
+            if p.requires_grad and f"{module_name}.{name}" not in ignored:
+                reducer.append(path)
+    return {"params": params, "reducer": reducer}
+
+
+def _record_parameters(module: Any) -> None:
+    """The module's parameter table in the rank's meta log, once per DDP built (before
+    torch's construction check, which may raise on a model that differs between ranks)."""
+    rec = recorder.active()
+    if rec is None or module is None:
+        return
+    try:
+        rec.meta("ddp_params", **parameter_table(module))
+    except (AttributeError, TypeError, RuntimeError) as e:  # an odd module: no table
+        rec.note_error("recording DDP's parameter table", e)
 
 
 # -- DDP's own collectives outside the buckets --------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ddpdoctor.analysis.causal import findings as F
+from ddpdoctor.analysis.causal import known_failures
+from ddpdoctor.analysis.causal.ddp_errors import construction_mismatch
 from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.graph import Wait, cycles, reachable, sinks, wait_for_graph
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
@@ -77,6 +79,11 @@ def diagnose(job: JobView) -> Diagnosis:
     judged = [w for w in waits if _judged(job, states, w)]
     by_rank = {w.rank: w for w in waits}
     b = _Builder()
+    covered: dict[int, int] = {}  # ranks whose own error a root already tells -> that root
+    built = construction_mismatch(job, states)
+    if built is not None:
+        raised = set(built.evidence["raised"])
+        covered = dict.fromkeys(raised, b.add(built, raised))
     uneven_found = uneven.detect(job)
     late: list[Finding] = []
     for f in uneven_found:
@@ -120,7 +127,7 @@ def diagnose(job: JobView) -> Diagnosis:
         lost = _lost_ranks(job, states, node.host)
         if node.lost and lost and all(b.root_of(r, []) is None for r in lost):
             _lost(job, states, lost[0], judged, b)
-    _deaths(job, states, judged, b, consequences)
+    _deaths(job, states, judged, b, consequences, covered)
     if not b.roots:
         stall = _stalled(job, states)
         if stall is not None:
@@ -138,9 +145,9 @@ def _about_the_same_time(job: JobView, a: RankState, b: RankState) -> bool:
 
 
 def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _Builder,
-            consequences: list[tuple[Finding, int]]) -> None:
-    """Ranks that died on their own are roots; ranks that failed of a peer's absence are
-    consequences of the root they waited on."""
+            consequences: list[tuple[Finding, int]], covered: dict[int, int]) -> None:
+    """Ranks that died on their own are roots; ranks that failed of a peer's absence, or
+    whose error a root already tells (``covered``), are consequences of that root."""
     into: dict[int, list[Wait]] = {}
     for w in waits:
         for t in w.waits_for:
@@ -149,11 +156,18 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
                    lambda s: s.rank, lambda s: s.death.at_ns,  # type: ignore[union-attr]
                    lambda s: s.call.seq if s.call is not None else None)
     told: set[int] = set()
+    linked: dict[int, list[int]] = {}
     for s in dead:
         if s.rank in told:
             continue
+        if s.rank in covered:
+            told.add(s.rank)
+            if s.rank not in b.roots[covered[s.rank]].ranks:
+                linked.setdefault(covered[s.rank], []).append(s.rank)
+            continue
         if s.death.teardown:  # type: ignore[union-attr]
-            b.add(F.teardown(s, _finished(s, states, waits)), set())
+            b.add(_if_known(F.teardown(s, _finished(s, states, waits)), job, states, s.rank),
+                  set())
             continue
         owner = _owner(s, b) if _left_early(s) else None
         if owner is not None:  # it left early (a root names it): the abort is how it left
@@ -166,11 +180,9 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
                 _about_the_same_time(job, o, s)]
         told.update(o.rank for o in same)
         waiting = [w for o in same for w in into.get(o.rank, [])]
-        b.add(F.died(s, waiting, job, tuple(o.rank for o in same)), {w.rank for w in waiting})
+        b.add(_if_known(F.died(s, waiting, job, tuple(o.rank for o in same)), job, states,
+                        s.rank), {w.rank for w in waiting})
     failed = [s for s in states.values() if s.kind == StateKind.PEER_FAILED and s.death]
-    if not failed:
-        return
-    linked: dict[int, list[int]] = {}
     orphans = []
     for s in failed:
         i = b.root_of(s.rank, waits)
@@ -180,13 +192,26 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
             orphans.append(s)
         else:
             linked.setdefault(i, []).append(s.rank)
+    alike: dict[str, int] = {}  # known failure -> its root (one for the ranks it struck)
     for s in orphans:  # nothing else explains it: its error is the root
-        b.add(F.died(s, into.get(s.rank, []), job), set())
+        k = known_failures.match(job, states, s.rank)
+        if k is not None and k.id in alike:
+            linked.setdefault(alike[k.id], []).append(s.rank)
+            continue
+        i = b.add(_if_known(F.died(s, into.get(s.rank, []), job), job, states, s.rank), set())
+        if k is not None:
+            alike[k.id] = i
     for i, ranks in linked.items():
         if b.roots[i].kind == "rank_failed":  # one finding tells the failure and its echo
             b.roots[i] = F.with_consequences(b.roots[i], sorted(ranks), states)
         else:
             consequences.append((F.consequence(sorted(ranks), states, b.roots[i], i), i))
+
+
+def _if_known(root: Finding, job: JobView, states: dict[int, RankState], rank: int) -> Finding:
+    """The root as a known failure of torch when the table says it is one."""
+    k = known_failures.match(job, states, rank)
+    return F.known(root, k) if k is not None else root
 
 
 def _lost_ranks(job: JobView, states: dict[int, RankState], host: str) -> list[int]:

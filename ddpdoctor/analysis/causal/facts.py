@@ -20,6 +20,10 @@ PEER_ABSENCE = re.compile(
     r"Socket Timeout|Timed out|timed out|timeout|ProcessGroupGloo.*(closed|abort)|"
     r"NCCL communicator was aborted|Watchdog caught|Rank \d+ is not|peer|recvBytes|sendBytes",
     re.IGNORECASE)
+# Transport errors that only a peer's end (death or abort) raises: a consequence even when
+# no recorded call failed (the reducer's or the store's own traffic).
+PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Read error \[|Broken pipe|"
+                       r"ProcessGroupGloo.*(closed|abort)|NCCL communicator was aborted")
 FATAL_SIGNAL = re.compile(r"Fatal Python error: (\w+)")
 INTERNAL_PARTS = ("site-packages", "/torch/", "/ddpdoctor/", "/lib/python3", "<frozen")
 LOADER_FUNCS = ("__next__", "_next_data", "fetch", "_get_data", "_try_get_data")
@@ -76,8 +80,26 @@ def failed_call(run: RankRun) -> Call | None:
     return max(failed, key=lambda c: c.t_start) if failed else None
 
 
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INSTALLED_PACKAGE = re.compile(r"[/\\](site|dist)-packages[/\\]ddpdoctor[/\\]")
+
+
+def ddpdoctor_frame(filename: str) -> bool:
+    """Is this frame ddpdoctor's own (its package here, or an installed copy)?  Findings
+    quote the user's and torch's frames, never these."""
+    return filename.startswith(PACKAGE_DIR + os.sep) or bool(INSTALLED_PACKAGE.search(filename))
+
+
+def without_own_frames(dump: str) -> str:
+    """A faulthandler dump without the lines of ddpdoctor's own frames."""
+    return "\n".join(line for line in dump.splitlines()
+                     if not (line.lstrip().startswith("File \"") and
+                             ddpdoctor_frame(line.strip()[6:].partition('"')[0])))
+
+
 def _exception_death(run: RankRun, exc: dict) -> Death:
-    frames = exc.get("traceback") or []
+    frames = [f for f in exc.get("traceback") or [] if isinstance(f, dict) and
+              not ddpdoctor_frame(str(f.get("filename", "")))]
     user = [f for f in frames if isinstance(f, dict)
             and not any(p in str(f.get("filename", "")) for p in INTERNAL_PARTS)]
     last = (user or frames or [{}])[-1]
@@ -89,7 +111,8 @@ def _exception_death(run: RankRun, exc: dict) -> Death:
                    for f in frames[-8:] if isinstance(f, dict))
     return Death(first_line[:300], int(exc.get("t") or run.header.heartbeat_ns), where,
                  f"Traceback (innermost last):\n{tb}\n{msg[:1500]}", None,
-                 peer_absence(msg) and failed_call(run) is not None)
+                 peer_absence(msg) and (failed_call(run) is not None or
+                                        bool(PEER_GONE.search(msg))))
 
 
 def death_of(run: RankRun, stop_ns: int | None) -> Death | None:
@@ -111,7 +134,7 @@ def death_of(run: RankRun, stop_ns: int | None) -> Death | None:
         name = {"Aborted": "SIGABRT", "Segmentation": "SIGSEGV"}.get(
             m.group(1) if m else "", m.group(1) if m else "a fatal signal")
         return Death(f"killed by {name} (no Python exception)", h.heartbeat_ns, "",
-                     f"faulthandler's dump:\n{run.fault[:3000]}", name,
+                     f"faulthandler's dump:\n{without_own_frames(run.fault)[:3000]}", name,
                      name == "SIGABRT" and inside is not None,
                      name == "SIGABRT" and inside is None and _in_teardown(run),
                      last_op=last_op)

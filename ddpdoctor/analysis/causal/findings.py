@@ -6,6 +6,7 @@ import os
 from dataclasses import replace
 
 from ddpdoctor.analysis.causal.graph import Wait
+from ddpdoctor.analysis.causal.known_failures import KnownFailure
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.clocks import host_now, ordered
 from ddpdoctor.analysis.model import Call, Finding, JobView, NodeFacts, Severity
@@ -203,9 +204,13 @@ def died(s: RankState, waits: list[Wait], job: JobView,
     evidence = {"cause": d.cause, "signal": d.signal, "at_ns": d.at_ns,
                 "pid": job.ranks[s.rank].pid if s.rank in job.ranks else None,
                 "waiting": [w.rank for w in waits]}
-    return Finding("rank_failed", Severity.ERROR, tuple(sorted(ranks)),
-                   s.call.seq if s.call else None,
-                   f"{ranks_text(ranks)} failed{where}: {d.cause}", detail, fix, evidence)
+    found = Finding("rank_failed", Severity.ERROR, tuple(sorted(ranks)),
+                    s.call.seq if s.call else None,
+                    f"{ranks_text(ranks)} failed{where}: {d.cause}", detail, fix, evidence)
+    from ddpdoctor.analysis.causal.ddp_errors import reducer_error, reducer_finding
+
+    reducer = [e for r in ranks if r in job.ranks and (e := reducer_error(job.ranks[r]))]
+    return reducer_finding(reducer, found, job, d.where) if reducer else found
 
 
 def teardown(s: RankState, finished: bool) -> Finding:
@@ -318,3 +323,17 @@ def node_lost(node: NodeFacts, ranks: list[int], waits: list[Wait],
                    tuple(sorted(ranks)), None, summary, detail, fix,
                    {"node": node.node, "host": node.host, "lost_at_ns": node.lost_at_ns,
                     "waiting": waiting})
+
+
+def known(root: Finding, k: KnownFailure) -> Finding:
+    """A root that is a known failure of torch, gloo or the launcher: said so, with the
+    upstream issue and its workaround instead of a pointer into the user's code."""
+    from ddpdoctor.analysis.causal.known_failures import evidence
+
+    summary = f"a known failure outside your code ({k.title}): {root.summary}"
+    detail = (f"ddpdoctor recognises this as a known failure: {k.title}.\nUpstream: "
+              f"{k.upstream}." + (f"\nSeen here: {k.verified}." if k.verified else "") +
+              f"\n{root.detail}")
+    fix = root.fix if root.evidence.get("teardown") else k.workaround  # (already torch's)
+    return replace(root, summary=summary, detail=detail, fix=fix,
+                   evidence={**root.evidence, **evidence(k)})

@@ -1,0 +1,85 @@
+"""DDP's own errors and failures outside the user's code, end to end: the FIRST error finding
+names the culprit rank, the user's file:line and the mechanism; no rank that only waited or
+suffered a peer's failure gets an error finding."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpdoctor import bugs
+
+pytestmark = pytest.mark.slow
+
+SAMPLE_BUGS = bugs.sample_bugs_dir()
+
+
+def run_bug(doctor, name: str, fixed: bool = False):
+    bug = bugs.find_bug(name)
+    args = ["run", "--hang-timeout", str(bug.hang_timeout), *bugs.job_command(bug, fixed)]
+    return bug, doctor(args, cwd=SAMPLE_BUGS, timeout=300)
+
+
+def line_of(script: str, text: str) -> str:
+    """``script:N`` of the first line of a sample bug that holds ``text``."""
+    lines = (SAMPLE_BUGS / script).read_text().splitlines()
+    return f"{script}:{next(i for i, line in enumerate(lines, 1) if text in line)}"
+
+
+def first_error(bug: bugs.Bug, report: dict) -> dict:
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert errors, report["findings"]
+    blamed = [f for f in errors if not set(f["ranks"]) <= set(bug.culprit_ranks)]
+    assert blamed == [], f"an error blames a rank that only waited: {blamed}"
+    assert errors[0]["ranks"] == list(bug.culprit_ranks), errors[0]
+    return errors[0]
+
+
+def test_a_parameter_skipped_on_one_rank_is_named_with_its_rank_and_iteration(doctor):
+    bug, run = run_bug(doctor, "aux_loss_skipped_one_rank")
+    f = first_error(bug, run.report)
+    assert f["kind"] == "rank_failed"
+    assert f["evidence"]["parameters"] == ["aux.weight", "aux.bias"]
+    assert f["evidence"]["ranks"] == [1] and f["evidence"]["iteration"] == 3
+    assert "got no gradient on rank 1 in iteration 3" in f["summary"]
+    assert line_of("aux_loss_skipped_one_rank.py", "model(x, y == 2)") in f["summary"]  # the forward that raised
+    assert "find_unused_parameters=True" in f["fix"] and "branch" in f["fix"]
+    assert "ddpdoctor/" not in f["detail"]
+
+
+def test_parameters_unused_on_every_rank_are_named(doctor):
+    bug, run = run_bug(doctor, "unused_parameters")
+    f = first_error(bug, run.report)
+    assert f["evidence"]["parameters"] == ["aux_head.weight", "aux_head.bias"]
+    assert f["evidence"]["iteration"] == 0
+    assert line_of("unused_parameters.py", "model(x), y)") in f["summary"]
+    assert f["fix"].startswith("Pass find_unused_parameters=True")
+
+
+def test_a_model_frozen_on_one_rank_is_one_finding_on_that_rank(doctor):
+    bug, run = run_bug(doctor, "frozen_on_one_rank")
+    errors = [f for f in run.report["findings"] if f["severity"] == "error"]
+    assert len(errors) == 1, errors
+    f = first_error(bug, run.report)
+    assert line_of("frozen_on_one_rank.py", "ddp = DDP(model)") in f["summary"]
+    assert "`encoder.weight` has requires_grad=False on rank 1, True on ranks 0 and 2" \
+        in f["summary"]
+    assert "ddpdoctor/ddp/swap.py" not in f["detail"]
+
+
+def test_a_taken_rendezvous_port_is_a_known_failure_not_the_users_code(doctor):
+    bug, run = run_bug(doctor, "store_port_taken")
+    f = first_error(bug, run.report)
+    assert f["evidence"]["known_failure"] == "store_port_in_use"
+    assert "pytorch/pytorch#73320" in f["evidence"]["upstream"]
+    assert "known failure outside your code" in f["summary"]
+    assert line_of("store_port_taken.py", "dist.init_process_group(") in f["summary"]
+    assert "--rdzv-endpoint localhost:0" in f["fix"]
+
+
+@pytest.mark.parametrize("name", ["aux_loss_skipped_one_rank", "frozen_on_one_rank",
+                                  "store_port_taken"])
+def test_fixed_twin_runs_clean(doctor, name):
+    _, run = run_bug(doctor, name, fixed=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    serious = [f for f in run.report["findings"] if f["severity"] in ("error", "warning")]
+    assert serious == []
