@@ -101,8 +101,13 @@ def diagnose(job: JobView) -> Diagnosis:
                 f"{f.summary} (a consequence of the uneven batches: "
                 f"{F.ranks_text(b.roots[cause].ranks)} left the loop and called what "
                 "follows it)")), cause))
-            continue
-        b.add(f, set(div.calls))
+        else:
+            cause = b.add(f, set(div.calls))
+        for r in div.calls:  # an error raised inside the mismatched call is its echo
+            s = states.get(r)
+            if s is not None and s.kind == StateKind.DIED and s.call is not None and \
+                    (s.call.group, s.call.seq) == (div.group, div.seq):
+                covered.setdefault(r, cause)
     for cycle in cycles(judged):
         if all(r in by_rank for r in cycle):
             b.add(_cycle_finding(cycle, job, by_rank, states), set(cycle))
@@ -160,9 +165,10 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
     for s in dead:
         if s.rank in told:
             continue
-        if s.rank in covered:
+        if s.rank in covered:  # (a rank_failed root quotes its own culprits' error)
             told.add(s.rank)
-            if s.rank not in b.roots[covered[s.rank]].ranks:
+            root = b.roots[covered[s.rank]]
+            if root.kind != "rank_failed" or s.rank not in root.ranks:
                 linked.setdefault(covered[s.rank], []).append(s.rank)
             continue
         if s.death.teardown:  # type: ignore[union-attr]
