@@ -9,7 +9,7 @@ from ddpdoctor.errors import UserError
 from ddpdoctor.lint.findings import Condition, LintFinding, ignored
 from ddpdoctor.lint.module import ParsedModule, parse_module
 from ddpdoctor.lint.rules import Draft, duplicate_data, missing_set_epoch, seed_collision
-from ddpdoctor.lint.summaries import Program, static_kinds, summarise_collectives
+from ddpdoctor.lint.summaries import FunctionInfo, Program, static_kinds, summarise_collectives
 from ddpdoctor.lint.taint import Env
 from ddpdoctor.lint.walker import FunctionWalker, ModuleFacts
 
@@ -42,19 +42,24 @@ def dataset_classes(module: ParsedModule) -> dict[str, ast.ClassDef]:
     return out
 
 
-def _walk_module(program: Program, module: ParsedModule, quiet: bool,
-                 drafts: list[Draft], facts: ModuleFacts) -> None:
-    datasets = set(dataset_classes(module))
+def _module_functions(program: Program) -> dict[str, list[FunctionInfo]]:
+    by_module: dict[str, list[FunctionInfo]] = {}
+    for (path, _), info in program.functions.items():
+        by_module.setdefault(path, []).append(info)
+    return by_module
+
+
+def _walk_module(program: Program, module: ParsedModule, functions: list[FunctionInfo],
+                 datasets: set[str], quiet: bool, drafts: list[Draft],
+                 facts: ModuleFacts) -> None:
     top = FunctionWalker(program, module, None, Env(), drafts.append, facts, datasets, quiet,
                          nested_defs=False)
     top.block(module.tree.body)
     base = top.env
     has_ddp = module.path in program.ddp_modules
-    class_kinds = {node.name: static_kinds(node, module, has_ddp)  # type: ignore[arg-type]
+    class_kinds = {node.name: static_kinds(node, module, has_ddp)
                    for node in module.tree.body if isinstance(node, ast.ClassDef)}
-    for (path, _), info in program.functions.items():
-        if path != module.path:
-            continue
+    for info in functions:
         env = base.copy()
         if info.cls is not None:
             env.kinds.update(class_kinds.get(info.cls, {}))
@@ -63,20 +68,24 @@ def _walk_module(program: Program, module: ParsedModule, quiet: bool,
         walker.walk_function(info, info.node)
 
 
-def _file_rules(program: Program, module: ParsedModule, facts: ModuleFacts) -> list[Draft]:
+def _set_epoch_functions(program: Program) -> set[str]:
+    """Names of the functions that call ``set_epoch`` themselves."""
+    return {info.node.name for info in program.functions.values()
+            if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                   and c.func.attr == "set_epoch" for c in ast.walk(info.node))}
+
+
+def _file_rules(module: ParsedModule, functions: list[FunctionInfo],
+                datasets: dict[str, ast.ClassDef], set_epoch_functions: set[str],
+                facts: ModuleFacts) -> list[Draft]:
     drafts: list[Draft] = []
-    set_epoch_functions = {
-        info.node.name for (path, _), info in program.functions.items()
-        if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-               and c.func.attr == "set_epoch" for c in ast.walk(info.node))}
-    scopes: list[ast.AST] = [module.tree] + [info.node for (path, _), info in
-                                             program.functions.items() if path == module.path]
-    scopes += [n for n in ast.walk(module.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and id(n) not in program.by_node]
+    known = {id(info.node) for info in functions}
+    scopes: list[ast.AST] = [module.tree] + [info.node for info in functions]
+    scopes += [n for n in ast.walk(module.tree) if isinstance(
+        n, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(n) not in known]
     for scope in scopes:
         drafts += missing_set_epoch.check(scope, module, set_epoch_functions)
-    draws = {name: seed_collision.draws(cls, module)
-             for name, cls in dataset_classes(module).items()}
+    draws = {name: seed_collision.draws(cls, module) for name, cls in datasets.items()}
     drafts += seed_collision.check(facts.loaders, facts.seeds, draws)
     drafts += [duplicate_data.check(line) for line in sorted(facts.world_splits)]
     return drafts
@@ -94,24 +103,38 @@ def lint_modules(modules: list[ParsedModule]) -> list[LintFinding]:
     """The findings of the parsed files, sorted by file and line, ignore comments applied."""
     program = Program(modules)
     summarise_collectives(program)
+    by_module = _module_functions(program)
+    datasets = {m.path: dataset_classes(m) for m in modules}
     for module in modules:  # a first pass: what user functions return
-        _walk_module(program, module, True, [], ModuleFacts())
+        _walk_module(program, module, by_module.get(module.path, []), set(datasets[module.path]),
+                     True, [], ModuleFacts())
+    set_epoch_functions = _set_epoch_functions(program)
     findings: list[LintFinding] = []
     for module in modules:
         drafts: list[Draft] = []
         facts = ModuleFacts()
-        _walk_module(program, module, False, drafts, facts)
-        drafts += _file_rules(program, module, facts)
-        seen: set[tuple[int, str]] = set()
-        for draft in drafts:
-            if (draft.line, draft.kind) in seen:
-                continue
-            seen.add((draft.line, draft.kind))
-            line_text = module.lines[draft.line - 1] if 0 < draft.line <= len(module.lines) else ""
-            if not ignored(line_text, draft.kind):
-                findings.append(_finding(module, draft))
+        functions = by_module.get(module.path, [])
+        _walk_module(program, module, functions, set(datasets[module.path]), False, drafts,
+                     facts)
+        drafts += _file_rules(module, functions, datasets[module.path], set_epoch_functions,
+                              facts)
+        findings += _module_findings(module, drafts)
     findings.sort(key=lambda f: (f.file, f.line, f.kind))
     return findings
+
+
+def _module_findings(module: ParsedModule, drafts: list[Draft]) -> list[LintFinding]:
+    """Drafts as findings: one a (line, kind), minus those an ignore comment silences."""
+    out: list[LintFinding] = []
+    seen: set[tuple[int, str]] = set()
+    for draft in drafts:
+        if (draft.line, draft.kind) in seen:
+            continue
+        seen.add((draft.line, draft.kind))
+        line_text = module.lines[draft.line - 1] if 0 < draft.line <= len(module.lines) else ""
+        if not ignored(line_text, draft.kind):
+            out.append(_finding(module, draft))
+    return out
 
 
 def lint_files(paths: list[Path]) -> list[LintFinding]:
