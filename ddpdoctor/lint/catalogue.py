@@ -64,6 +64,14 @@ EXPECTED: dict[str, Flagged | OutOfReach] = {
     "accelerate_gather_main_process": Flagged(44, "rank_dependent_collective", E),
     "ignite_evaluator_rank0": Flagged(42, "rank_dependent_collective", E),
     "transformers_evaluate_one_rank": Flagged(44, "rank_dependent_collective", E),
+    "aux_loss_skipped_one_rank": OutOfReach("which parameters a rank uses is decided by its "
+                                            "batch inside forward, not by a path to a collective"),
+    "frozen_on_one_rank": Flagged(36, "rank_dependent_model", E),
+    "store_port_taken": OutOfReach("another process holds the rendezvous port at run time; "
+                                   "the code is the same on every rank"),
+    "loss_log_extra_allreduce_rank0": Flagged(49, "rank_dependent_collective", E),
+    "eval_ddp_forward_rank0": Flagged(46, "rank_dependent_collective", E),
+    "nan_loss_skip_one_rank": Flagged(44, "conditional_skip", W),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ddpdoctor.lint.module import ParsedModule
+from ddpdoctor.lint.module import BUFFER_WORDS, ParsedModule
 from ddpdoctor.lint.taint import key_of
 
 DIST = "torch.distributed"
@@ -48,6 +48,7 @@ DDP_WRAPPERS = frozenset({
     "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
     "ignite.distributed.auto_model"})
 SYNC_BATCHNORM = ("SyncBatchNorm.convert_sync_batchnorm", "SyncBatchNorm")
+
 # methods that are collectives on a receiver whose last name contains the key
 RECEIVER_METHODS: dict[str, frozenset[str]] = {
     "accelerator": frozenset({"gather", "gather_for_metrics", "reduce", "wait_for_everyone",
@@ -159,8 +160,10 @@ def classify(call: ast.Call, module: ParsedModule, kinds: dict[str, frozenset[st
         labels = kinds.get(key, frozenset())
         if "syncbn" in labels and not no_sync:
             return Site("SyncBatchNorm forward (all-gathers statistics)", line, "forward")
-        if "ddp" in labels and not no_grad and not no_sync:
+        if "ddp" in labels and not no_sync and not no_grad:
             return Site("DDP forward (prepares the gradient all-reduce)", line, "forward")
+        if "ddp" in labels and "buffers" in labels and not no_sync:
+            return Site("DDP forward (broadcasts the module's buffers)", line, "forward")
     if not isinstance(func, ast.Attribute):
         return None
     method, recv = func.attr, func.value
@@ -195,6 +198,18 @@ def _sync_dist(call: ast.Call) -> bool:
     return False
 
 
+def has_buffers(node: ast.expr, module: ParsedModule) -> bool:
+    """True when a module built by ``node`` has buffers DDP broadcasts in every forward
+    (a BatchNorm in the expression, or in the file's class it builds)."""
+    text = ast.unparse(node)
+    if any(w in text for w in BUFFER_WORDS):
+        return True
+    if isinstance(node, ast.Call):
+        name = (module.qualified(node.func) or "").rsplit(".", 1)[-1]
+        return name in module.buffer_classes()
+    return False
+
+
 def call_kinds(call: ast.Call, module: ParsedModule) -> frozenset[str]:
     """What object a call's result is: ``ddp`` for DDP(...), ``loader`` for DataLoader(...)."""
     name = module.qualified(call.func) or ""
@@ -202,7 +217,14 @@ def call_kinds(call: ast.Call, module: ParsedModule) -> frozenset[str]:
     if is_sync_batchnorm(call, module):
         return frozenset({"syncbn", "model"})
     if is_ddp_wrap(call, module):
-        return frozenset({"ddp", "model"})
+        quiet = any(k.arg == "broadcast_buffers" and isinstance(k.value, ast.Constant) and
+                    not k.value.value for k in call.keywords)
+        found = {"ddp", "model"}
+        if not quiet and call.args and has_buffers(call.args[0], module):
+            found.add("buffers")
+        return frozenset(found)
+    if has_buffers(call, module):
+        return frozenset({"buffers", "model"})
     if last in ("DataLoader", "auto_dataloader"):
         return frozenset({"loader"})
     if last == "DistributedSampler":

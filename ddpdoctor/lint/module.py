@@ -8,6 +8,8 @@ from pathlib import Path
 
 from ddpdoctor.errors import UserError
 
+BUFFER_WORDS = ("BatchNorm", "InstanceNorm", "register_buffer", "running_mean")
+
 
 @dataclass
 class ParsedModule:
@@ -29,6 +31,15 @@ class ParsedModule:
     def line(self, lineno: int) -> str:
         """Source line ``lineno`` (1-based), stripped; empty when out of range."""
         return self.lines[lineno - 1].strip() if 0 < lineno <= len(self.lines) else ""
+
+    def buffer_classes(self) -> set[str]:
+        """The file's classes whose modules hold buffers (a BatchNorm, a register_buffer)."""
+        cached = self.__dict__.get("_buffer_classes")
+        if cached is None:
+            cached = {node.name for node in ast.walk(self.tree) if isinstance(node, ast.ClassDef)
+                      and any(w in ast.unparse(node) for w in BUFFER_WORDS)}
+            self.__dict__["_buffer_classes"] = cached
+        return cached
 
     def qualified(self, node: ast.expr) -> str | None:
         """The dotted name ``node`` stands for through the imports, e.g. ``dist.barrier`` ->

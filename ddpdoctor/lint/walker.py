@@ -11,7 +11,7 @@ from ddpdoctor.lint.collectives import (IN_PLACE_UNIFORM, call_kinds, dist_op, r
                                         uniform_result)
 from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.rules import Draft, conditional_collective, divergent_skip, \
-    rank_dependent_loop, recv_before_send
+    rank_dependent_loop, rank_dependent_model, recv_before_send
 from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
 from ddpdoctor.lint.summaries import (MODEL_PARAMS, FunctionInfo, Program, SiteScanner,
                                       rank_decorator, with_flags)
@@ -157,6 +157,8 @@ class FunctionWalker:
     # -- assignments ----------------------------------------------------------------------------
     def visit_Assign(self, stmt: ast.Assign) -> None:
         self.calls_in(stmt.value)
+        if any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in stmt.targets):
+            self.model_change(stmt.lineno, "requires_grad")
         t = stronger(self.taint_of(stmt.value), self.control_taint())
         for target in stmt.targets:
             self.assign(target, t, stmt.value)
@@ -219,10 +221,12 @@ class FunctionWalker:
             if name.rsplit(".", 1)[-1] in self.dataset_classes:
                 found |= {f"dataset:{name.rsplit('.', 1)[-1]}"}
             if "ddp" in found:
+                quiet = any(k.arg == "broadcast_buffers" for k in value.keywords)
                 for arg in value.args[:1]:
                     k = key_of(arg)
                     if k is not None:
-                        found |= self.env.kinds.get(k, frozenset()) & {"syncbn"}
+                        inherit = {"syncbn"} if quiet else {"syncbn", "buffers"}
+                        found |= self.env.kinds.get(k, frozenset()) & inherit
             return found
         k = key_of(value) if value is not None else None
         return self.env.kinds.get(k, frozenset()) if k else frozenset()
@@ -262,6 +266,8 @@ class FunctionWalker:
                 self.env.uniform.add(key)
             return
         func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in rank_dependent_model.MODEL_CHANGES:
+            self.model_change(call.lineno, func.attr)
         if isinstance(func, ast.Attribute) and func.attr in MUTATORS:
             t = stronger(self.all_taint(call), self.control_taint())
             self.mix(func.value, t)
@@ -272,6 +278,11 @@ class FunctionWalker:
                                              per_rank is not None and per_rank.divergent()))
         if not self.quiet:
             self.loader_fact(call)
+
+    def model_change(self, line: int, what: str) -> None:
+        rank = next((c for c in reversed(self.control) if c.taint.kind == TaintKind.RANK), None)
+        if rank is not None:
+            self.emit(rank_dependent_model.check(line, what, rank.line))
 
     def all_taint(self, call: ast.Call) -> Taint | None:
         result: Taint | None = None

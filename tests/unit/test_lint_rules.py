@@ -387,3 +387,30 @@ def test_finding_json_has_the_contract_fields():
 def test_lint_source_rejects_bad_syntax(source):
     with pytest.raises(SyntaxError):
         lint_source(source)
+
+
+def test_model_changed_on_some_ranks():
+    check("""
+    def main(model, rank, freeze):
+        if rank == 1:
+            model.encoder.weight.requires_grad_(False)  # expect: rank_dependent_model
+        if freeze:
+            model.encoder.weight.requires_grad_(False)
+        if rank == 0:
+            model.head.requires_grad = False  # expect: rank_dependent_model
+        ddp = DDP(model)
+    """)
+
+
+def test_ddp_forward_without_grad_broadcasts_buffers():
+    check("""
+    def main(rank, x):
+        model = DDP(nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)))
+        if rank == 0:
+            with torch.no_grad():
+                model(x)  # expect: rank_dependent_collective
+        quiet = DDP(nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)), broadcast_buffers=False)
+        if rank == 0:
+            with torch.no_grad():
+                quiet(x)
+    """)
