@@ -78,7 +78,7 @@ def call_text(step: Step, group: str | None, size: int) -> str:
 
 
 def _call(step: Step, group: str | None, size: int) -> str:
-    op, peer = step.op, step.peer
+    op, peer = step.op, max(step.peer, 0)  # a root not recorded (flight recorder): rank 0
     ins, outs = step.in_shapes, step.out_shapes
     one = _one(step, ins) if ins else "z(1)"
     if op in ("all_reduce", "all_reduce_coalesced"):
@@ -93,7 +93,7 @@ def _call(step: Step, group: str | None, size: int) -> str:
     if op in ("barrier", "monitored_barrier"):
         return f"dist.{op}({_kwargs(step, group)[2:]})"
     if op == "all_gather":
-        out = _list(outs, step.dtypes, size, one)
+        out = _list(outs if len(outs) == size else (), step.dtypes, size, one)
         return f"dist.all_gather({out}, {one}{_kwargs(step, group)})"
     if op in INTO_TENSOR or op in SCATTER_TENSOR or op == "all_to_all_single":
         name = ("all_gather_into_tensor" if op in INTO_TENSOR else
@@ -120,7 +120,7 @@ def _call(step: Step, group: str | None, size: int) -> str:
 def _object_call(step: Step, group: str | None, size: int) -> str:
     """Object collectives with None for each object (their pickled sizes are not recorded);
     an op that cannot be replayed gets a barrier on its group in its place."""
-    op, peer = step.op, step.peer
+    op, peer = step.op, max(step.peer, 0)
     n = step.in_shapes[0][0] if step.in_shapes and step.in_shapes[0] else 1
     g = f", group={group}" if group else ""
     if op == "all_gather_object":

@@ -15,9 +15,9 @@ from ddpdoctor.repro.fold import Loop, fold, item_key
 from ddpdoctor.repro.loaders import BATCH, END, START
 
 INDENT = "    "
-# Where ranks part ways although the job made the call under no rank-dependent `if`, the
-# branch tests `who`: ddpdoctor reads an `if rank ...` around a call as the job's own.
-WHO = "who = rank  # `if who` parts ranks where the job had no `if rank` of its own"
+# Where ranks part ways, the branch tests `who`: ddpdoctor reads an `if rank ...` around a
+# call as the job's own condition, and the job's are kept in the site functions.
+WHO = "who = rank  # the branches below test `who`: an `if rank` is the job's own (see above)"
 LOADER_WORDS = {START: "an epoch of {n} batches begins", BATCH: "the next batch",
                 END: "the loader runs out: the epoch ends"}
 WIDTH = 100
@@ -37,8 +37,9 @@ class End:
 
 
 def program(plan: RankPlan) -> list[Any]:
-    """A rank's steps followed by its End."""
-    return list(plan.steps) + [End(plan.ending, plan.message, plan.busy, plan.destroys)]
+    """A rank's steps followed by its End (whose message counts where the replay raises it)."""
+    message = plan.message if plan.ending == Ending.RAISES else ""
+    return list(plan.steps) + [End(plan.ending, message, plan.busy, plan.destroys)]
 
 
 class ScriptWriter:
@@ -50,6 +51,30 @@ class ScriptWriter:
         self.sizes = {name: len(ranks) for name, ranks in job.groups}
         self.lines: list[str] = []
         self.uses_who = False  # a branch tests `who`, not `rank` (see WHO)
+        self.site_names: dict[str, str] = {}  # the job's call site -> its helper's name
+        self.helpers: list[str] = []
+
+    def site_helper(self, step: Step) -> str:
+        """The name of the one function through which every call the job made at this
+        site is made (so that the replay's calls, like the job's, share a line per site)."""
+        name = self.site_names.get(step.site)
+        if name is None:
+            stem, _, line = step.site.rpartition(":")
+            name = f"at_{line}"
+            if name in self.site_names.values():
+                name = f"at_{re.sub(r'[^0-9A-Za-z]', '_', stem.rsplit('.', 1)[0])}_{line}"
+            while name in self.site_names.values():
+                name += "_"
+            self.site_names[step.site] = name
+            doc = _docstring_safe(f"{step.site}  {step.source}".rstrip())
+            self.helpers += ["", "", f"def {name}(call, *args, **kwargs):",
+                             f'{INDENT}"""The job\'s calls at {doc}"""']
+            if step.ranked:
+                self.helpers += [f"{INDENT}if RANK_DEPENDENT:  # the job made this call under "
+                                 "an `if` on the rank", f"{INDENT * 2}return call(*args, **kwargs)"]
+            else:
+                self.helpers.append(f"{INDENT}return call(*args, **kwargs)")
+        return name
 
     def emit(self, depth: int, text: str) -> None:
         self.lines.append(INDENT * depth + text)
@@ -63,6 +88,10 @@ class ScriptWriter:
             comment = f"# {site}  [{words}]"
         else:
             comment = comment_text(step)
+            if re.fullmatch(r"[^:\s]+:\d+", step.site) and not step.wait:
+                lhs, eq, call = code.rpartition(" = ")
+                fn, _, args = call.partition("(")
+                code = f"{lhs}{eq}{self.site_helper(step)}({fn}, {args}".replace(", )", ")")
         self.emit(depth, f"{code}  {comment}"[:WIDTH + 60].rstrip())
 
     def end(self, depth: int, end: End) -> None:
@@ -73,8 +102,7 @@ class ScriptWriter:
             self.emit(depth, f"stall(busy={end.busy})  # the rank was {how} here, outside "
                              "any collective, when the job ended")
         elif end.ending == Ending.CALL_FAILS:
-            self.emit(depth, "pass  # in the job, the call above raised: "
-                             + _docstring_safe(end.message)[:80])
+            self.emit(depth, "pass  # in the job, the call above raised on this rank")
         elif end.ending == Ending.HANGS:
             self.emit(depth, "pass  # the rank was still in the call above when the job ended")
         elif end.ending == Ending.NEVER_INIT:
@@ -120,9 +148,8 @@ class ScriptWriter:
         if len(sets) == 1 and not some_ended:
             self.block(depth, rest)
             return
-        ranked = any(getattr(p[0], "ranked", False) for p in rest.values())
-        var = "rank" if ranked else "who"
-        self.uses_who = self.uses_who or not ranked
+        var = "who"
+        self.uses_who = True
         for n, ranks in enumerate(sets):
             if n == len(sets) - 1 and n > 0 and not some_ended:
                 self.emit(depth, f"else:  # rank{'s' if len(ranks) > 1 else ''} "
@@ -159,6 +186,9 @@ def z(*shape, dtype=torch.float32):
 
 def zs(n, *shape, dtype=torch.float32):
     return [z(*shape, dtype=dtype) for _ in range(n)]
+
+
+RANK_DEPENDENT = True  # the job made the call under an `if` on the rank
 
 
 def stall(busy):
@@ -212,20 +242,21 @@ def script_text(job: ReplayJob) -> str:
     progs = {plan.rank: program(plan) for plan in job.plans}
     writer.block(1, progs)
     never = [p.rank for p in job.plans if p.ending == Ending.NEVER_INIT]
-    out = _header(job) + [PRELUDE]
+    prelude = PRELUDE.rstrip("\n")
     if job.loaders:
-        out[-1] = out[-1].replace("import torch.distributed as dist\n",
+        prelude = prelude.replace("import torch.distributed as dist\n",
                                   "import torch.distributed as dist\n"
                                   "from torch.utils.data import DataLoader\n")
+    out = _header(job) + [prelude]
     for name, site in job.loaders:
-        out += ["", f"def {name}(n, rank):",
+        out += ["", "", f"def {name}(n, rank):",
                 f'{INDENT}"""{_docstring_safe(site)}  (replayed: n batches of other numbers '
                 f'on each rank)."""',
-                f"{INDENT}return iter(DataLoader(range(rank * n, rank * n + n)))", ""]
-    out += ["", "def main():",
-                          f'{INDENT}rank = int(os.environ["RANK"])',
-                          f'{INDENT}assert int(os.environ["WORLD_SIZE"]) == {job.world_size}, '
-                          f'"run it with {job.world_size} ranks"']
+                f"{INDENT}return iter(DataLoader(range(rank * n, rank * n + n)))"]
+    out += writer.helpers
+    out += ["", "", "def main():", f'{INDENT}rank = int(os.environ["RANK"])',
+            f'{INDENT}assert int(os.environ["WORLD_SIZE"]) == {job.world_size}, '
+            f'"run it with {job.world_size} ranks"']
     for r in never:
         busy = next(p.busy for p in job.plans if p.rank == r)
         out.append(f"{INDENT}if rank == {r}:  # rank {r} never got through init_process_group")

@@ -1,0 +1,62 @@
+"""The repro of every catalogued bug's run gives the bug's first error finding; the repro of
+every fixed twin ends cleanly.  The bug runs are test_sample_bugs.py's own: each of its
+tests calls ``check_repro`` on the run it made (no bug is run twice)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ddpdoctor import bugs
+from ddpdoctor.repro.command import write_repro
+
+MAX_LINES = 200
+MAX_SECONDS = 60  # the goal is 10 s beyond the hang timeout; this bound leaves room for load
+
+
+def first_error(report: dict[str, Any]) -> tuple[str, list[int], int | None] | None:
+    """(kind, ranks, seq) of a report's first error finding, None when it has none."""
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    return (errors[0]["kind"], sorted(errors[0]["ranks"]), errors[0]["seq"]) if errors else None
+
+
+def run_repro(bug: bugs.Bug, run_dir: Path, where: Path) -> tuple[subprocess.CompletedProcess,
+                                                                    dict[str, Any], int, float]:
+    """Write the repro of ``run_dir`` and run it under ddpdoctor: (process, report, lines,
+    seconds)."""
+    where.mkdir(parents=True, exist_ok=True)
+    script = write_repro(run_dir, where / "repro.py")
+    lines = script.read_text().count("\n")
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor.cli", "run", "--hang-timeout", str(bug.hang_timeout),
+         "--run-dir", str(where / "run"), "--nproc-per-node", str(bug.nproc), str(script)],
+        cwd=where, capture_output=True, text=True, timeout=300)
+    seconds = time.monotonic() - start
+    return proc, json.loads((where / "run" / "report.json").read_text()), lines, seconds
+
+
+def check_repro(bug: bugs.Bug, run_dir: Path, where: Path, fixed: bool,
+                teardown_only: Callable[[dict[str, Any]], bool] = lambda r: False) -> None:
+    """The repro of the run in ``run_dir``: under 200 lines; for a bug, the same first error
+    finding (kind, ranks, seq) as the run; for a fixed twin, a clean end (exit 0; gloo's own
+    teardown abort tolerated as the twin's test tolerates it)."""
+    original = json.loads((run_dir / "report.json").read_text())
+    proc, report, lines, seconds = run_repro(bug, run_dir, where)
+    name = f"{bug.name}{' fixed' if fixed else ''} repro"
+    assert lines < MAX_LINES, f"{name}: {lines} lines"
+    assert seconds < MAX_SECONDS, f"{name}: ran {seconds:.0f} s"
+    if fixed:
+        if proc.returncode != 0 and teardown_only(report):
+            return
+        assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
+        assert first_error(report) is None, f"{name}: {report['findings']}"
+    else:
+        assert first_error(report) == first_error(original), (
+            f"{name}: first error {first_error(report)}, the bug's {first_error(original)}\n"
+            f"{(where / 'repro.py').read_text()}")
+
