@@ -312,7 +312,8 @@ def run_bug(name: str, fixed: bool, extra_args: list[str], repro: bool = False) 
     bug = find_bug(name)
     where = sample_bugs_dir()
     own_dir = any(a == "--run-dir" or a.startswith("--run-dir=") for a in extra_args)
-    cmd = run_command(bug, fixed, extra_args, None if own_dir else _default_run_dir(bug, fixed))
+    run_dir = None if own_dir else _default_run_dir(bug, fixed)
+    cmd = run_command(bug, fixed, extra_args, run_dir)
     console = Console(stderr=True, highlight=False)
     variant = "fixed twin" if fixed else "bug"
     console.print(f"[bold]{bug.name}[/] ({variant}, {bug.nproc} ranks): "
@@ -325,9 +326,37 @@ def run_bug(name: str, fixed: bool, extra_args: list[str], repro: bool = False) 
              "torchrun" if a.endswith(f"{os.sep}torchrun") else a for a in cmd[4:]]
     console.print(escape("$ cd sample_bugs && ddpdoctor run " + " ".join(shown)), style="dim")
     try:
-        return subprocess.run(cmd, cwd=where).returncode
+        code = subprocess.run(cmd, cwd=where).returncode
     except KeyboardInterrupt:
         return 130
+    if repro:
+        _print_repro(console, _given_run_dir(extra_args, where) or run_dir)
+    return code
+
+
+def _given_run_dir(extra_args: list[str], where: Path) -> Path | None:
+    """The ``--run-dir`` among the run options (relative to the bug scripts' directory)."""
+    for i, a in enumerate(extra_args):
+        if a.startswith("--run-dir="):
+            return where / a.partition("=")[2]
+        if a == "--run-dir" and i + 1 < len(extra_args):
+            return where / extra_args[i + 1]
+    return None
+
+
+def _print_repro(console: Console, run_dir: Path | None) -> None:
+    """Write the run dir's repro script and print it (a run dir too thin to replay: why)."""
+    from ddpdoctor.repro.command import write_repro
+
+    if run_dir is None:
+        return
+    try:
+        target = write_repro(run_dir)
+    except UserError as e:
+        console.print(f"ddpdoctor: no repro: {escape(str(e))}", style="yellow")
+        return
+    console.print(f"repro: {target}", style="bold")
+    print(target.read_text(), end="", flush=True)
 
 
 def list_bugs(console: Console) -> int:
