@@ -3,7 +3,9 @@
 A thread drains each node's queue in the store into RUN_DIR/nodes/<node>/ (a run dir of
 the same layout, so the one causal model reads the whole job), estimates each node's clock
 skew from its messages' stamps, and marks a node lost when it stops sending.  The
-supervisor asks it for stacks, and publishes the verdict and the report through it.
+supervisor asks it for stacks, and publishes the verdict and the report through it.  Only
+sealed messages count (node_store.NodeStore); what they say is parsed field by field
+(node_messages), and the problems kept are capped.
 """
 
 from __future__ import annotations
@@ -17,11 +19,15 @@ from typing import Any, Callable
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.rundir.layout import write_json_atomic
 from ddpdoctor.rundir.nodes import NODE_FILE, node_dir
+from ddpdoctor.supervisor.node_auth import Refused
+from ddpdoctor.supervisor.node_messages import NodeReport, RankProgress, node_name
 from ddpdoctor.supervisor.node_store import NodeStore
 from ddpdoctor.trace.sync import apply_delta
 
 TICK_S = 0.1
 SKEW_CHANGE_NS = 50_000_000  # node.json is rewritten when the skew estimate moves this much
+MAX_PROBLEMS = 50  # problems kept from the other nodes' copies (then one line says more)
+JOIN_WINDOW = 64  # the newest registration slots looked at (older unclaimed ones: forgotten)
 
 
 @dataclass
@@ -39,8 +45,9 @@ class NodeView:
     done: bool = False  # its job ended and its last copy arrived
     exit_code: int | None = None
     attempt: int = 0
-    progress: dict[str, Any] = field(default_factory=dict)
+    progress: dict[str, RankProgress] = field(default_factory=dict)
     ranks: set[int] = field(default_factory=set)
+    read_final: bool = False  # it read node 0's final word
 
 
 class NodeLeader:
@@ -59,6 +66,8 @@ class NodeLeader:
         self.lost_after_s = lost_after_s
         self.nodes: dict[str, NodeView] = {}
         self.problems: list[str] = []
+        self._problems_cut = 0
+        self._slots_done: set[int] = set()  # registration slots read (or refused)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-nodes", daemon=True)
@@ -82,60 +91,85 @@ class NodeLeader:
                 self.tick()
             except Exception as e:  # noqa: BLE001 - a store hiccup: said once, try again
                 if len(self.problems) < 5:
-                    self.problems.append(f"node link: {type(e).__name__}: {e}")
+                    self.problem(f"node link: {type(e).__name__}: {e}")
             self._stop.wait(TICK_S)
+
+    def problem(self, text: str) -> None:
+        """Keep a problem for the report, at most MAX_PROBLEMS of them."""
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(text)
+            return
+        self._problems_cut += 1
+        more = f"... and {self._problems_cut} more problem(s) with the other nodes' copies"
+        self.problems[-1] = more
 
     def tick(self) -> None:
         """Join new nodes, drain their queues into the mirrors, notice lost nodes."""
         self.store.set("leader/beat", time.time_ns())
-        joined = self.store.add("nodes/count", 0)
-        while len(self.nodes) < joined:
-            node = self.store.get(f"nodes/{len(self.nodes)}")
-            if node is None:
-                break  # registered a moment ago: its name comes next tick
-            self.nodes[str(node)] = NodeView(str(node))
-            self.log("node_joined", node=str(node))
-            self.say(f"node {node} joined")
+        self.store.republish()  # the verdict and the final word, should someone overwrite them
+        self._join()
         for view in list(self.nodes.values()):
-            for item in self.store.pop_all(f"node/{view.node}/q"):
-                self._take(view, item)
+            for item in self.store.pop_all(f"node/{view.node}/q", view.node):
+                self._take(view, NodeReport.parse(item))
             if not view.lost and not view.done and \
                     time.monotonic() - view.last_seen > self.lost_after_s:
                 self._lose(view)
 
-    def _take(self, view: NodeView, item: dict[str, Any]) -> None:
+    def _join(self) -> None:
+        """Nodes that registered: each claims a slot and writes its name there, sealed.  The
+        newest JOIN_WINDOW slots are read (a slot claimed by a stranger stays empty or
+        holds a refused value: it never blocks the slots after it)."""
+        claimed = self.store.add("nodes/claimed", 0)
+        low = max(0, claimed - JOIN_WINDOW)
+        self._slots_done = {i for i in self._slots_done if i >= low}
+        for index in range(low, claimed):
+            if index in self._slots_done:
+                continue
+            try:
+                msg = self.store.read(f"nodes/{index}")
+            except Refused:  # told to the log by the store
+                self._slots_done.add(index)
+                continue
+            if msg is None:
+                continue  # claimed a moment ago: its name comes next tick
+            self._slots_done.add(index)
+            node = node_name(msg.value)
+            if node is None or node != msg.sender or node in self.nodes:
+                continue
+            self.nodes[node] = NodeView(node)
+            self.log("node_joined", node=node)
+            self.say(f"node {node} joined")
+
+    def _take(self, view: NodeView, item: NodeReport) -> None:
         received = time.time_ns()
-        sent = item.get("t")
-        if type(sent) is int:
-            sample = sent - received  # its clock minus ours, less the message's delay
+        if item.t_ns is not None:
+            sample = item.t_ns - received  # its clock minus ours, less the message's delay
             view.skew_ns = sample if view.skew_ns is None else max(view.skew_ns, sample)
-        view.host = str(item.get("host") or view.host)
-        attempt = item.get("attempt")
-        view.attempt = attempt if type(attempt) is int else view.attempt
+        view.host = item.host or view.host
+        view.attempt = item.attempt if item.attempt is not None else view.attempt
         mirror = node_dir(self.run_dir_of(view.attempt), view.node)
         if not (mirror / NODE_FILE).exists():
             self._write_node(view, mirror)  # before its traces: they are read as another host's
-        delta = item.get("delta")
-        if isinstance(delta, dict):
-            self.problems += apply_delta(mirror, delta)[:3]
+        if item.delta is not None:
+            for problem in apply_delta(mirror, item.delta)[:3]:
+                self.problem(problem)
         with self._lock:
-            if isinstance(item.get("progress"), dict):
-                view.progress = item["progress"]
-            acks = [a for a in item.get("acks") or [] if type(a) is int]
-            view.acked = max([view.acked] + acks)
-            ranks = item.get("ranks")
-            if isinstance(ranks, list):
-                view.ranks = {r for r in ranks if type(r) is int}
+            if item.progress:
+                view.progress = item.progress
+            view.acked = max((view.acked, *item.acks))
+            if item.ranks is not None:
+                view.ranks = set(item.ranks)
             view.last_seen = time.monotonic()
-            if item.get("done") is True:
+            view.read_final = view.read_final or item.read_final
+            if item.done:
                 view.done = True
-                view.exit_code = item.get("exit_code")
+                view.exit_code = item.exit_code
         if view.lost:
             view.lost = False
             self.say(f"node {view.node} (host {view.host}) answers again", "yellow")
             self.log("node_back", node=view.node)
         if view.written_skew is None or view.skew_ns is None or \
-                abs(view.skew_ns - view.written_skew) > SKEW_CHANGE_NS or item.get("done"):
+                abs(view.skew_ns - view.written_skew) > SKEW_CHANGE_NS or item.done:
             self._write_node(view, mirror)
 
     def _write_node(self, view: NodeView, mirror: Path, lost: bool | None = None) -> None:
@@ -166,11 +200,11 @@ class NodeLeader:
             facts = {v.host: v.progress for v in self.nodes.values()}
         for run in job.ranks.values():
             fact = facts.get(str(run.header.host), {}).get(str(run.rank))
-            if isinstance(fact, dict):
-                if type(fact.get("progress_ns")) is int:
-                    run.progress_ns = fact["progress_ns"]
-                if type(fact.get("cpu_busy")) is bool:
-                    run.cpu_busy = fact["cpu_busy"]
+            if fact is not None:
+                if fact.progress_ns is not None:
+                    run.progress_ns = fact.progress_ns
+                if fact.cpu_busy is not None:
+                    run.cpu_busy = fact.cpu_busy
 
     def request_stacks(self, ranks: list[int] | None) -> int:
         """Ask the other nodes for their ranks' stacks (all ranks when None)."""
@@ -209,16 +243,20 @@ class NodeLeader:
 
     def publish_verdict(self, reason: str, message: str, stop: bool, exit_code: int) -> None:
         self.store.set("verdict", {"reason": reason, "message": message, "stop": stop,
-                                   "exit_code": exit_code})
+                                   "exit_code": exit_code}, keep=True)
 
     def publish_final(self, report: str | None, outcome: str | None, host: str) -> None:
         """Tell the other nodes where the report is; wait (10 s at most: a loaded node reads
-        it in milliseconds) until they read it: the store goes with this process."""
-        self.store.set("final", {"report": report, "outcome": outcome, "host": host})
-        with self._lock:
-            there = sum(1 for v in self.nodes.values() if not v.lost)
+        it in milliseconds) until each says, sealed, that it read it: the store goes with
+        this process."""
+        self.store.set("final", {"report": report, "outcome": outcome, "host": host},
+                       keep=True)
         deadline = time.monotonic() + 10.0
-        while self.store.add("final/read", 0) < there and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            with self._lock:
+                unread = [v for v in self.nodes.values() if not v.lost and not v.read_final]
+            if not unread:
+                return
             time.sleep(0.05)
 
     def summary(self) -> list[dict[str, Any]]:

@@ -1,4 +1,8 @@
-"""The Supervisor's part in a many-node job: lead (node 0) or follow, or decide alone."""
+"""The Supervisor's part in a many-node job: lead (node 0) or follow, or decide alone.
+
+The nodes' store is opened only with the job's secret (``DDPDOCTOR_STORE_SECRET``, the
+same on every node): without it each node says so once and decides alone (its own report),
+as when node 0 cannot be reached."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from typing import Any, Callable
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.host import host_name
 from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
+from ddpdoctor.supervisor.node_auth import (SECRET_ENV, Seal, example_secret, new_session,
+                                            secret_problem, store_secret)
 from ddpdoctor.supervisor.node_follower import NodeFollower
 from ddpdoctor.supervisor.node_leader import NodeLeader
 from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore, this_node_id
@@ -28,21 +34,33 @@ class NodesMixin:
         """Join the other nodes' supervisors (nothing for a one-node job)."""
         if setup is None:
             return
+        secret = store_secret()
+        problem = secret_problem(secret) if secret is not None else \
+            f"{SECRET_ENV} is not set"
+        if problem:
+            self.say(f"{problem}: the nodes' store needs the same secret on every node, e.g. "  # type: ignore
+                     f"export {SECRET_ENV}={example_secret()} before ddpdoctor run on each",
+                     "yellow")
+            self._alone(f"no nodes' store ({problem})")
+            return
+        assert secret is not None
         lost_after = max(MIN_LOST_S, self.config.hang_timeout / 2)  # type: ignore[attr-defined]
         lead = setup.leader
+        seal = Seal(secret, "0", new_session())
         if lead is None:  # no node rank: whoever binds the port first leads
             try:
-                store = NodeStore.open(setup, True, 30.0)
+                store = NodeStore.open(setup, True, 30.0, seal, self._store_refused)
             except Exception:  # noqa: BLE001 - the port is taken: another node leads
                 store = None
             if store is not None:
                 self._lead(setup, lambda: store, lost_after)
                 return
         elif lead:
-            self._lead(setup, lambda: NodeStore.open(setup, True, 30.0), lost_after)
+            self._lead(setup, lambda: NodeStore.open(setup, True, 30.0, seal,
+                                                     self._store_refused), lost_after)
             return
         self.follower = NodeFollower(setup, this_node_id(setup), self._watched,
-                                     lost_after)
+                                     lost_after, secret, self.log)  # type: ignore[attr-defined]
         self.follower.start()
         self.say(f"following node 0 through {setup.address}: it decides and writes the "  # type: ignore
                  "job's one report")
@@ -56,6 +74,10 @@ class NodesMixin:
         self.nodes_address = setup.address
         self.say(f"node 0 of {setup.nnodes}: the other nodes report here through "  # type: ignore
                  f"{setup.address}; the job's one report is written here")
+
+    def _store_refused(self, key: str, why: str, count: int) -> None:
+        """A value in the store that is not this job's supervisors': dropped, logged."""
+        self.log("store_refused", key=key[:128], why=why, count=count)  # type: ignore
 
     def check_leader(self) -> None:
         """Node 0 whose store could not be hosted: said once; it decides for itself."""
@@ -179,7 +201,8 @@ class NodesMixin:
         if final is None:
             self._alone(f.failed or "node 0 sent no report in time")
             return False
-        self.log("report_on_node_0", **final)  # type: ignore[attr-defined]
+        self.log("report_on_node_0", report=final.get("report"),  # type: ignore[attr-defined]
+                 outcome=final.get("outcome"), host=final.get("host"))
         self.say(f"the job's report is on node 0 (host {final.get('host')}): "  # type: ignore
                  f"{final.get('report')}")
         return True

@@ -10,6 +10,7 @@ layout is a run dir's, so the analysis reads the mirror exactly as it reads the 
 from __future__ import annotations
 
 import base64
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ DIRS = ("traces", "stacks", "flight_recorder")
 MAX_FILE_BYTES = 4 << 20  # a bigger stack or dump file is not copied
 MAX_RECORDS = 4096  # records of one ring per delta (a backlog beyond it: the newest)
 MAX_OPEN = 512  # open records re-sent until they close
+MAX_MIRROR_FILE_BYTES = 256 << 20  # a mirrored log or file grows no further
+MAX_MIRROR_ENTRIES = 4096  # files a mirror dir takes
 
 
 def _b64(data: bytes) -> str:
@@ -129,6 +132,22 @@ class RunDirDelta:
         return {"name": name, "data": _b64(data)}
 
 
+def split_delta(delta: dict[str, Any], budget: int) -> list[dict[str, Any]]:
+    """``delta`` cut into deltas of about ``budget`` bytes of JSON each (a ring or a file is
+    never cut: each is far smaller), in order; always at least one."""
+    parts: list[dict[str, Any]] = [{"rings": [], "files": []}]
+    size = 0
+    for kind in ("rings", "files"):
+        for entry in delta.get(kind) or []:
+            cost = len(json.dumps(entry))
+            if size and size + cost > budget:
+                parts.append({"rings": [], "files": []})
+                size = 0
+            parts[-1][kind].append(entry)
+            size += cost
+    return parts
+
+
 def _safe(mirror: Path, name: str) -> Path | None:
     """The mirror path for a sent name, or None when the name leaves the mirror."""
     parts = Path(name).parts
@@ -159,10 +178,12 @@ def apply_delta(mirror: Path, delta: dict[str, Any]) -> list[str]:
 def _apply_ring(mirror: Path, ring: dict[str, Any]) -> None:
     path = _safe(mirror, ring["name"])
     capacity = int(ring["capacity"])
-    if path is None or not 0 < capacity <= 1 << 24:
+    if path is None or not 0 < capacity <= L.DEFAULT_CAPACITY:  # a real rank's ring at most
         raise ValueError("bad ring name or capacity")
     size = L.HEADER_SIZE + capacity * L.RECORD_SIZE
     new = not path.exists()  # built under a temporary name: no reader sees it headerless
+    if new:
+        _room_for_one_more(path)
     target, path = path, path.with_name(f".{path.name}.tmp") if new else path
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -187,13 +208,28 @@ def _apply_file(mirror: Path, part: dict[str, Any]) -> None:
     if path is None:
         raise ValueError("bad file name")
     data = _unb64(part["data"])
+    offset = int(part.get("offset", 0))
+    if not 0 <= offset <= MAX_MIRROR_FILE_BYTES - len(data):
+        raise ValueError(f"the mirror would pass {MAX_MIRROR_FILE_BYTES >> 20} MiB")
+    if not path.exists():
+        _room_for_one_more(path)
     if "offset" in part:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
         try:
-            os.pwrite(fd, data, int(part["offset"]))
+            os.pwrite(fd, data, offset)
         finally:
             os.close(fd)
         return
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def _room_for_one_more(path: Path) -> None:
+    """Raise ValueError when ``path``'s mirror dir already holds MAX_MIRROR_ENTRIES files."""
+    try:
+        count = len(os.listdir(path.parent))
+    except OSError:
+        return
+    if count >= MAX_MIRROR_ENTRIES:
+        raise ValueError(f"the mirror dir already holds {count} files")

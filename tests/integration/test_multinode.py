@@ -21,6 +21,8 @@ pytestmark = pytest.mark.slow
 JOB = Path(__file__).resolve().parent / "jobs" / "collectives.py"
 HOSTS = ("node-a", "node-b")
 SHIFT_S = "7"  # node 1's clock runs 7 s ahead
+SECRET_ENV = "DDPDOCTOR_STORE_SECRET"
+SECRET = "the-job-secret-of-this-test"  # the same on both nodes, as the README says
 
 
 def _free_port() -> int:
@@ -30,8 +32,8 @@ def _free_port() -> int:
 
 
 def _start_nodes(tmp_path: Path, env: dict[str, str], hang_timeout: str = "6",
-                 shift: str = SHIFT_S) -> list[subprocess.Popen]:
-    port, store = _free_port(), _free_port()
+                 shift: str = SHIFT_S, store: int | None = None) -> list[subprocess.Popen]:
+    port, store = _free_port(), store or _free_port()
     procs = []
     for node in (0, 1):
         argv = [sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir",
@@ -40,7 +42,8 @@ def _start_nodes(tmp_path: Path, env: dict[str, str], hang_timeout: str = "6",
                 "--nnodes", "2", "--node-rank", str(node), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"mn-{port}",
                 "--nproc-per-node", "2", str(JOB)]
-        node_env = {**os.environ, **env, "DDPDOCTOR_TEST_HOSTNAME": HOSTS[node]}
+        node_env = {**os.environ, SECRET_ENV: SECRET, **env,
+                    "DDPDOCTOR_TEST_HOSTNAME": HOSTS[node]}
         if node == 1:
             node_env.update(DDPDOCTOR_TEST_CLOCK_SHIFT_S=shift, NODE_TAG="1")
         procs.append(subprocess.Popen(argv, env=node_env, cwd=tmp_path,

@@ -15,9 +15,23 @@ from ddpdoctor.supervisor.node_follower import NodeFollower
 from ddpdoctor.supervisor.node_leader import NodeLeader
 from ddpdoctor.config import parse_store
 from ddpdoctor.errors import UserError
+from ddpdoctor.supervisor.node_auth import Seal
 from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore, node_setup
 from ddpdoctor.trace.reader import read_trace
 from tests.unit.test_nodes import _write_trace
+
+
+SECRET = "a-secret-of-this-test-job"
+
+
+def _host(setup: NodeSetup, timeout: float) -> NodeStore:
+    """Node 0's store, sealed with the test's secret."""
+    return NodeStore.open(setup, True, timeout, Seal(SECRET, "0", "session-0"),
+                          lambda *a: None)
+
+
+def _follower(setup: NodeSetup, node: str, run_dir, lost_after: float) -> NodeFollower:
+    return NodeFollower(setup, node, run_dir, lost_after, SECRET, lambda *a, **k: None)
 
 
 def _port() -> int:
@@ -52,7 +66,7 @@ def test_node_setup_from_the_command():
 def test_copies_stacks_verdict_and_final_word(tmp_path):
     setup = NodeSetup("127.0.0.1", _port(), 2, None)
     said: list[str] = []
-    leader = NodeLeader(lambda: NodeStore.open(setup, True, 10),  # opened in its thread
+    leader = NodeLeader(lambda: _host(setup, 10),  # opened in its thread
                         lambda attempt: tmp_path / "node0",
                         lambda text, style="": said.append(text), lambda *a, **k: None, 1.5,
                         expected=1)
@@ -61,7 +75,7 @@ def test_copies_stacks_verdict_and_final_word(tmp_path):
     (node1 / "traces").mkdir(parents=True)
     (node1 / "stacks").mkdir()
     w = _write_trace(node1 / "traces", 3)
-    follower = NodeFollower(setup, "1", lambda: (0, node1), 5.0)
+    follower = _follower(setup, "1", lambda: (0, node1), 5.0)
     follower.start()
     mirror = node_dir(tmp_path / "node0", "1")
     assert _until(lambda: (mirror / "traces" / w.ring_path.name).exists())
@@ -85,12 +99,12 @@ def test_copies_stacks_verdict_and_final_word(tmp_path):
 def test_a_silent_node_is_lost(tmp_path):
     setup = NodeSetup("127.0.0.1", _port(), 2, None)
     said: list[str] = []
-    store = NodeStore.open(setup, True, 10)
+    store = _host(setup, 10)
     leader = NodeLeader(lambda: store, lambda attempt: tmp_path,
                         lambda text, style="": said.append(text), lambda *a, **k: None, 1.0)
     leader.start()
     (tmp_path / "n1" / "traces").mkdir(parents=True)
-    follower = NodeFollower(setup, "1", lambda: (0, tmp_path / "n1"), 5.0)
+    follower = _follower(setup, "1", lambda: (0, tmp_path / "n1"), 5.0)
     follower.start()
     assert _until(lambda: "1" in leader.nodes and leader.nodes["1"].host != "")
     follower.close()  # its supervisor is gone
@@ -104,7 +118,7 @@ def test_a_silent_node_is_lost(tmp_path):
 def test_no_node_0_means_deciding_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(node_follower, "CONNECT_S", 1.0)
     setup = NodeSetup("127.0.0.1", _port(), 2, 1)  # nobody listens there
-    follower = NodeFollower(setup, "1", lambda: (0, tmp_path), 5.0)
+    follower = _follower(setup, "1", lambda: (0, tmp_path), 5.0)
     follower.start()
     assert _until(lambda: not follower.linked, 15.0)
     assert "cannot reach node 0's store at 127.0.0.1:" in (follower.failed or "")
@@ -112,10 +126,10 @@ def test_no_node_0_means_deciding_alone(tmp_path, monkeypatch):
 
 def test_a_taken_port_cannot_be_hosted_twice():
     setup = NodeSetup("127.0.0.1", _port(), 2, 0)
-    first = NodeStore.open(setup, True, 5)
+    first = _host(setup, 5)
     with pytest.raises(Exception):
-        NodeStore.open(setup, True, 5)
-    leader = NodeLeader(lambda: NodeStore.open(setup, True, 5), lambda a: Path("/nonexistent"),
+        _host(setup, 5)
+    leader = NodeLeader(lambda: _host(setup, 5), lambda a: Path("/nonexistent"),
                         lambda *a: None, lambda *a, **k: None, 1.0)
     leader.start()
     assert _until(lambda: leader.failed is not None, 10.0)  # said, not raised
