@@ -42,6 +42,7 @@ def analyze_with_waits(job: JobView, problems: list[str] | None = None
     """All findings, root causes first.  The causal model decides root causes; detectors
     (built-in silent-bug detectors and plugins) add their findings.  A detector that raises
     is noted in ``problems`` (or job.problems) and skipped."""
+    from ddpdoctor.analysis.causal import why
     from ddpdoctor.analysis.causal.diagnose import diagnose
 
     notes = problems if problems is not None else job.problems
@@ -49,7 +50,7 @@ def analyze_with_waits(job: JobView, problems: list[str] | None = None
     waits: list[Wait] = []
     try:
         diagnosis = diagnose(job)
-        findings, waits = list(diagnosis.findings), diagnosis.waits
+        findings, waits = why.explained(list(diagnosis.findings), job), diagnosis.waits
     except Exception as e:  # noqa: BLE001 - a bug in the model must not lose the report
         notes.append(f"causal analysis failed: {type(e).__name__}: {e}")
     for name, detect in detectors():

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.origin import Origin
 from ddpdoctor.trace.reader import RankTrace, TraceRecord
 
 NS = 1_000_000_000
@@ -70,6 +71,7 @@ class Call:
     aux: int
     kind: L.RecordKind = L.RecordKind.COLLECTIVE
     framework_site: str = ""  # the framework/torch frame that made the call (pkg/path:line)
+    origin: Origin = Origin.USER  # the API that issued it (trace/origin.py)
 
     @property
     def open(self) -> bool:
@@ -108,7 +110,8 @@ class Call:
     def from_record(rank: int, group: str, rec: TraceRecord) -> "Call":
         return Call(rank, group, rec.seq, rec.op, rec.reduce_op, rec.in_shapes,
                     rec.out_shapes, rec.dtypes, rec.peer, rec.flags, rec.callsite,
-                    rec.t_start, rec.t_end, rec.aux, rec.kind, rec.framework_site)
+                    rec.t_start, rec.t_end, rec.aux, rec.kind, rec.framework_site,
+                    rec.origin)
 
 
 @dataclass

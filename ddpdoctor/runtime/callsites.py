@@ -13,6 +13,8 @@ import os
 import sysconfig
 from types import CodeType, FrameType
 
+from ddpdoctor.trace.origin import origin_of_frames
+
 USER, FRAMEWORK, INTERNAL, TRACED = 0, 1, 2, 3  # TRACED: runs a compiled collective
 
 # Top-level packages whose frames are a "framework site" (a library that calls torch's
@@ -152,9 +154,20 @@ def user_site(frame: FrameType | None) -> str:
     return site
 
 
+def _origin_code(frame: FrameType | None, user: FrameType) -> str:
+    """The origin letter of a call made at ``frame`` (see trace/origin.py), from the frames
+    up to the user's; run once per call site (its text is cached)."""
+    frames = []
+    while frame is not None and frame is not user:
+        frames.append((frame.f_code.co_filename, frame.f_code.co_name))
+        frame = frame.f_back
+    return origin_of_frames(frames, FRAMEWORKS).code
+
+
 def sites_text(frame: FrameType | None) -> str:
-    """``user_path:line|framework_path:line`` (framework path from its package root,
-    empty when no framework frame made the call)."""
+    """``user_path:line|framework_path:line[|origin]`` (framework path from its package
+    root, empty when no framework frame made the call; the origin letter when an API
+    issued the call on the user's behalf, see trace/origin.py)."""
     if frame is not None and _kinds.get(id(frame.f_code)) == USER:  # called by the user
         key1 = (id(frame.f_code), frame.f_lasti)
         text = _direct_sites.get(key1)
@@ -177,5 +190,7 @@ def sites_text(frame: FrameType | None) -> str:
         where = ""
         if fw is not None:
             where = f"{_names.get(id(fw.f_code), fw.f_code.co_filename)}:{fw.f_lineno}"
-        text = _sites[key] = f"{user.f_code.co_filename}:{user.f_lineno}|{where}"
+        code = _origin_code(frame, user)
+        text = _sites[key] = f"{user.f_code.co_filename}:{user.f_lineno}|{where}" + \
+            (f"|{code}" if code else "")
     return text

@@ -1,4 +1,4 @@
-"""The text of a record: ``in_shapes|out_shapes|dtypes|callsite[|framework_site]``."""
+"""The text of a record: ``in_shapes|out_shapes|dtypes|callsite[|framework_site[|origin]]``."""
 
 from __future__ import annotations
 
@@ -45,19 +45,23 @@ def describe(ins: Sequence[Any], outs: Sequence[Any], callsite: str) -> tuple[by
 
 
 def record_text(ins: str, outs: str, dtypes: str, sites: str) -> bytes:
-    """The text field, fitted to ``TEXT_SIZE``: the call sites are kept (the framework
-    site shortened first), then the shapes cut, then the user's path from its left."""
+    """The text field, fitted to ``TEXT_SIZE``: the call sites and the origin letter are
+    kept (the framework site shortened first), then the shapes cut, then the user's path
+    from its left."""
     head_ins, head_outs = ins.encode(), outs.encode()
     tail = f"|{dtypes}|{sites}".encode()
     size = L.TEXT_SIZE
     if len(head_ins) + len(head_outs) + 1 + len(tail) <= size:
         return head_ins + b"|" + head_outs + tail
     user, _, fw = sites.partition("|")
+    fw, _, origin = fw.partition("|")
     fw = "/".join(fw.rsplit("/", 2)[-2:])  # its package dir and file:line
-    tail = f"|{dtypes[:24]}|{user}{'|' + fw if fw else ''}".encode()
+    last = f"|{fw}|{origin}" if origin else f"|{fw}" if fw else ""
+    tail = f"|{dtypes[:24]}|{user}{last}".encode()
     if len(tail) > size - 16:
+        last = f"||{origin}" if origin else ""
         tail = f"|{dtypes[:24]}|".encode()
-        tail += user.encode()[-(size - 16 - len(tail)):]
+        tail += user.encode()[-(size - 16 - len(tail) - len(last)):] + last.encode()
     room = size - len(tail) - 1
     if len(head_ins) + len(head_outs) > room:
         head_outs = head_outs[: room // 2]

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.meta_line import parse_meta_line
+from ddpdoctor.trace.origin import Origin
 
 MAX_META_BYTES = 64 << 20  # a meta log larger than this is read only up to here
 MAX_META_LINE = 1 << 20
@@ -78,6 +80,7 @@ class TraceRecord:
     dtypes: tuple[str, ...]
     callsite: str
     framework_site: str = ""  # the framework/torch frame that made the call, if any
+    origin: Origin = Origin.USER  # the API that issued it (trace/origin.py)
 
     @property
     def open(self) -> bool:
@@ -121,19 +124,24 @@ def format_shapes(shapes: list[tuple[int, ...]] | tuple[tuple[int, ...], ...]) -
 
 
 @functools.lru_cache(maxsize=2048)
-def decode_text(raw: bytes) -> tuple[tuple, tuple, tuple, str, str]:
-    """(in_shapes, out_shapes, dtypes, callsite, framework_site) of a record's text; a
-    loop repeats a few texts, so they are parsed once."""
+def decode_fields(raw: bytes) -> tuple[tuple, tuple, tuple, str, str, str]:
+    """(in_shapes, out_shapes, dtypes, callsite, framework_site, origin letter) of a
+    record's text; a loop repeats a few texts, so they are parsed once."""
     text = raw.rstrip(b"\0").decode("utf-8", "replace")
-    parts = text.split("|", 4)
-    while len(parts) < 5:
+    parts = text.split("|", 5)
+    while len(parts) < 6:
         parts.append("")
     try:
         ins, outs = parse_shapes(parts[0]), parse_shapes(parts[1])
     except ValueError:
         ins, outs = (), ()
     dtypes = tuple(d for d in parts[2].split(";") if d)
-    return ins, outs, dtypes, parts[3], parts[4]
+    return ins, outs, dtypes, parts[3], parts[4], parts[5]
+
+
+def decode_text(raw: bytes) -> tuple[tuple, tuple, tuple, str, str]:
+    """(in_shapes, out_shapes, dtypes, callsite, framework_site) of a record's text."""
+    return decode_fields(raw)[:5]
 
 
 def _name(table: tuple[str, ...], code: int) -> str:
@@ -183,12 +191,14 @@ def decode_record(buf: bytes | mmap.mmap, off: int, index: int) -> TraceRecord |
         kind = L.RecordKind(v[1])
     except ValueError:
         return None
-    ins, outs, dtypes, callsite, framework_site = decode_text(v[14])
+    ins, outs, dtypes, callsite, framework_site, code = decode_fields(v[14])
+    op = _name(L.OPS, v[2])
     return TraceRecord(
-        index=index, kind=kind, op=_name(L.OPS, v[2]), reduce_op=_name(L.REDUCE_OPS, v[3]),
+        index=index, kind=kind, op=op, reduce_op=_name(L.REDUCE_OPS, v[3]),
         flags=v[4], group=v[5], seq=v[6], t_start=v[7], t_end=v[8], numel=v[9], peer=v[10],
         aux=v[11], nbytes=v[12], parent=v[13], in_shapes=ins, out_shapes=outs,
         dtypes=dtypes, callsite=callsite, framework_site=framework_site,
+        origin=Origin.of(code, op, v[4]) if kind <= L.RecordKind.P2P else Origin.USER,
     )
 
 
@@ -234,7 +244,7 @@ def read_meta(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             bad += bool(line.strip())
             continue
         try:
-            obj = json.loads(line)
+            obj = parse_meta_line(line)
         except (ValueError, RecursionError):
             bad += 1
             continue

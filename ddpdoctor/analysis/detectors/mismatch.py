@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ddpdoctor.analysis.causal import why
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
 from ddpdoctor.analysis.matcher import Divergence, MatchState, find_divergence
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
@@ -83,8 +84,29 @@ def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
                            "entered_at": c.t_start / 1e9}
                   for r, c in calls.items()},
     }
-    return Finding("collective_mismatch", Severity.ERROR, tuple(culprits), div.seq, summary,
-                   detail, FIXES[div.state], evidence)
+    fix = next((why.fix_for(c) for c in (bad, *calls.values()) if why.fix_for(c)),
+               FIXES[div.state])
+    told = [why.mechanism(c) for c in calls.values() if c.origin.implicit]
+    if told:
+        detail += "\n" + "\n".join(dict.fromkeys(told))
+    found = Finding("collective_mismatch", Severity.ERROR, tuple(culprits), div.seq, summary,
+                    detail, fix, evidence)
+    return _out_of_step(found, div, job, bool(div.majority))
+
+
+def _out_of_step(f: Finding, div: Divergence, job: JobView | None,
+                 majority: bool) -> Finding:
+    """The finding told where the ranks went out of step when that was before the seq
+    where the calls differ; its culprits are then the ranks that made the extra (or missed
+    the) call, unless the evidence is only a call-site difference."""
+    if job is None:
+        return f
+    oos = why.find_step(job, div.group, div.seq)
+    if oos is None or min(oos.seqs.values()) >= div.seq:
+        return f
+    surfaced = f"at seq {div.seq}, where the calls differ: " + "; ".join(
+        f"rank {r} {c.describe()} at {c.short_site}" for r, c in list(div.calls.items())[:4])
+    return why.with_step(f, oos, surfaced, blame=not oos.probable or not majority)
 
 
 def _ranks(ranks: tuple[int, ...] | list[int]) -> str:

@@ -1,0 +1,217 @@
+"""Why, not only who: each origin's mechanism and fix, and where the ranks went out of step."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ddpdoctor.analysis.alignment import OutOfStep, out_of_step
+from ddpdoctor.analysis.branches import LoopExit, loop_exit
+from ddpdoctor.analysis.iterations import SkippedIteration, skipped_iterations
+from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
+from ddpdoctor.analysis.source import rank_condition, source_line
+from ddpdoctor.trace.origin import Origin
+
+# Per origin: (what the call does that the user may not know, the fix).
+MECHANISMS: dict[Origin, tuple[str, str]] = {
+    Origin.DDP_FORWARD: (
+        "calling the DDP model is a collective: its forward broadcasts the module's buffers "
+        "from rank 0 (broadcast_buffers=True), so every rank must call it the same number "
+        "of times",
+        "Evaluate on `model.module` (the wrapped module: no collective) or call the DDP model "
+        "on every rank; DDP(..., broadcast_buffers=False) also drops the broadcast."),
+    Origin.DDP_BACKWARD: (
+        "backward() through a DDP model all-reduces the gradients bucket by bucket, so every "
+        "rank must run backward the same number of times",
+        "Run forward and backward on every rank every step: to skip a step, decide on one "
+        "rank and broadcast the decision (or all-reduce the flag) and skip together, or "
+        "zero the loss instead of skipping."),
+    Origin.DDP_INIT: (
+        "DDP's constructor is a collective: it checks the parameters' shapes across ranks "
+        "and broadcasts rank 0's parameters and buffers",
+        "Construct DistributedDataParallel on every rank, with the same model, at the same "
+        "point relative to other collectives."),
+    Origin.ZERO: (
+        "ZeroRedundancyOptimizer broadcasts every rank's shard (consolidate_state_dict, "
+        "step): it is a collective",
+        "Call optimizer.consolidate_state_dict(to=0) on every rank, then save on rank 0 only."),
+    Origin.SYNC_BN: (
+        "SyncBatchNorm all-gathers the batch statistics in every training-mode forward",
+        "Run the forward on every rank, or evaluate in eval mode (model.eval(): running "
+        "statistics, no collective) or on `model.module`."),
+    Origin.OBJECT: (
+        "an object collective is two collectives under one call: it sends the pickled sizes "
+        "first, then the bytes",
+        "Call the object collective on every rank of the group, with the same src."),
+    Origin.JOIN: (
+        "torch's Join context shadows the collectives of ranks that ran out of inputs with "
+        "all-reduces of its own, which only match DDP's and ZeRO's collectives",
+        "Pass every DDP model and ZeroRedundancyOptimizer to Join(...), and keep "
+        "collectives of your own out of the joined loop (Join does not shadow them)."),
+    Origin.FRAMEWORK: (
+        "the framework's helper issues a collective (a metric sync, gather or barrier)",
+        "Call the helper on every rank; keep only the printing or saving under the rank "
+        "check."),
+}
+
+
+def mechanism(call: Call) -> str:
+    """What the call does on the user's behalf, in a sentence ("" for the user's own)."""
+    words = MECHANISMS.get(call.origin)
+    if words is None:
+        return ""
+    text = words[0]
+    if call.origin == Origin.FRAMEWORK and call.framework_site:
+        pkg = call.framework_site.split("/", 1)[0]
+        text = text.replace("the framework's helper", f"{pkg}'s helper") + \
+            f" at {call.framework_site}"
+    cond = rank_condition(call.callsite)
+    if call.origin == Origin.DDP_FORWARD and cond:
+        text = text.replace("calling the DDP model is", f"calling the DDP model inside {cond} "
+                            "(on some ranks alone) is")
+    return f"The {call.describe()} at {call.short_site} was issued by {_api(call)}: {text}."
+
+
+def _api(call: Call) -> str:
+    return {Origin.DDP_FORWARD: "DDP's forward", Origin.DDP_BACKWARD: "DDP's backward",
+            Origin.DDP_INIT: "DDP's constructor", Origin.ZERO: "ZeroRedundancyOptimizer",
+            Origin.SYNC_BN: "SyncBatchNorm", Origin.OBJECT: "an object collective",
+            Origin.JOIN: "torch's Join", Origin.FRAMEWORK: "a framework helper"}.get(
+                call.origin, "the user's call")
+
+
+def fix_for(call: Call) -> str | None:
+    words = MECHANISMS.get(call.origin)
+    return words[1] if words else None
+
+
+def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
+    ranks = sorted(ranks)
+    word = "rank" if len(ranks) == 1 else "ranks"
+    return f"{word} " + (", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+                         if len(ranks) > 1 else str(ranks[0]))
+
+
+def step_evidence(oos: OutOfStep) -> dict[str, Any]:
+    """The out-of-step place as report evidence."""
+    c = oos.call
+    return {"group": oos.group, "seq": min(oos.seqs.values()), "seqs": {
+                str(r): s for r, s in oos.seqs.items()},
+            "ranks": list(oos.culprits), "extra": oos.extra, "probable": oos.probable,
+            "op": c.op, "callsite": c.callsite, "source": source_line(c.callsite),
+            "condition": rank_condition(c.callsite), "origin": c.origin.value,
+            "framework_site": c.framework_site or None}
+
+
+def step_text(oos: OutOfStep) -> str:
+    """``rank 0 went out of step at seq 4: it called all_reduce(...) at train.py:40 ...``"""
+    c = oos.call
+    seq = min(oos.seqs.values())
+    src = source_line(c.callsite)
+    cond = rank_condition(c.callsite)
+    at = f"{c.describe()} at {c.short_site}" + (f" `{src}`" if src else "") + \
+        (f" (inside {cond})" if cond else "")
+    hedge = "probably " if oos.probable else ""
+    if oos.extra:
+        return (f"{_ranks(oos.culprits)} {hedge}went out of step at seq {seq} on group "
+                f"{oos.group}: it called {at}, which {_ranks(oos.missed_by)} never called")
+    return (f"{_ranks(oos.culprits)} {hedge}went out of step at seq {seq} on group "
+            f"{oos.group}: it skipped {at}, which {_ranks(oos.made_by)} called")
+
+
+def find_step(job: JobView, group: str, until_seq: int | None) -> OutOfStep | None:
+    """The earliest extra or missing call of ``group`` in ``job`` up to ``until_seq``."""
+    by_rank = {r: run.calls[group] for r, run in job.ranks.items() if group in run.calls}
+    return out_of_step(by_rank, group, until_seq, rank_condition)
+
+
+def with_step(f: Finding, oos: OutOfStep, surfaced: str, blame: bool) -> Finding:
+    """``f`` told where the ranks went out of step (and blaming its culprits when
+    ``blame``); ``surfaced``: where it showed, in words."""
+    how = mechanism(oos.call)
+    lead = step_text(oos)
+    summary = f"{lead}; it surfaced {surfaced}"
+    detail = f"{lead}.\n" + (f"{how}\n" if how else "") + \
+        f"It surfaced {surfaced}:\n{f.detail}"
+    fix = fix_for(oos.call) or f.fix
+    if oos.call.origin == Origin.USER:
+        fix = ("Make every rank call the same collectives in the same order: the call at "
+               f"{oos.call.short_site} must be made on every rank of the group or on none "
+               "(move it out of the rank-dependent branch).") if oos.extra else f.fix
+    return replace(f, ranks=tuple(oos.culprits) if blame else f.ranks, summary=summary,
+                   detail=detail, fix=fix,
+                   evidence={**f.evidence, "out_of_step": step_evidence(oos)})
+
+
+DECIDE_TOGETHER = ("Decide together: let one rank decide and broadcast the decision, or "
+                   "all-reduce the flag (e.g. MAX of a 0/1 tensor) so that every rank skips "
+                   "or stops in the same iteration.")
+
+
+ZERO_LOSS = (" With DDP, a step that must not count can run backward on a zeroed loss "
+             "(loss * 0): the gradient all-reduces stay in step.")
+
+
+def skip_text(skip: SkippedIteration, exit_: LoopExit | None) -> str:
+    """``rank 1 skipped iteration 2 (epoch 0, batch 2): ...``"""
+    m = skip.missed
+    text = (f"{_ranks(skip.ranks)} skipped iteration {skip.index} (loader epoch "
+            f"{skip.epoch}, batch {skip.batch}): it drew the batch and drew the next one "
+            f"without {m.describe()} at {m.short_site}, which the other ranks made for it")
+    if exit_ is not None:
+        text += (f"; the skip is `{exit_.source}` at {_short(exit_.callsite)}"
+                 + (f" under {exit_.condition}" if exit_.condition else "")
+                 + f", decided by {exit_.decided_by}")
+    return text
+
+
+def _short(site: str) -> str:
+    path, _, line = site.rpartition(":")
+    return f"{path.rsplit('/', 1)[-1]}:{line}" if path else site
+
+
+def with_skip(f: Finding, skip: SkippedIteration) -> Finding:
+    """``f`` told which iteration its culprits skipped, the line of the skip and what
+    made the rank decide alone, with the fix that makes the ranks decide together."""
+    exit_ = loop_exit(skip.missed.callsite, skipped=True)
+    lead = skip_text(skip, exit_)
+    how = mechanism(skip.missed)
+    detail = f"{lead}.\n" + (f"{how}\n" if how else "") + \
+        "From then on its collectives met the other ranks' calls of a later iteration " \
+        f"until the job stopped:\n{f.detail}"
+    evidence = {"rank": list(skip.ranks), "iteration": skip.index, "epoch": skip.epoch,
+                "batch": skip.batch, "missed": skip.missed.callsite}
+    if exit_ is not None:
+        evidence.update(statement=exit_.statement, callsite=exit_.callsite,
+                        source=exit_.source, condition=exit_.condition,
+                        decided_by=exit_.decided_by)
+    return replace(f, summary=f"{lead}; {f.summary}", detail=detail,
+                   fix=DECIDE_TOGETHER + (ZERO_LOSS if skip.missed.origin ==
+                                          Origin.DDP_BACKWARD else ""),
+                   evidence={**f.evidence, "skipped_iteration": evidence})
+
+
+def explained(findings: list[Finding], job: JobView) -> list[Finding]:
+    """The findings with the why: the first error finding told where its ranks went out
+    of step (an extra or missing call before where it surfaced) or which iteration they
+    skipped; findings that say this already are left as they are."""
+    out = list(findings)
+    first = next((i for i, f in enumerate(out) if f.severity == Severity.ERROR), None)
+    if first is None:
+        return out
+    f = out[first]
+    if "out_of_step" in f.evidence or f.kind not in (
+            "missing_collective", "uneven_batches", "collective_mismatch", "rank_failed"):
+        return out
+    skips = skipped_iterations(job)
+    skip = next((s for s in skips if set(s.ranks) <= set(f.ranks)), None)
+    if skip is not None:
+        out[first] = with_skip(f, skip)
+        return out
+    group = f.evidence.get("group")
+    if isinstance(group, str) and f.seq is not None:
+        oos = find_step(job, group, f.seq)
+        if oos is not None and min(oos.seqs.values()) < f.seq:
+            surfaced = f"at seq {f.seq} ({f.summary})"
+            out[first] = with_step(f, oos, surfaced, blame=not oos.probable)
+    return out
