@@ -216,3 +216,45 @@ def two_groups_job(rank: int, world: int, port: int, out_dir: str) -> None:
 def test_two_groups_set_up_from_two_threads_in_opposite_orders(tmp_path: Path) -> None:
     run_job(two_groups_job, 2, str(tmp_path))
     assert _read(tmp_path, 2) == [{"0": 2.0, "1": 4.0}] * 2
+
+
+RING_JOB = Path(__file__).resolve().parents[1] / "robustness" / "jobs" / "ring_job.py"
+
+
+def test_each_groups_transport_is_recorded_reported_and_shown(tmp_path: Path) -> None:
+    """Rank 1 alone asks for gloo: the group runs over gloo on both ranks, and the trace, the
+    report and the TUI's summary say so, each rank with its reason."""
+    import subprocess
+    import sys
+
+    from ddpdoctor.trace.reader import read_meta
+    from ddpdoctor.tui.model import ReportView
+    from ddpdoctor.tui.widgets.run_summary import summary_text
+
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir", str(run_dir),
+         "--nproc-per-node", "2", "--master-port", str(_free_port()), str(RING_JOB)],
+        env={**os.environ, "GLOO_ON_RANK": "1"}, capture_output=True, text=True,
+        timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = [e for meta in (run_dir / "traces").glob("*.meta.jsonl")
+              for e in read_meta(meta)[0] if e.get("event") == "transport"]
+    assert sorted((e["transport"], e["why"]) for e in events) == [
+        ("gloo", "DDPDOCTOR_RING_TRANSPORT asks for gloo"),
+        ("gloo", "the left neighbour offers no shared memory")]
+    report = json.loads((run_dir / "report.json").read_text())
+    by_rank = {t["ranks"][0]: t for t in report["transports"]}
+    assert by_rank[1]["why"] == "DDPDOCTOR_RING_TRANSPORT asks for gloo"
+    assert by_rank[0]["why"] == "the left neighbour offers no shared memory"
+    assert all(t["group_ranks"] == [0, 1] and t["refused"] == [] for t in by_rank.values())
+    shown = summary_text(ReportView.from_dict(report), 0.0, 400).plain
+    assert "ring: group 0 gloo (" in shown and "asks for gloo" in shown
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

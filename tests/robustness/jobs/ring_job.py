@@ -1,4 +1,5 @@
-"""Two ranks train a small model under DDP; rank 1 reaches the first all-reduce late."""
+"""Two ranks train a small model under DDP; rank 1 reaches the first all-reduce RIGHT_LATE_S
+late; the rank GLOO_ON_RANK asks for the ring over gloo."""
 import os
 import time
 
@@ -7,6 +8,8 @@ import torch.distributed as dist
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+if os.environ.get("GLOO_ON_RANK") == str(rank):  # this rank alone asks for gloo's send/recv
+    os.environ["DDPDOCTOR_RING_TRANSPORT"] = "gloo"
 torch.manual_seed(0)
 model = torch.nn.Linear(64, 8)
 ddp = torch.nn.parallel.DistributedDataParallel(model)
