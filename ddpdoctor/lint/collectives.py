@@ -83,6 +83,7 @@ class Site:
     line: int
     sig: str
     p2p: bool = False
+    grouped: bool = False  # on an explicit process group (``group=``, ``process_group=``)
 
 
 def receiver_name(node: ast.expr) -> str:
@@ -151,9 +152,11 @@ def classify(call: ast.Call, module: ParsedModule, kinds: dict[str, frozenset[st
     line = call.lineno
     op = dist_op(call, module)
     if op is not None:
-        return Site(op, line, f"{op}({group_text(call)})", op in P2P_NAMES)
+        group = group_text(call)
+        return Site(op, line, f"{op}({group})", op in P2P_NAMES, bool(group))
     if is_ddp_wrap(call, module):
-        return Site("DDP construction (broadcasts the parameters)", line, "ddp_init")
+        return Site("DDP construction (broadcasts the parameters)", line, "ddp_init",
+                    grouped=bool(group_text(call)))
     func = call.func
     key = key_of(func)
     if key is not None:

@@ -227,7 +227,7 @@ class TaintEval:
         if index is not None and isinstance(node.slice, ast.Slice):
             if index.kind == TaintKind.RANK:
                 index = Taint(TaintKind.SHARD, index.line)
-            elif index.kind == TaintKind.WORLD:
+            elif index.kind == TaintKind.WORLD and self._strides_by_world(node.slice.step):
                 self.on_world_split(node.lineno)
         return stronger(base, index)
 
@@ -277,9 +277,15 @@ class TaintEval:
     def _range(self, node: ast.Call, args: Taint | None) -> Taint | None:
         if args is not None and len(node.args) >= 2 and args.kind == TaintKind.RANK:
             return Taint(TaintKind.SHARD, args.line)
-        if args is not None and args.kind == TaintKind.WORLD and len(node.args) == 3:
+        if args is not None and args.kind == TaintKind.WORLD and len(node.args) == 3 and \
+                self._strides_by_world(node.args[2]):
             self.on_world_split(node.lineno)
         return args
+
+    def _strides_by_world(self, step: ast.expr | None) -> bool:
+        """A step of the world size: every world-th item (a split, if it starts at the rank)."""
+        t = self.of(step)
+        return t is not None and t.kind == TaintKind.WORLD
 
     def _source_taint(self, node: ast.Call, name: str, line: int) -> Taint | None:
         """The taint a call creates by itself, whatever its arguments."""

@@ -333,8 +333,10 @@ class FunctionWalker:
             elif ends_in_jump(stmt.orelse) and not ends_in_jump(stmt.body):
                 body += self.sites(rest)
                 skip_rule = not orelse
+            membership = isinstance(stmt.test, ast.Compare) and \
+                isinstance(stmt.test.ops[0], (ast.In, ast.NotIn))
             if not skip_rule:
-                self.emit(conditional_collective.check(t, stmt.lineno, body, orelse))
+                self.emit(conditional_collective.check(t, stmt.lineno, body, orelse, membership))
         self.branches(t, stmt.lineno, [stmt.body, stmt.orelse])
 
     def branches(self, t: Taint | None, line: int, bodies: list[list[ast.stmt]],

@@ -414,3 +414,18 @@ def test_ddp_forward_without_grad_broadcasts_buffers():
             with torch.no_grad():
                 quiet(x)
     """)
+
+
+def test_subgroup_members_and_world_slices():
+    check("""
+    def main(rank, t, world, res):
+        members = [0, 2]
+        group = dist.new_group(members)
+        if rank in members:
+            dist.all_reduce(t, group=group)
+            model = DDP(nn.Linear(4, 3), process_group=group)
+        if rank in members:
+            dist.all_reduce(t)  # expect: rank_dependent_collective
+        last_two = res[world - 2:]
+        every_world_th = res[1::world]  # expect: duplicate_data
+    """)

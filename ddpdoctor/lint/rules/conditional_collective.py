@@ -22,12 +22,15 @@ def signature(sites: list[Site]) -> list[str]:
     return [s.sig for s in sites if not s.p2p]
 
 
-def check(taint: Taint, cond_line: int, taken: list[Site], other: list[Site]) -> Draft | None:
+def check(taint: Taint, cond_line: int, taken: list[Site], other: list[Site],
+          membership: bool = False) -> Draft | None:
     """Rule: when a condition that can differ between ranks guards a branch, the collectives
     of both branches must be the same ops in the same order (p2p ops aside); else the first
-    collective that differs is flagged (an error when the rank decides, else a warning)."""
-    a = [s for s in taken if not s.p2p]
-    b = [s for s in other if not s.p2p]
+    collective that differs is flagged (an error when the rank decides, else a warning).
+    Under a membership test (``if rank in members:``), collectives on an explicit group are
+    taken to be that group's, which only its members call."""
+    a = [s for s in taken if not s.p2p and not (membership and s.grouped)]
+    b = [s for s in other if not s.p2p and not (membership and s.grouped)]
     if [s.sig for s in a] == [s.sig for s in b]:
         return None
     if a and b and sorted(s.sig for s in a) == sorted(s.sig for s in b):
