@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import ipaddress
 import os
 import socket
 from dataclasses import dataclass
@@ -112,10 +113,18 @@ class Msg:
 
 
 def _listen(setup: NodeSetup) -> int:
-    """A socket listening on the store's own address (not every interface): its fd."""
+    """A socket listening on the store's own address (not every interface): its fd.  A
+    host name that resolves to loopback here only (a hosts file's 127.0.1.1 for this
+    machine's name) is reached by the other nodes at another address: every address then,
+    as torch's store does (every message is sealed all the same)."""
     error: OSError | None = None
-    for family, kind, proto, _, addr in socket.getaddrinfo(setup.host, setup.port,
-                                                           type=socket.SOCK_STREAM):
+    addrs = socket.getaddrinfo(setup.host, setup.port, type=socket.SOCK_STREAM)
+    if _loopback_alias(setup.host, [a[4][0] for a in addrs]):
+        addrs = socket.getaddrinfo(None, setup.port, socket.AF_INET6, socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE) + \
+            socket.getaddrinfo(None, setup.port, socket.AF_INET, socket.SOCK_STREAM,
+                               flags=socket.AI_PASSIVE)
+    for family, kind, proto, _, addr in addrs:
         sock = socket.socket(family, kind, proto)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -126,6 +135,14 @@ def _listen(setup: NodeSetup) -> int:
             sock.close()
             error = e
     raise error or OSError(f"no address for {setup.host}")
+
+
+def _loopback_alias(host: str, addresses: list[str]) -> bool:
+    """A name other than a loopback one whose every address here is loopback."""
+    named_loopback = host in ("localhost", "localhost.localdomain") or \
+        host.startswith("127.") or host == "::1"
+    return not named_loopback and bool(addresses) and \
+        all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
 
 
 class NodeStore:

@@ -475,3 +475,16 @@ def test_a_forged_store_client_cannot_stop_a_two_node_job(tmp_path):
     assert _supervisor_events(tmp_path / "node0", "store_refused")
     refused_on_1 = {e["key"] for e in _supervisor_events(tmp_path / "node1", "store_refused")}
     assert "verdict" in refused_on_1, refused_on_1
+
+
+def test_a_big_copy_goes_in_values_the_store_takes():
+    """A node's copy bigger than one value of the store (torch's 8 MiB) goes in several,
+    each sealed under the limit, in order."""
+    from ddpdoctor.supervisor.node_auth import MAX_VALUE_BYTES, Seal
+    from ddpdoctor.trace.sync import split_delta
+
+    files = [{"name": f"stacks/pid-{i}.json", "data": "A" * (3 << 20)} for i in range(5)]
+    parts = split_delta({"rings": [], "files": files}, MAX_VALUE_BYTES // 2)
+    assert [f for p in parts for f in p["files"]] == files and len(parts) == 5
+    seal = Seal(STORE_SECRET, "1", "s")
+    assert all(len(seal.seal("k", {"delta": p})) < MAX_VALUE_BYTES for p in parts)
