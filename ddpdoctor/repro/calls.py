@@ -61,9 +61,10 @@ def _kwargs(step: Step, group: str | None, reduce: bool = False) -> str:
     return "".join(f", {k}" for k in out)
 
 
-def call_text(step: Step, group: str | None, size: int) -> str:
+def call_text(step: Step, group: str | None, size: int, peer: str = "") -> str:
     """The torch.distributed call that replays ``step`` (``group``: its variable, None for
-    the default group; ``size``: the group's number of ranks), or its DataLoader step."""
+    the default group; ``size``: the group's number of ranks; ``peer``: an expression that
+    stands for the recorded peer), or its DataLoader step."""
     it = f"it_{step.group.rpartition('_')[2]}"
     if step.op == START:
         return f"{it} = {step.group}({step.in_shapes[0][0]}, rank)"
@@ -73,12 +74,13 @@ def call_text(step: Step, group: str | None, size: int) -> str:
         return f"next({it}, None)"
     if step.wait:
         return f"w{step.slot}.wait()"
-    text = _call(step, group, size)
+    text = _call(step, group, size, peer or str(max(step.peer, 0)))
     return f"w{step.slot} = {text}" if step.slot >= 0 else text
 
 
-def _call(step: Step, group: str | None, size: int) -> str:
-    op, peer = step.op, max(step.peer, 0)  # a root not recorded (flight recorder): rank 0
+def _call(step: Step, group: str | None, size: int, peer: str) -> str:
+    """(A root not recorded, as in flight recorder dumps, is rank 0.)"""
+    op = step.op
     ins, outs = step.in_shapes, step.out_shapes
     one = _one(step, ins) if ins else "z(1)"
     if op in ("all_reduce", "all_reduce_coalesced"):
@@ -114,13 +116,13 @@ def _call(step: Step, group: str | None, size: int) -> str:
         out = _one(step, outs) if outs else "z(1)"
         return (f"dist.scatter({out}, {_list((), (), size, out)} if rank == {peer} else None, "
                 f"src={peer}{_kwargs(step, group)})")
-    return _object_call(step, group, size)
+    return _object_call(step, group, size, peer)
 
 
-def _object_call(step: Step, group: str | None, size: int) -> str:
+def _object_call(step: Step, group: str | None, size: int, peer: str) -> str:
     """Object collectives with None for each object (their pickled sizes are not recorded);
     an op that cannot be replayed gets a barrier on its group in its place."""
-    op, peer = step.op, max(step.peer, 0)
+    op = step.op
     n = step.in_shapes[0][0] if step.in_shapes and step.in_shapes[0] else 1
     g = f", group={group}" if group else ""
     if op == "all_gather_object":

@@ -49,6 +49,8 @@ class ScriptWriter:
         self.job = job
         self.group_vars = {name: _group_var(name, i) for i, (name, _) in enumerate(job.groups)}
         self.sizes = {name: len(ranks) for name, ranks in job.groups}
+        self.members = {name: set(ranks) for name, ranks in job.groups}
+        self.group_tables: dict[str, str] = {}  # rank -> its own group: variable name
         self.lines: list[str] = []
         self.uses_who = False  # a branch tests `who`, not `rank` (see WHO)
         self.site_names: dict[str, str] = {}  # the job's call site -> its helper's name
@@ -79,9 +81,11 @@ class ScriptWriter:
     def emit(self, depth: int, text: str) -> None:
         self.lines.append(INDENT * depth + text)
 
-    def step(self, depth: int, step: Step) -> None:
-        code = call_text(step, self.group_vars.get(step.group),
-                         self.sizes.get(step.group, self.job.world_size))
+    def step(self, depth: int, step: Step, peer: str = "", group: str = "") -> None:
+        """One call; ``peer`` / ``group``: expressions that stand for the recorded ones
+        where ranks share the line with their own peers or groups."""
+        code = call_text(step, group or self.group_vars.get(step.group),
+                         self.sizes.get(step.group, self.job.world_size), peer)
         if step.op in LOADER_WORDS:
             site = dict(self.job.loaders).get(step.group, "?")
             words = LOADER_WORDS[step.op].format(n=step.in_shapes[0][0] if step.in_shapes else 0)
@@ -94,6 +98,43 @@ class ScriptWriter:
                 code = f"{lhs}{eq}{self.site_helper(step)}({fn}, {args}".replace(", )", ")")
         self.emit(depth, f"{code}  {comment}"[:WIDTH + 60].rstrip())
 
+    def column(self, depth: int, ranks: list[int], col: tuple[Any, ...]) -> None:
+        """The same item of several ranks: once; their own peers and groups as expressions
+        of ``rank`` where those differ."""
+        first = col[0]
+        if not isinstance(first, Step) or len({item_key(x) for x in col}) == 1:
+            self.item(depth, first)
+            return
+        peer = group = ""
+        if len({x.peer for x in col}) > 1:
+            peer = self.rank_expr(ranks, [x.peer for x in col], relative=True)
+        if len({x.group for x in col}) > 1:
+            table = self.rank_expr(ranks, [self.group_vars.get(x.group, "None") for x in col])
+            group = self.group_tables.setdefault(table, f"own_group{len(self.group_tables) + 1}")
+        self.step(depth, first, peer, group)
+
+    def rank_expr(self, ranks: list[int], values: list[Any], relative: bool = False) -> str:
+        """``(rank + 1) % 8`` when each value is the rank shifted alike, else a table."""
+        world = self.job.world_size
+        shifts = {(v - r) % world for r, v in zip(ranks, values)} if relative else set()
+        if len(shifts) == 1:
+            k = shifts.pop()
+            return f"(rank - 1) % {world}" if k == world - 1 else f"(rank + {k}) % {world}"
+        return "{" + ", ".join(f"{r}: {v}" for r, v in zip(ranks, values)) + "}[rank]"
+
+    def rel_key(self, item: Any, rank: int) -> Hashable:
+        """What must be alike for ranks to share a line: a step's key with its p2p peer as
+        an offset from the rank and its group as "a group of n ranks that holds it"."""
+        if not isinstance(item, Step):
+            return item_key(item)
+        key = list(item.key())
+        if item.p2p and item.peer >= 0:
+            key[6] = ("shift", (item.peer - rank) % self.job.world_size)
+        members = self.members.get(item.group)
+        if members is not None and rank in members:
+            key[1] = ("own group", len(members))
+        return tuple(key)
+
     def end(self, depth: int, end: End) -> None:
         if end.ending == Ending.RAISES:
             self.emit(depth, f"raise RuntimeError({end.message!r})  # the rank crashed here")
@@ -104,7 +145,8 @@ class ScriptWriter:
         elif end.ending == Ending.CALL_FAILS:
             self.emit(depth, "pass  # in the job, the call above raised on this rank")
         elif end.ending == Ending.HANGS:
-            self.emit(depth, "pass  # the rank was still in the call above when the job ended")
+            self.emit(depth, "pass  # the rank was still in the call above (or in init) when "
+                             "the job ended")
         elif end.ending == Ending.NEVER_INIT:
             self.emit(depth, "pass  # (stalled before init_process_group, above)")
         elif end.destroys:
@@ -124,20 +166,34 @@ class ScriptWriter:
             self.step(depth, item)
 
     def block(self, depth: int, progs: dict[int, list[Any]]) -> None:
-        """These ranks' steps: the steps they share, folded, once; where they differ, one
-        ``if rank ...`` branch per set of ranks that go on alike, each with its own rest."""
-        keys = {r: [item_key(x) for x in p] for r, p in progs.items()}
-        shortest = min(len(k) for k in keys.values())
-        first = next(iter(keys.values()))
-        same = 0
-        while same < shortest and all(k[same] == first[same] for k in keys.values()):
-            same += 1
-        for item in fold(next(iter(progs.values()))[:same]):
-            self.item(depth, item)
-        rest = {r: p[same:] for r, p in progs.items() if len(p) > same}
-        if rest:
-            self.branches(depth, rest, {r: item_key(p[0]) for r, p in rest.items()},
-                          len(rest) < len(progs))
+        """These ranks' items: what they share at the start and at the end once (folded
+        into loops, with their own peers and groups as expressions); where they differ
+        between, one ``if who ...`` branch per set of ranks that go on alike."""
+        ranks = sorted(progs)
+        rel = {r: [self.rel_key(x, r) for x in progs[r]] for r in ranks}
+        head = _common(rel, ranks, 0, min(len(k) for k in rel.values()))
+        self.columns(depth, ranks, [tuple(progs[r][i] for r in ranks) for i in range(head)])
+        rest = {r: progs[r][head:] for r in ranks}
+        room = min(len(p) for p in rest.values())
+        tail = _common({r: rel[r][::-1] for r in ranks}, ranks, 0, room)
+        middle = {r: p[:len(p) - tail] for r, p in rest.items() if len(p) > tail}
+        if middle:
+            self.branches(depth, middle, {r: self.rel_key(p[0], r) for r, p in middle.items()},
+                          len(middle) < len(rest))
+        self.columns(depth, ranks, [tuple(rest[r][len(rest[r]) - tail + i] for r in ranks)
+                                    for i in range(tail)])
+
+    def columns(self, depth: int, ranks: list[int], cols: list[tuple[Any, ...]]) -> None:
+        folded = fold(cols, key=lambda col: tuple(item_key(x) for x in col))
+        self.folded(depth, ranks, folded)
+
+    def folded(self, depth: int, ranks: list[int], items: list[Any]) -> None:
+        for item in items:
+            if isinstance(item, Loop):
+                self.emit(depth, f"for {'step' if depth == 1 else '_'} in range({item.count}):")
+                self.folded(depth + 1, ranks, list(item.body))
+            else:
+                self.column(depth, ranks, item)
 
     def branches(self, depth: int, rest: dict[int, list[Any]], keys: dict[int, Hashable],
                  some_ended: bool) -> None:
@@ -148,7 +204,6 @@ class ScriptWriter:
         if len(sets) == 1 and not some_ended:
             self.block(depth, rest)
             return
-        var = "who"
         self.uses_who = True
         for n, ranks in enumerate(sets):
             if n == len(sets) - 1 and n > 0 and not some_ended:
@@ -156,10 +211,19 @@ class ScriptWriter:
                                  f"{', '.join(map(str, ranks))}")
             else:
                 word = "if" if n == 0 else "elif"
-                cond = (f"{var} == {ranks[0]}" if len(ranks) == 1 else
-                        f"{var} in ({', '.join(map(str, ranks))})")
+                cond = (f"who == {ranks[0]}" if len(ranks) == 1 else
+                        f"who in ({', '.join(map(str, ranks))})")
                 self.emit(depth, f"{word} {cond}:")
             self.block(depth + 1, {r: rest[r] for r in ranks})
+
+
+def _common(keys: dict[int, list[Hashable]], ranks: list[int], start: int, limit: int) -> int:
+    """How many keys from ``start`` on every rank has alike (at most ``limit``)."""
+    n = start
+    first = keys[ranks[0]]
+    while n < limit and all(keys[r][n] == first[n] for r in ranks):
+        n += 1
+    return n - start
 
 
 def _docstring_safe(text: str) -> str:
@@ -259,13 +323,15 @@ def script_text(job: ReplayJob) -> str:
             f'"run it with {job.world_size} ranks"']
     for r in never:
         busy = next(p.busy for p in job.plans if p.rank == r)
-        out.append(f"{INDENT}if rank == {r}:  # rank {r} never got through init_process_group")
+        out.append(f"{INDENT}if rank == {r}:  # rank {r} never called init_process_group")
         out.append(f"{INDENT * 2}stall(busy={busy})")
     if writer.uses_who:
         out.append(f"{INDENT}{WHO}")
     out.append(f'{INDENT}dist.init_process_group("gloo")')
     for name, ranks in job.groups:
         out.append(f"{INDENT}{writer.group_vars[name]} = dist.new_group({list(ranks)})")
+    for table, name in writer.group_tables.items():
+        out.append(f"{INDENT}{name} = {table}  # the group each rank made these calls on")
     out += writer.lines
     out += ["", "", 'if __name__ == "__main__":', f"{INDENT}main()", ""]
     return "\n".join(out)

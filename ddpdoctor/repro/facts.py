@@ -29,7 +29,7 @@ class Ending(str, enum.Enum):
     RAISES: it died of an exception outside any collective: the replay raises it there.
     STALLS: it was stuck outside any collective (computing, or blocked in its own code)
         when the job ended: the replay sleeps (or spins, if it was busy) there.
-    NEVER_INIT: it never finished init_process_group's start: it stalls before it.
+    NEVER_INIT: it never called init_process_group: it stalls before it.
     """
 
     RETURNS = "returns"
@@ -126,10 +126,11 @@ def _message(exc: dict[str, Any]) -> str:
     return f"{kind.rsplit('.', 1)[-1]}: {first}"[:MAX_MESSAGE]
 
 
-def _initialised(run: RankRun) -> bool:
-    inits = [m for m in run.marks if m.op == "init"]
-    if inits:
-        return any(m.t_end for m in inits)
+def _reached_init(run: RankRun) -> bool:
+    """Did the rank call init_process_group (and, if it is still in there, wait for the
+    others: the replay's init waits as well)?"""
+    if any(m.op == "init" for m in run.marks):
+        return True
     return bool(run.calls or run.p2p) or run.trace.header.state != L.RankState.STARTING
 
 
@@ -137,9 +138,11 @@ def rank_plan(run: RankRun, loader_names: dict[int, str] | None = None) -> RankP
     """How one rank is replayed: its steps and its ending (see ``Ending``)."""
     steps = tuple(rank_steps(run, loader_names))
     destroys = bool(run.trace.meta_events("destroy"))
-    if not _initialised(run):
+    if not _reached_init(run):
         return RankPlan(run.rank, (), Ending.NEVER_INIT, busy=run.cpu_busy is True)
     exc = run.exception()
+    if exc is None and not steps and any(m.op == "init" and not m.t_end for m in run.marks):
+        return RankPlan(run.rank, steps, Ending.HANGS)  # still in init_process_group
     if exc is not None and not _failed_in_call(run):
         return RankPlan(run.rank, steps, Ending.RAISES, _message(exc))
     if exc is None and not run.fault and run.header.state in (
@@ -236,9 +239,10 @@ def read_job(run_dir: Path) -> ReplayJob:
     if not job.ranks:
         raise UserError(f"{run_dir} holds no rank's trace to replay: give the run dir that "
                         "`ddpdoctor run` or `ddpdoctor attach` wrote", 2)
-    if not any(run.calls or run.p2p for run in job.ranks.values()):
-        raise UserError(f"{run_dir} holds no collective or p2p record to replay "
-                        f"({len(job.ranks)} rank(s) traced, none reached a collective)", 2)
+    if not any(run.calls or run.p2p or any(m.op == "init" for m in run.marks)
+               for run in job.ranks.values()):
+        raise UserError(f"{run_dir} holds nothing to replay: {len(job.ranks)} rank(s) traced, "
+                        "none reached init_process_group or a collective", 2)
     world = max(job.world_size, max(job.ranks) + 1)
     names = loaders.loader_names(list(job.ranks.values()))
     plans = [rank_plan(job.ranks[r], names) if r in job.ranks else
