@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ddpdoctor.errors import UserError
 from ddpdoctor.lint.findings import Condition, LintFinding, ignored
-from ddpdoctor.lint.module import ParsedModule, parse_module
+from ddpdoctor.lint.module import ParsedModule, parse_module, parse_source
 from ddpdoctor.lint.rules import Draft, duplicate_data, missing_set_epoch, seed_collision
 from ddpdoctor.lint.summaries import FunctionInfo, Program, static_kinds, summarise_collectives
 from ddpdoctor.lint.taint import Env
@@ -145,7 +145,4 @@ def lint_files(paths: list[Path]) -> list[LintFinding]:
 
 def lint_source(source: str, name: str = "<source>") -> list[LintFinding]:
     """Lint one source text (tests, the catalogue)."""
-    tree = ast.parse(source, filename=name)
-    from ddpdoctor.lint.module import _collect_aliases
-
-    return lint_modules([ParsedModule(name, tree, source.splitlines(), _collect_aliases(tree))])
+    return lint_modules([parse_source(source, name)])

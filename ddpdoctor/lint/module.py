@@ -78,9 +78,14 @@ def parse_module(path: Path, shown: str) -> ParsedModule:
         raise UserError(f"cannot read {shown} as Python source ({e.__class__.__name__}); "
                         "give Python files or directories that hold them", 2) from None
     try:
-        tree = ast.parse(text, filename=shown)
+        return parse_source(text, shown)
     except (SyntaxError, ValueError) as e:
         where = f" at line {e.lineno}" if isinstance(e, SyntaxError) and e.lineno else ""
         raise UserError(f"{shown} is not valid Python{where}: fix the syntax error or leave "
                         "the file out", 2) from None
+
+
+def parse_source(text: str, shown: str) -> ParsedModule:
+    """Parse source text; SyntaxError (or ValueError) when it is not valid Python."""
+    tree = ast.parse(text, filename=shown)
     return ParsedModule(shown, tree, text.splitlines(), _collect_aliases(tree))

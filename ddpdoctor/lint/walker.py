@@ -4,104 +4,23 @@ between ranks and which collectives each path issues, and asking the rules at ea
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
-from ddpdoctor.lint.collectives import (IN_PLACE_UNIFORM, call_kinds, dist_op, receiver_name,
-                                        uniform_result)
-from ddpdoctor.lint.module import ParsedModule
-from ddpdoctor.lint.rules import Draft, conditional_collective, divergent_skip, \
-    rank_dependent_loop, rank_dependent_model, recv_before_send
-from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
-from ddpdoctor.lint.summaries import (MODEL_PARAMS, FunctionInfo, Program, SiteScanner,
-                                      rank_decorator, with_flags)
-from ddpdoctor.lint.taint import (RANK_NAMES, WORLD_NAMES, Env, Taint, TaintEval, TaintKind,
-                                  key_of, stronger)
+from ddpdoctor.lint.collectives import receiver_name
+from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
+from ddpdoctor.lint.rules import conditional_collective, divergent_skip, rank_dependent_loop, \
+    recv_before_send
+from ddpdoctor.lint.summaries import MODEL_PARAMS, FunctionInfo, rank_decorator, with_flags
+from ddpdoctor.lint.taint import RANK_NAMES, WORLD_NAMES, Env, Taint, TaintKind, key_of, \
+    stronger
 
-MUTATORS = frozenset({"append", "extend", "update", "add", "insert", "setdefault",
-                      "appendleft", "__setitem__"})
-LOADER_WORDS = ("loader", "batches")
+__all__ = ["FunctionWalker", "ModuleFacts"]
 JOIN_CALLS = ("Join", "join", "join_uneven_inputs")
 
 
 @dataclass
-class ModuleFacts:
-    """What the walk of one file found for the file-wide rules."""
-
-    seeds: list[SeedCall] = field(default_factory=list)
-    loaders: list[LoaderCall] = field(default_factory=list)
-    world_splits: set[int] = field(default_factory=set)
-
-
-@dataclass
-class Control:
-    """A condition the current statement runs under."""
-
-    taint: Taint
-    line: int
-    depth: int  # how many blocks were open when it began
-
-
-@dataclass
-class Frame:
-    """An open block: its statements, where we are in it, and whether it is a loop's body."""
-
-    stmts: list[ast.stmt]
-    index: int
-    loop: bool
-
-
-@dataclass
-class FunctionWalker:
+class FunctionWalker(DataFlow):
     """Walks one function (or a module's top level) and reports drafts through ``report``."""
-
-    program: Program
-    module: ParsedModule
-    cls: str | None
-    env: Env
-    report: Callable[[Draft], None]
-    facts: ModuleFacts
-    dataset_classes: set[str]
-    quiet: bool = False
-    returns: Taint | None = None
-    control: list[Control] = field(default_factory=list)
-    frames: list[Frame] = field(default_factory=list)
-    no_grad: bool = False
-    no_sync: bool = False
-    in_join: bool = False
-    nested_defs: bool = True  # walk functions defined inside (False at a module's top level)
-
-    # -- helpers ------------------------------------------------------------------------------
-    def taint_of(self, node: ast.expr | None) -> Taint | None:
-        return TaintEval(self.module, self.env, self._returns, self._uniform_call,
-                         self._world_split).of(node)
-
-    def _returns(self, call: ast.Call) -> Taint | None:
-        callee = self.program.resolve(call, self.module, self.cls)
-        return callee.returns if callee is not None else None
-
-    def _uniform_call(self, call: ast.Call) -> bool:
-        return uniform_result(call, self.module, self.env.kinds)
-
-    def _world_split(self, line: int) -> None:
-        if not self.quiet:
-            self.facts.world_splits.add(line)
-
-    def scanner(self) -> SiteScanner:
-        return SiteScanner(self.program, self.module, self.env.kinds, self.cls)
-
-    def sites(self, stmts: list[ast.stmt]):
-        return self.scanner().scan(stmts, self.no_grad, self.no_sync)
-
-    def control_taint(self) -> Taint | None:
-        result: Taint | None = None
-        for c in self.control:
-            result = stronger(result, c.taint)
-        return result
-
-    def emit(self, draft: Draft | None) -> None:
-        if draft is not None and not self.quiet:
-            self.report(draft)
 
     # -- entry points ---------------------------------------------------------------------------
     def walk_function(self, info: FunctionInfo | None, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -153,166 +72,6 @@ class FunctionWalker:
             handler(stmt)
         else:
             self.calls_in(stmt)
-
-    # -- assignments ----------------------------------------------------------------------------
-    def visit_Assign(self, stmt: ast.Assign) -> None:
-        self.calls_in(stmt.value)
-        if any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in stmt.targets):
-            self.model_change(stmt.lineno, "requires_grad")
-        t = stronger(self.taint_of(stmt.value), self.control_taint())
-        for target in stmt.targets:
-            self.assign(target, t, stmt.value)
-
-    def visit_AnnAssign(self, stmt: ast.AnnAssign) -> None:
-        if stmt.value is not None:
-            self.calls_in(stmt.value)
-            self.assign(stmt.target, stronger(self.taint_of(stmt.value), self.control_taint()),
-                        stmt.value)
-
-    def visit_AugAssign(self, stmt: ast.AugAssign) -> None:
-        self.calls_in(stmt.value)
-        t = stronger(self.taint_of(stmt.value), self.control_taint())
-        self.mix(stmt.target, t)
-
-    def mix(self, target: ast.expr, t: Taint | None) -> None:
-        """The target keeps its taint and takes ``t`` too (``x += v``, ``xs.append(v)``)."""
-        while isinstance(target, ast.Subscript):
-            target = target.value
-        key = key_of(target)
-        if key is not None and t is not None:
-            self.env.taints[key] = stronger(self.env.taints.get(key), t)  # type: ignore[assignment]
-            self.env.uniform.discard(key)
-
-    def assign(self, target: ast.expr, t: Taint | None, value: ast.expr | None) -> None:
-        if isinstance(target, (ast.Tuple, ast.List)):
-            values = value.elts if isinstance(value, (ast.Tuple, ast.List)) and \
-                len(value.elts) == len(target.elts) else None
-            for i, elt in enumerate(target.elts):
-                if values is not None:
-                    sub = stronger(self.taint_of(values[i]), self.control_taint())
-                    self.assign(elt, sub, values[i])
-                else:
-                    self.assign(elt, t, None)
-            if isinstance(value, ast.Call) and values is None:
-                self.unpack_kinds(target, value)
-            return
-        if isinstance(target, ast.Starred):
-            self.assign(target.value, t, None)
-            return
-        if isinstance(target, ast.Subscript):
-            self.mix(target, t)
-            return
-        key = key_of(target)
-        if key is None:
-            return
-        if t is None:
-            self.env.taints.pop(key, None)
-        else:
-            self.env.taints[key] = t
-        self.env.uniform.discard(key)
-        if isinstance(value, ast.Call) and self._uniform_call(value):
-            self.env.uniform.add(key)
-        self.env.kinds[key] = self.kinds_of(value)
-
-    def kinds_of(self, value: ast.expr | None) -> frozenset[str]:
-        if isinstance(value, ast.Call):
-            found = call_kinds(value, self.module)
-            name = self.module.qualified(value.func) or ""
-            if name.rsplit(".", 1)[-1] in self.dataset_classes:
-                found |= {f"dataset:{name.rsplit('.', 1)[-1]}"}
-            if "ddp" in found:
-                quiet = any(k.arg == "broadcast_buffers" for k in value.keywords)
-                for arg in value.args[:1]:
-                    k = key_of(arg)
-                    if k is not None:
-                        inherit = {"syncbn"} if quiet else {"syncbn", "buffers"}
-                        found |= self.env.kinds.get(k, frozenset()) & inherit
-            return found
-        k = key_of(value) if value is not None else None
-        return self.env.kinds.get(k, frozenset()) if k else frozenset()
-
-    def unpack_kinds(self, target: ast.Tuple | ast.List, value: ast.Call) -> None:
-        """``model, opt, loader = accelerator.prepare(model, opt, loader)``: the model is DDP."""
-        if not (isinstance(value.func, ast.Attribute) and value.func.attr == "prepare"):
-            return
-        for elt, arg in zip(target.elts, value.args):
-            key = key_of(elt)
-            text = ast.unparse(arg).lower()
-            if key is None:
-                continue
-            if any(w in text for w in LOADER_WORDS):
-                self.env.kinds[key] = frozenset({"loader"})
-            elif not any(w in text for w in ("opt", "sched", "data")):
-                self.env.kinds[key] = frozenset({"ddp", "model"})
-
-    # -- calls inside simple statements ---------------------------------------------------------
-    def calls_in(self, node: ast.AST) -> None:
-        """Calls that change what we know: in-place collectives, mutators, seeds, loaders."""
-        stack = [node]
-        while stack:
-            n = stack.pop()
-            if isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                continue
-            if isinstance(n, ast.Call):
-                self.on_call(n)
-            stack.extend(ast.iter_child_nodes(n))
-
-    def on_call(self, call: ast.Call) -> None:
-        op = dist_op(call, self.module)
-        if op in IN_PLACE_UNIFORM and call.args:
-            key = key_of(call.args[0])
-            if key is not None:
-                self.env.taints.pop(key, None)
-                self.env.uniform.add(key)
-            return
-        func = call.func
-        if isinstance(func, ast.Attribute) and func.attr in rank_dependent_model.MODEL_CHANGES:
-            self.model_change(call.lineno, func.attr)
-        if isinstance(func, ast.Attribute) and func.attr in MUTATORS:
-            t = stronger(self.all_taint(call), self.control_taint())
-            self.mix(func.value, t)
-        families = seed_families(call, self.module)
-        if families is not None and not self.quiet:
-            per_rank = self.all_taint(call)
-            self.facts.seeds.append(SeedCall(families, call.lineno,
-                                             per_rank is not None and per_rank.divergent()))
-        if not self.quiet:
-            self.loader_fact(call)
-
-    def model_change(self, line: int, what: str) -> None:
-        rank = next((c for c in reversed(self.control) if c.taint.kind == TaintKind.RANK), None)
-        if rank is not None:
-            self.emit(rank_dependent_model.check(line, what, rank.line))
-
-    def all_taint(self, call: ast.Call) -> Taint | None:
-        result: Taint | None = None
-        for a in [*call.args, *(k.value for k in call.keywords)]:
-            result = stronger(result, self.taint_of(a))
-        return result
-
-    def loader_fact(self, call: ast.Call) -> None:
-        name = self.module.qualified(call.func) or ""
-        if not name.endswith("DataLoader"):
-            return
-        ds = call.args[0] if call.args else next(
-            (k.value for k in call.keywords if k.arg == "dataset"), None)
-        cls = None
-        if isinstance(ds, ast.Call):
-            cls = (self.module.qualified(ds.func) or "").rsplit(".", 1)[-1]
-        elif ds is not None and key_of(ds) is not None:
-            labels = self.env.kinds.get(key_of(ds) or "", frozenset())
-            cls = next((lb.split(":", 1)[1] for lb in labels if lb.startswith("dataset:")), None)
-        if cls not in self.dataset_classes:
-            return
-        kw = {k.arg: k.value for k in call.keywords if k.arg}
-        workers = "num_workers" in kw and not (isinstance(kw["num_workers"], ast.Constant)
-                                               and not kw["num_workers"].value)
-        gen = kw.get("generator")
-        gen_taint = self.taint_of(gen) if gen is not None else None
-        self.facts.loaders.append(LoaderCall(
-            call.lineno, cls, workers, "worker_init_fn" in kw and not (
-                isinstance(kw["worker_init_fn"], ast.Constant) and kw["worker_init_fn"].value is None),
-            gen is not None, gen_taint is not None and gen_taint.divergent()))
 
     # -- branches -------------------------------------------------------------------------------
     def divergent(self, node: ast.expr) -> Taint | None:
