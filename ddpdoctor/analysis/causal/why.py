@@ -214,4 +214,49 @@ def explained(findings: list[Finding], job: JobView) -> list[Finding]:
         if oos is not None and min(oos.seqs.values()) < f.seq:
             surfaced = f"at seq {f.seq} ({f.summary})"
             out[first] = with_step(f, oos, surfaced, blame=not oos.probable)
+            return out
+    out[first] = with_exit(f, job)
     return out
+
+
+def _left_loop(f: Finding, job: JobView) -> tuple[int, Call] | None:
+    """(the culprit that exited cleanly, the call a rank still waits in) when the finding
+    blames one rank that left while others wait in a collective."""
+    gone = [r for r in f.ranks if r in job.ranks and job.ranks[r].exited_cleanly()]
+    if f.kind not in ("missing_collective", "uneven_batches") or len(gone) != 1 or \
+            len(f.ranks) != 1:
+        return None
+    group = f.evidence.get("group")
+    group = group if isinstance(group, str) else job.ranks[gone[0]].default_group()
+    mine = job.ranks[gone[0]].last_call(group)
+    for r in sorted(job.ranks):
+        call = job.ranks[r].last_call(group) if r not in f.ranks else None
+        if call is not None and call.callsite and (mine is None or call.seq > mine.seq):
+            return gone[0], call
+    return None
+
+
+def with_exit(f: Finding, job: JobView) -> Finding:
+    """A rank that left the training loop alone (clean exit while the others wait in the
+    loop's next collective): the `break` or `return` that ended its loop, the condition
+    and what it reads, and the fix that makes the ranks decide together."""
+    left = _left_loop(f, job)
+    if left is None:
+        return f
+    rank, awaited = left
+    exit_ = loop_exit(awaited.callsite, skipped=False)
+    if exit_ is None:
+        return f
+    steps = sum(1 for cs in job.ranks[rank].calls.values() for c in cs
+                if c.origin == Origin.DDP_BACKWARD and c.aux == 0)
+    after = f" after {steps} backward passes" if steps else ""
+    lead = (f"rank {rank} left the loop alone{after}: `{exit_.source}` at "
+            f"{_short(exit_.callsite)}" + (f" under {exit_.condition}" if exit_.condition
+                                             else "") +
+            f", decided by {exit_.decided_by}, while the others went on to "
+            f"{awaited.describe()} at {awaited.short_site}")
+    evidence = {"rank": [rank], "statement": exit_.statement, "callsite": exit_.callsite,
+                "source": exit_.source, "condition": exit_.condition,
+                "decided_by": exit_.decided_by, "awaited": awaited.callsite}
+    return replace(f, summary=f"{lead}; {f.summary}", detail=f"{lead}.\n{f.detail}",
+                   fix=DECIDE_TOGETHER, evidence={**f.evidence, "loop_exit": evidence})
