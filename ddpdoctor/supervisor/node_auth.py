@@ -1,7 +1,8 @@
 """Messages only the job's supervisors can write: HMAC-SHA256 with the job's secret, bound to a session.
 
 The nodes' store (a torch TCPStore) has no access control: whoever reaches its port can
-set any key.  So every value ddpdoctor puts there is sealed: one header line, then the
+set any key.  So ddpdoctor's keys live under a name derived from the secret (whoever lacks
+it does not know where to write), and every value there is sealed: one header line, then the
 body (JSON), the header carrying who sent it (``from``: "0" for node 0, else the node's
 name), node 0's session (a random name it draws at start), a counter that only grows on
 the sender, the sender's clock, and the HMAC-SHA256 of the store key, those fields and
