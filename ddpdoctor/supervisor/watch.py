@@ -14,7 +14,8 @@ from ddpdoctor.analysis.model import NS, Call
 from ddpdoctor.proc.table import alive, proc_state
 from ddpdoctor.rundir.nodes import node_dirs
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import (TraceError, TraceFile, TraceHeader, decode_text,
+from ddpdoctor.trace.origin import Origin
+from ddpdoctor.trace.reader import (TraceError, TraceFile, TraceHeader, decode_fields,
                                     meta_path_for, read_meta)
 
 WINDOW = 4096  # collectives kept per rank and group for live matching
@@ -37,17 +38,17 @@ def live_call(rank: int, group: str, v: tuple) -> Call:
     """A Call from a record's raw fields; what its kind, op, reduce op, peer and text
     decode to (and its fingerprint) is looked up: the supervisor sees the same few calls
     thousands of times."""
-    key = (v[1], v[2], v[3], v[10], v[14])
+    key = (v[1], v[2], v[3], v[4], v[10], v[14])
     known = _decoded.get(key)
     if known is None:
-        ins, outs, dtypes, callsite, framework_site = decode_text(v[14])
+        ins, outs, dtypes, callsite, framework_site, code = decode_fields(v[14])
         op = L.OPS[v[2]] if v[2] < len(L.OPS) else f"code{v[2]}"
         reduce_op = L.REDUCE_OPS[v[3]] if v[3] < len(L.REDUCE_OPS) else f"code{v[3]}"
         known = (op, reduce_op, ins, outs, dtypes, callsite, L.RecordKind(v[1]),
-                 framework_site, None)
-    op, reduce_op, ins, outs, dtypes, callsite, kind, framework_site, fp = known
+                 framework_site, Origin.of(code, op, v[4]), None)
+    op, reduce_op, ins, outs, dtypes, callsite, kind, framework_site, origin, fp = known
     call = Call(rank, group, v[6], op, reduce_op, ins, outs, dtypes, v[10], v[4], callsite,
-                v[7], v[8], v[11], kind, framework_site)
+                v[7], v[8], v[11], kind, framework_site, origin)
     if fp is None:
         if len(_decoded) > 4096:
             _decoded.clear()
