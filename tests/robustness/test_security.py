@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -220,6 +221,8 @@ def _first_ring_call_s(report: dict, rank: int) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="another user's process needs root and setpriv")
 def test_a_stranger_cannot_use_a_ring_link_and_changes_nothing(tmp_path):
     """Another uid, and a process of this uid that is not the neighbour, connect to the
     ranks' link sockets first: each is refused (no descriptor, no byte), the other uid
