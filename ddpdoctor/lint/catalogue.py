@@ -47,8 +47,7 @@ EXPECTED: dict[str, Flagged | OutOfReach] = {
     "early_stop_per_rank": Flagged(50, "rank_dependent_skip", E),
     "crash_mid_epoch": OutOfReach("a corrupt record raises on one rank at run time; no path in "
                                   "the source differs between ranks"),
-    "unused_parameters": OutOfReach("which parameters get no gradient is decided by autograd at "
-                                    "run time, the same on every rank"),
+    "unused_parameters": Flagged(44, "unused_parameters", W),
     "broadcast_object_behind_file_check": Flagged(59, "conditional_collective", W),
     "clean_exit_uneven_no_loader": Flagged(39, "uneven_loop", W),
     "pg_timeout_while_peer_computes": OutOfReach("a timeout shorter than a peer's work: a matter "
@@ -64,8 +63,7 @@ EXPECTED: dict[str, Flagged | OutOfReach] = {
     "accelerate_gather_main_process": Flagged(44, "rank_dependent_collective", E),
     "ignite_evaluator_rank0": Flagged(42, "rank_dependent_collective", E),
     "transformers_evaluate_one_rank": Flagged(44, "rank_dependent_collective", E),
-    "aux_loss_skipped_one_rank": OutOfReach("which parameters a rank uses is decided by its "
-                                            "batch inside forward, not by a path to a collective"),
+    "aux_loss_skipped_one_rank": Flagged(45, "unused_parameters", W),
     "frozen_on_one_rank": Flagged(36, "rank_dependent_model", E),
     "store_port_taken": OutOfReach("another process holds the rendezvous port at run time; "
                                    "the code is the same on every rank"),

@@ -8,10 +8,10 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddpdoctor.lint.collectives import (IN_PLACE_UNIFORM, call_kinds, dist_op,
+from ddpdoctor.lint.collectives import (IN_PLACE_UNIFORM, call_kinds, dist_op, is_ddp_wrap,
                                         uniform_result)
 from ddpdoctor.lint.module import ParsedModule
-from ddpdoctor.lint.rules import Draft, rank_dependent_model
+from ddpdoctor.lint.rules import Draft, rank_dependent_model, unused_parameters
 from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
 from ddpdoctor.lint.summaries import Program, SiteScanner
 from ddpdoctor.lint.taint import Env, Taint, TaintEval, TaintKind, key_of, stronger
@@ -165,6 +165,8 @@ class DataFlow:
             name = self.module.qualified(value.func) or ""
             if name.rsplit(".", 1)[-1] in self.dataset_classes:
                 found |= {f"dataset:{name.rsplit('.', 1)[-1]}"}
+            if name in self.module.classes():
+                found |= {f"class:{name}"}
             if "ddp" in found:
                 quiet = any(k.arg == "broadcast_buffers" for k in value.keywords)
                 for arg in value.args[:1]:
@@ -223,6 +225,21 @@ class DataFlow:
                                              per_rank is not None and per_rank.divergent()))
         if not self.quiet:
             self.loader_fact(call)
+            if is_ddp_wrap(call, self.module) and call.args:
+                self.wrapped_class(call)
+
+    def wrapped_class(self, ddp: ast.Call) -> None:
+        """The file's module class a DDP wraps, checked for parameters a forward skips."""
+        arg = ddp.args[0]
+        name = None
+        if isinstance(arg, ast.Call):
+            name = (self.module.qualified(arg.func) or "").rsplit(".", 1)[-1]
+        elif key_of(arg) is not None:
+            labels = self.env.kinds.get(key_of(arg) or "", frozenset())
+            name = next((lb.split(":", 1)[1] for lb in labels if lb.startswith("class:")), None)
+        cls = self.module.classes().get(name or "")
+        if cls is not None:
+            self.emit(unused_parameters.check(cls, ddp, self.module))
 
     def model_change(self, line: int, what: str) -> None:
         rank = next((c for c in reversed(self.control) if c.taint.kind == TaintKind.RANK), None)

@@ -41,6 +41,14 @@ class ParsedModule:
             self.__dict__["_buffer_classes"] = cached
         return cached
 
+    def classes(self) -> dict[str, ast.ClassDef]:
+        """The file's top-level classes by name."""
+        cached = self.__dict__.get("_classes")
+        if cached is None:
+            cached = {n.name: n for n in self.tree.body if isinstance(n, ast.ClassDef)}
+            self.__dict__["_classes"] = cached
+        return cached
+
     def qualified(self, node: ast.expr) -> str | None:
         """The dotted name ``node`` stands for through the imports, e.g. ``dist.barrier`` ->
         ``torch.distributed.barrier``; None for anything but a name or attribute chain."""

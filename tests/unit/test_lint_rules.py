@@ -429,3 +429,40 @@ def test_subgroup_members_and_world_slices():
         last_two = res[world - 2:]
         every_world_th = res[1::world]  # expect: duplicate_data
     """)
+
+
+def test_unused_parameters_under_ddp():
+    check("""
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(8, 16)
+            self.act = nn.ReLU()
+            self.head = nn.Linear(16, 2)
+            self.aux = nn.Linear(16, 2)
+            self.spare = nn.Linear(16, 2)
+
+        def forward(self, x, rare):
+            h = self.act(self.body(x))
+            if rare.any():
+                return self.head(h), self.aux(h)
+            return self.head(h), None
+
+    class AllUsed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(8, 16)
+            self.aux = nn.Linear(16, 2)
+
+        def forward(self, x, rare):
+            h = self.body(x)
+            if rare.any():
+                return h, self.aux(h)
+            return h, 0.0 * self.aux(h).sum()
+
+    def main():
+        a = DDP(TwoHeads())  # expect: unused_parameters
+        b = DDP(TwoHeads(), find_unused_parameters=True)
+        net = AllUsed()
+        c = DDP(net)
+    """)
