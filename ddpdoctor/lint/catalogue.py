@@ -70,6 +70,7 @@ EXPECTED: dict[str, Flagged | OutOfReach] = {
     "loss_log_extra_allreduce_rank0": Flagged(49, "rank_dependent_collective", E),
     "eval_ddp_forward_rank0": Flagged(46, "rank_dependent_collective", E),
     "nan_loss_skip_one_rank": Flagged(44, "conditional_skip", W),
+    "lock_held_across_barrier": Flagged(33, "lock_held_across_collective", E),
 }
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from ddpdoctor.lint.collectives import receiver_name
 from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
-from ddpdoctor.lint.rules import conditional_collective, divergent_skip, rank_dependent_loop, \
-    recv_before_send
+from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
+    lock_across_collective, rank_dependent_loop, recv_before_send
 from ddpdoctor.lint.summaries import MODEL_PARAMS, FunctionInfo, rank_decorator, with_flags
 from ddpdoctor.lint.taint import RANK_NAMES, WORLD_NAMES, Env, Taint, TaintKind, key_of, \
     stronger
@@ -56,15 +56,31 @@ class FunctionWalker(DataFlow):
             self.emit(recv_before_send.check(stmts, self.module))
         frame = Frame(stmts, 0, loop)
         self.frames.append(frame)
+        held: dict[str, int] = {}  # locks taken in this block and not let go yet: their line
         try:
             for i, stmt in enumerate(stmts):
                 frame.index = i
+                held = self.locks(stmt, held)
                 if isinstance(stmt, ast.If):
                     self.visit_if(stmt, id(stmt) in paired)
                 else:
                     self.visit(stmt)
         finally:
             self.frames.pop()
+
+    def locks(self, stmt: ast.stmt, held: dict[str, int]) -> dict[str, int]:
+        """The locks held after ``stmt``; a collective while one is held is reported."""
+        taken = lock_across_collective.acquires(stmt, self.module)
+        if taken is not None:
+            return {**held, taken: stmt.lineno}
+        let_go = lock_across_collective.releases(stmt, self.module)
+        if let_go is not None:
+            return {k: v for k, v in held.items() if k != let_go}
+        if held:
+            sites = [s for s in self.sites([stmt]) if not s.p2p]
+            if sites:
+                self.emit(lock_across_collective.check(min(held.values()), sites[0]))
+        return held
 
     def visit(self, stmt: ast.stmt) -> None:
         handler = getattr(self, f"visit_{type(stmt).__name__}", None)

@@ -466,3 +466,24 @@ def test_unused_parameters_under_ddp():
         net = AllUsed()
         c = DDP(net)
     """)
+
+
+def test_lock_held_across_a_collective():
+    check("""
+    import fcntl
+    import threading
+
+    def main(rank, path, t):
+        with open(path) as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            dist.barrier()  # expect: lock_held_across_collective
+            fcntl.flock(f, fcntl.LOCK_UN)
+        with open(path) as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            fcntl.flock(f, fcntl.LOCK_UN)
+            dist.barrier()
+        lock = threading.Lock()
+        lock.acquire()
+        dist.all_reduce(t)  # expect: lock_held_across_collective
+        lock.release()
+    """)
