@@ -16,14 +16,20 @@ from ddpdoctor.rundir.layout import write_json_atomic
 
 LINT_FILE = "lint.json"
 SHOWN = 8  # notices printed at most; the report keeps them all
-PYTHON_NAMES = ("python", "python3")
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
 def job_script(command: list[str]) -> Path | None:
     """The user's script in a ``ddpdoctor run`` command: ``train.py ...``, ``torchrun ...
-    train.py``, ``python train.py``; None for ``-m module``, ``-c`` or no script."""
-    for arg in command:
-        if arg in ("-m", "--module", "-c"):
+    train.py``, ``python [-m torch.distributed.run ...] train.py``; None for another
+    ``-m module``, ``-c`` or no script."""
+    args = iter(command)
+    for arg in args:
+        if arg in ("-m", "--module"):
+            if next(args, "").startswith(LAUNCHER_MODULES):
+                continue  # python -m torch.distributed.run ... train.py
+            return None
+        if arg == "-c":
             return None
         if arg.endswith(".py") and not arg.startswith("-"):
             path = Path(arg)

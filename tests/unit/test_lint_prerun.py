@@ -1,0 +1,41 @@
+"""`ddpdoctor run` finds the job's script to lint in each form of the command, and a report
+finds the lint findings kept in its run dir (or the run dir above an attempt's)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ddpdoctor.lint.prerun import job_script, read_lint
+
+
+@pytest.mark.parametrize("command", [
+    ["train.py", "--lr", "0.1"],
+    ["torchrun", "--nproc-per-node", "2", "train.py", "--epochs", "3"],
+    ["python", "train.py"],
+    ["python", "-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py"],
+])
+def test_script_found_in_every_form(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    assert job_script(command) is not None and job_script(command).name == "train.py"
+
+
+@pytest.mark.parametrize("command", [
+    ["python", "-m", "mypackage.train"], ["python", "-c", "print(1)"], ["torchrun", "gone.py"],
+])
+def test_no_script_to_lint(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    assert job_script(command) is None
+
+
+def test_read_lint_from_run_dir_and_attempts(tmp_path):
+    assert read_lint(tmp_path) is None
+    (tmp_path / "lint.json").write_text(json.dumps([{"kind": "x", "line": 3}]))
+    attempt = tmp_path / "attempt-1"
+    attempt.mkdir()
+    assert read_lint(tmp_path) == [{"kind": "x", "line": 3}]
+    assert read_lint(attempt) == [{"kind": "x", "line": 3}]
+    (tmp_path / "lint.json").write_text("{broken")
+    assert read_lint(tmp_path) is None
