@@ -72,6 +72,8 @@ def call_text(step: Step, group: str | None, size: int, peer: str = "") -> str:
         return f"next({it})"
     if step.op == END:
         return f"next({it}, None)"
+    if step.op == "optimizer_step":
+        return "optimizer_step()"
     if step.wait:
         return f"w{step.slot}.wait()"
     text = _call(step, group, size, peer or str(max(step.peer, 0)))

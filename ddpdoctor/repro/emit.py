@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Hashable
 
 from ddpdoctor.repro.calls import call_text, comment_text
-from ddpdoctor.repro.facts import Ending, RankPlan, ReplayJob
+from ddpdoctor.repro.facts import OPTIMIZER_STEP, Ending, RankPlan, ReplayJob
 from ddpdoctor.repro.steps import Step
 from ddpdoctor.repro.fold import Loop, fold, item_key
 from ddpdoctor.repro.loaders import BATCH, END, START
@@ -86,7 +86,9 @@ class ScriptWriter:
         where ranks share the line with their own peers or groups."""
         code = call_text(step, group or self.group_vars.get(step.group),
                          self.sizes.get(step.group, self.job.world_size), peer)
-        if step.op in LOADER_WORDS:
+        if step.op == OPTIMIZER_STEP:
+            comment = "# the job's optimizer step (counted by ddpdoctor: the steps are replayed)"
+        elif step.op in LOADER_WORDS:
             site = dict(self.job.loaders).get(step.group, "?")
             words = LOADER_WORDS[step.op].format(n=step.in_shapes[0][0] if step.in_shapes else 0)
             comment = f"# {site}  [{words}]"
@@ -110,7 +112,14 @@ class ScriptWriter:
             peer = self.rank_expr(ranks, [x.peer for x in col], relative=True)
         if len({x.group for x in col}) > 1:
             table = self.rank_expr(ranks, [self.group_vars.get(x.group, "None") for x in col])
-            group = self.group_tables.setdefault(table, f"own_group{len(self.group_tables) + 1}")
+            group = table  # a table of every rank is named once, before the calls
+            for full, name in self.group_tables.items():
+                if all(f"{r}: {self.group_vars.get(x.group)}," in full[1:-7] + ","
+                       for r, x in zip(ranks, col)):
+                    group = name
+            if group == table and len(ranks) == self.job.world_size:
+                group = self.group_tables.setdefault(table,
+                                                     f"own_group{len(self.group_tables) + 1}")
         self.step(depth, first, peer, group)
 
     def rank_expr(self, ranks: list[int], values: list[Any], relative: bool = False) -> str:
@@ -312,6 +321,11 @@ def script_text(job: ReplayJob) -> str:
                                   "import torch.distributed as dist\n"
                                   "from torch.utils.data import DataLoader\n")
     out = _header(job) + [prelude]
+    if any(st.op == OPTIMIZER_STEP for plan in job.plans for st in plan.steps):
+        out += ["", "", "PARAMETER = torch.nn.Parameter(torch.zeros(1))",
+                "OPTIMIZER = torch.optim.SGD([PARAMETER], lr=0.0)", "", "",
+                "def optimizer_step():", f'{INDENT}"""An optimizer step, as the job took one '
+                'after its gradients were reduced."""', f"{INDENT}OPTIMIZER.step()"]
     for name, site in job.loaders:
         out += ["", "", f"def {name}(n, rank):",
                 f'{INDENT}"""{_docstring_safe(site)}  (replayed: n batches of other numbers '

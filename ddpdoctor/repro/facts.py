@@ -110,7 +110,30 @@ def rank_steps(run: RankRun, loader_names: dict[int, str] | None = None) -> list
                 slots[id(what)] = slot
             steps.append(_step(what, slot))
     steps = loaders.add_unrecorded_batches(steps, loaders.drawn(run, names))
+    steps = with_optimizer_steps(steps, run.header.step, open_last=run.open_call() is not None)
     return [replace(st, peer=-1) if st.op in loaders.OPS else st for st in steps]
+
+
+OPTIMIZER_STEP = "optimizer_step"
+
+
+def with_optimizer_steps(steps: list[Step], count: int, open_last: bool) -> list[Step]:
+    """The rank's optimizer steps (its header counts them; they have no time of their own)
+    put back after each completed run of DDP gradient buckets, up to that count."""
+    out: list[Step] = []
+    left = max(count, 0)
+    buckets = [i for i, st in enumerate(steps) if st.bucket >= 0 or
+               (st.wait and i > 0 and steps[i - 1].bucket >= 0)]
+    ends = {i for i in buckets if i + 1 not in buckets or
+            0 <= steps[i + 1].bucket <= steps[i].bucket}  # the next step's buckets begin
+    if open_last and steps and len(steps) - 1 in ends:
+        ends.discard(len(steps) - 1)  # still inside that step's backward
+    for i, st in enumerate(steps):
+        out.append(st)
+        if i in ends and left:
+            out.append(Step(OPTIMIZER_STEP, ""))
+            left -= 1
+    return out
 
 
 def _failed_in_call(run: RankRun) -> bool:
