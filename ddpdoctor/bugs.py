@@ -241,6 +241,13 @@ CATALOGUE: tuple[Bug, ...] = (
          "pytorch/pytorch#73320 and #85604; meta-pytorch/torchtune#392",
          "let the job take a free port (torchrun --standalone / --rdzv-endpoint localhost:0)",
          hang_timeout=5.0),
+    _bug("lock_held_across_barrier", 2, Launch.TORCHRUN,
+         "hangs: rank 0 waits in a barrier while it holds a file lock; rank 1 is blocked in "
+         "flock on that lock",
+         "missing_collective", (0,),
+         "modelscope/mcore-bridge#47; pmodels/mpich#1997",
+         "release the lock before the barrier",
+         hang_timeout=5.0),
 )
 
 
@@ -308,7 +315,11 @@ def _default_run_dir(bug: Bug, fixed: bool) -> Path:
 def run_bug(name: str, fixed: bool, extra_args: list[str], repro: bool = False) -> int:
     """Run a bug (or its fixed twin) under ``ddpdoctor run``; returns that run's exit status.
 
-    With ``repro``, the run dir's repro script is written and printed after the run."""
+    With ``repro``, the run dir's repro script is written and printed after the run.  The
+    flags ``--fixed`` and ``--repro`` may also come among the run options after the name."""
+    fixed = fixed or "--fixed" in extra_args
+    repro = repro or "--repro" in extra_args
+    extra_args = [a for a in extra_args if a not in ("--fixed", "--repro")]
     bug = find_bug(name)
     where = sample_bugs_dir()
     own_dir = any(a == "--run-dir" or a.startswith("--run-dir=") for a in extra_args)
