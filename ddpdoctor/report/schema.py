@@ -18,7 +18,8 @@ notices: [{"text", "ranks"}]: what ddpdoctor could not honour in this job (e.g. 
 
 ranks[i]:
   rank, host, pid; state: starting | computing | in_collective | waiting | exited | failed |
-  hung | stopped | killed | unreachable (its node was lost); exit_code: the process's status
+  hung | stopped | killed | unreachable (its node was lost) | blocked (outside any call,
+  using no CPU: blocked_on says in what: {syscall, wchan, meaning}, else null); exit_code: the process's status
   when known (negative: signal);
   step: optimizer steps taken; epoch; last_seq: last collective seq on the default group;
   current: the collective the rank is inside (seq, op, shapes, dtypes, since, callsite,
@@ -34,6 +35,7 @@ import datetime as dt
 from typing import Any
 
 import ddpdoctor
+from ddpdoctor.analysis.causal.facts import os_wait_of
 from ddpdoctor.analysis.clocks import host_now
 from ddpdoctor.analysis.model import NS, Call, Finding, JobView, RankRun
 from ddpdoctor.redact import redact_argv
@@ -102,6 +104,8 @@ def rank_state(run: RankRun, job: JobView) -> str:
         behind = any((job.ranks[r].last_call(current.group) or current).seq < current.seq
                      for r in members if r in job.ranks and r != run.rank)
         return "waiting" if behind else "in_collective"
+    if os_wait_of(run, job) is not None:
+        return "blocked"  # outside any call, no CPU: see blocked_on
     if h.state == L.RankState.STARTING:
         return "starting"
     return "computing"
@@ -149,9 +153,16 @@ def rank_entry(run: RankRun, job: JobView) -> dict[str, Any]:
         "epoch": h.epoch if h.epoch >= 0 else None,
         "last_seq": run.last_seq(),
         "current": _current(run), "stack": run.stack, "stack_error": run.stack_error,
+        "blocked_on": _blocked_on(run, job),
         "recent": [_entry(c) for c in calls[-(RECENT_LEN if len(job.ranks) <= MANY_RANKS
                                                else TIMELINE_LEN_MANY // 2):]],
     }
+
+
+def _blocked_on(run: RankRun, job: JobView) -> dict[str, Any] | None:
+    """What the OS said an idle rank waits on ({syscall, wchan, meaning}), else null."""
+    said = os_wait_of(run, job) if run.header.state != L.RankState.EXITED else None
+    return {k: said.get(k) for k in ("syscall", "wchan", "meaning")} if said else None
 
 
 def build(job: JobView, findings: list[Finding], outcome: str,

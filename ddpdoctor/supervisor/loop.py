@@ -15,11 +15,13 @@ from typing import Any, Iterator
 
 from rich.console import Console
 
+from ddpdoctor.analysis.causal.verdict import MISMATCH_SETTLE_S
 from ddpdoctor.config import RunConfig
 from ddpdoctor.proc.control import JobTree
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.supervisor.ending import POLL_SECONDS, JobEnding, Verdict
 from ddpdoctor.supervisor.nodes import NodesMixin
+from ddpdoctor.supervisor.os_wait import sample_idle
 from ddpdoctor.supervisor.progress import ProgressTracker
 from ddpdoctor.supervisor.stacks import capture_stacks
 from ddpdoctor.supervisor.watch import LiveJob
@@ -34,7 +36,6 @@ PROCESS_CHECK_S = 0.25  # between /proc checks of the ranks' liveness (and of th
 JUDGE_AFTER_S = 1.0  # a rank blocked this long: build the job view and judge it
 JUDGE_EVERY_S = 1.0
 PROGRESS_S = 0.5  # between samples of the ranks' CPU time
-MISMATCH_SETTLE_S = 0.25  # a divergent collective blocked this long will never complete
 TREE_CHECK_S = 2.0  # between two looks at the job's process tree (the stop looks again)
 TREE_SHARE = 0.005  # at most this share of the time goes to those looks (they read all of
 # /proc: a busy node's thousands of processes cost tens of milliseconds a look)
@@ -69,6 +70,7 @@ class Supervisor(JobEnding, NodesMixin):
         self._stacks_early = False
         self._stragglers_said: set[tuple[int, ...]] = set()
         self._membership: tuple[int, int] | None = None
+        self._os_waits: dict[int, tuple] = {}  # pid -> what its last os_wait event said
 
     # -- supervisor.jsonl -----------------------------------------------------------
     def log(self, event: str, **fields: Any) -> None:
@@ -193,32 +195,19 @@ class Supervisor(JobEnding, NodesMixin):
         return None
 
     def _check_traces(self) -> Verdict | None:
-        """Mismatches, predictions, abandoned and timed-out collectives, from the traces."""
+        """A first look at a mismatch (said at once), predictions, then the causal model's
+        verdict: the one rule that stops the job."""
         live = self.live
         counts = tuple(p.read_upto for p in live.procs.values())
         changed, self._last_counts = counts != self._last_counts, counts
-        div = live.divergence() if changed or self._warned_mismatch else None
+        div = live.divergence() if changed and not self._warned_mismatch else None
         if div is not None:
-            if not self._warned_mismatch:
-                self._warned_mismatch = True
-                self.say(f"collectives diverge at seq {div.seq} (group {div.group}): "
-                         + "; ".join(f"rank {r} {c.describe()} at {c.short_site}"
-                                     for r, c in div.calls.items()), "yellow")
-            if live.blocked(div, int(MISMATCH_SETTLE_S * 1e9)):
-                return Verdict("mismatch", f"mismatched collectives at seq {div.seq}")
+            self._warned_mismatch = True
+            self.say(f"collectives diverge at seq {div.seq} (group {div.group}): "
+                     + "; ".join(f"rank {r} {c.describe()} at {c.short_site}"
+                                 for r, c in div.calls.items()), "yellow")
         self._predict()
-        gone = live.abandoned()
-        if gone is not None:
-            p, call, missing = gone
-            return Verdict("abandoned", f"rank {p.rank} waits in {call.op} (seq {call.seq}) "
-                           f"that exited rank(s) {missing} never entered")
-        verdict = self._judge()
-        if verdict is not None:
-            return verdict
-        if self._failure_seen_at is not None and \
-                time.monotonic() - self._failure_seen_at > self.config.hang_timeout:
-            return Verdict("hang", "a rank died and the job did not end")
-        return None
+        return self._judge()
 
     def _check_membership(self, final: bool = False) -> None:
         """Nodes and world size: recorded when first known and at every change (an elastic
@@ -249,11 +238,19 @@ class Supervisor(JobEnding, NodesMixin):
                              for p in self.live.local_ranks().values() if not p.gone)
 
     def _needs_judging(self) -> bool:
-        """Build the full job view only when a rank has been blocked (in a call or in the
-        rendezvous) past a short threshold, or ranks are still starting after it."""
+        """Build the full job view only when the live view sees something to judge: a rank
+        blocked (in a call or in the rendezvous) past a short threshold (or past the
+        mismatch settle time once a divergence was seen, or at all once a rank exited), a
+        rank that died a hang timeout ago, or ranks still starting after it."""
         longest = self.live.longest_wait()
         short = min(JUDGE_AFTER_S, self.config.hang_timeout / 2)
+        if self._warned_mismatch or any(p.gone and p.exited_clean
+                                        for p in self.live.ranks().values()):
+            short = min(short, MISMATCH_SETTLE_S)
         if longest is not None and longest[2] >= short:
+            return True
+        if self._failure_seen_at is not None and \
+                time.monotonic() - self._failure_seen_at > self.config.hang_timeout:
             return True
         ranks = self.live.ranks().values()
         age = (time.time_ns() - self.started_ns) / 1e9
@@ -271,6 +268,7 @@ class Supervisor(JobEnding, NodesMixin):
         from ddpdoctor.report.build import LIVE_TAIL
 
         try:
+            sample_idle(self.live, self.progress, self.log, self._os_waits)
             job = load_job([self.run_dir], live=True, hang_timeout=self.config.hang_timeout,
                            tail=LIVE_TAIL)
             self.progress.apply(job)
@@ -293,10 +291,10 @@ class Supervisor(JobEnding, NodesMixin):
                 self.log("straggler", ranks=list(found.ranks), message=found.message)
             return None
         if isinstance(found, HangVerdict):
-            if not self._stacks_early:
+            if not self._stacks_early and found.reason == "hang":
                 self._capture_absent(found.absent)
             self.log("progress", ranks=self.progress.event())
-            return Verdict("hang", found.message)
+            return Verdict("hang" if found.reason == "failed" else found.reason, found.message)
         return None
 
     def _with_frames(self, found: Any) -> Any:

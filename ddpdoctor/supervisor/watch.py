@@ -164,7 +164,8 @@ def _between(seqs: dict[int, Call], lo: int, hi: int) -> list[Call]:
 
 
 class LiveJob:
-    """Every rank of the running job: discovery, polling, hang and mismatch checks."""
+    """Every rank of the running job: discovery, polling, and the cheap incremental facts
+    (open calls, a first divergence) that tell the supervisor when to ask the causal model."""
 
     def __init__(self, run_dir: Path):
         self.run_dir = run_dir
@@ -245,13 +246,6 @@ class LiveJob:
         return [p for p in self.local_ranks().values() if not p.gone and
                 proc_state(p.header.pid) == "T"]
 
-    def blocked(self, div: Divergence, min_ns: int) -> bool:
-        """Is some rank of a divergence still inside its divergent call after ``min_ns``?"""
-        now = time.time_ns()
-        ranks = self.ranks()
-        return any(r in ranks and ranks[r].is_open(c) and now - c.t_start > min_ns
-                   for r, c in div.calls.items())
-
     def longest_wait(self) -> tuple[LiveRank, Call, float] | None:
         """The rank inside one collective for the longest time now."""
         now = time.time_ns()
@@ -299,21 +293,4 @@ class LiveJob:
                 seq += 1
             if seq > lo:
                 self.verified[group] = seq
-        return None
-
-    def abandoned(self) -> tuple[LiveRank, Call, list[int]] | None:
-        """A rank waiting at a seq that an exited rank of its group never reached."""
-        ranks = self.ranks()
-        exited = {r: p for r, p in ranks.items() if p.gone and p.exited_clean}
-        if not exited:
-            return None
-        for p in ranks.values():
-            call = None if p.gone else p.oldest_open()
-            if call is None or call.kind != L.RecordKind.COLLECTIVE:
-                continue
-            members = p.group_ranks.get(call.group) or list(ranks)
-            missing = [r for r, q in exited.items() if r in members and
-                       max(q.calls.get(call.group, {-1: None}), default=-1) < call.seq]
-            if missing:
-                return p, call, missing
         return None

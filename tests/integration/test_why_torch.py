@@ -76,8 +76,18 @@ def test_a_taken_rendezvous_port_is_a_known_failure_not_the_users_code(doctor):
     assert "--rdzv-endpoint localhost:0" in f["fix"]
 
 
+def test_a_rank_blocked_in_a_file_lock_is_blocked_not_computing(doctor):
+    bug, run = run_bug(doctor, "lock_held_across_barrier")
+    f = first_error(bug, run.report)
+    assert f["kind"] == "missing_collective"
+    at = line_of("lock_held_across_barrier.py", "fcntl.flock(lock, fcntl.LOCK_EX)  # waits")
+    assert f"rank 1 is blocked in flock (a file lock) at {at}" in f["summary"]
+    blocked = next(r for r in run.report["ranks"] if r["rank"] == 1)
+    assert blocked["state"] == "blocked" and blocked["blocked_on"]["syscall"] == "flock"
+
+
 @pytest.mark.parametrize("name", ["aux_loss_skipped_one_rank", "frozen_on_one_rank",
-                                  "store_port_taken"])
+                                  "store_port_taken", "lock_held_across_barrier"])
 def test_fixed_twin_runs_clean(doctor, name):
     _, run = run_bug(doctor, name, fixed=True)
     assert run.returncode == 0, run.stderr[-3000:]

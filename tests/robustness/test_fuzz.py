@@ -340,7 +340,6 @@ def _poll_live(run_dir: Path) -> None:
             live.stopped()
             live.longest_wait()
             live.divergence()
-            live.abandoned()
 
 
 @FUZZ

@@ -181,13 +181,32 @@ def _open_mark(run: RankRun) -> TraceRecord | None:
     return opened[-1] if opened else None
 
 
+def os_wait_of(run: RankRun, job: JobView) -> dict | None:
+    """What the OS said the idle rank waits on (the supervisor's newest ``os_wait`` event
+    for its pid), unless the rank recorded a call since or its CPU time advances."""
+    if run.cpu_busy:
+        return None
+    said = [e for e in job.supervisor_events
+            if e.get("event") == "os_wait" and e.get("pid") == run.pid]
+    if not said:
+        return None
+    last = _last_call(run)
+    newest = said[-1]
+    since = max((last.t_end or last.t_start) if last is not None else 0,
+                max((m.t_start for m in run.marks), default=0))
+    return newest if int(newest.get("t") or 0) >= since else None
+
+
 def rank_state(run: RankRun, job: JobView, stop_ns: int | None) -> RankState:
     """The typed state of one rank (see StateKind)."""
     frame, name = user_frame(run)
+    wait = os_wait_of(run, job)
     base = RankState(run.rank, StateKind.COMPUTING, _last_call(run), frame=frame,
                      frame_name=name, cpu_busy=run.cpu_busy, progress_ns=run.progress_ns,
                      steps=max(run.header.step, 0),
-                     mark_count=sum(1 for m in run.marks if m.op == "new_group"))
+                     mark_count=sum(1 for m in run.marks if m.op == "new_group"),
+                     blocked_on=str((wait or {}).get("syscall") or ""),
+                     blocked_meaning=str((wait or {}).get("meaning") or ""))
     death = death_of(run, stop_ns)
     if death is not None:
         call = failed_call(run)
@@ -213,6 +232,8 @@ def rank_state(run: RankRun, job: JobView, stop_ns: int | None) -> RankState:
         return replace(base, kind=StateKind.BLOCKED, call=call, since_ns=call.t_start)
     if in_data_loading(run):
         return replace(base, kind=StateKind.DATA_LOADING)
+    if base.blocked_on:
+        return replace(base, kind=StateKind.OS_BLOCKED)
     return base
 
 

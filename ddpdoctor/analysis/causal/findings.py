@@ -57,10 +57,18 @@ def _after(s: RankState) -> str:
         "before its first collective"
 
 
+def blocked_text(s: RankState) -> str:
+    """``blocked in flock (a file lock)`` for a rank the OS says waits in a system call."""
+    return f"blocked in {s.blocked_on}" + (f" ({s.blocked_meaning})" if s.blocked_meaning
+                                            else "") if s.blocked_on else ""
+
+
 def whereabouts(s: RankState) -> str:
     """Where a rank that others wait for is instead, in a few words."""
     at = frame_text(s)
     at = f" at {at}" if at else ""
+    if s.kind == StateKind.OS_BLOCKED:
+        return f"is {blocked_text(s)}{at}, using no CPU"
     if s.kind == StateKind.COMPUTING:
         busy = {True: " (its CPU time advances)",
                 False: " (no CPU progress: sleeping, polling, or waiting on I/O or a lock)"}
@@ -75,7 +83,9 @@ def whereabouts(s: RankState) -> str:
         return "is unreachable: its node was lost (" + \
             (f"last seen {_after(s)}" if s.call else "no collective seen") + ")"
     if s.kind == StateKind.NOT_ARRIVED:
-        return f"has not joined the process group{at}" if at or s.steps or s.frame else \
+        blocked = f": it is {blocked_text(s)}" if s.blocked_on else ""
+        return f"has not joined the process group{blocked}{at}" if at or s.steps or \
+            s.frame or blocked else \
             "has not joined the process group (no trace of it, or still starting)"
     if s.kind == StateKind.PEER_FAILED and s.call is not None:
         return (f"was elsewhere{at or ' (no stack)'}: it entered {s.call.describe()} "
@@ -125,6 +135,12 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
         fix = (f"Find what keeps rank {target.rank} from init_process_group (its stack): a "
                "download, a file lock, a barrier of its own; give such work a timeout or do "
                "it on one rank after init and share the result.")
+    elif target.kind == StateKind.OS_BLOCKED:
+        fix = (f"Rank {target.rank} waits on {target.blocked_meaning or target.blocked_on} "
+               "outside any collective while the others wait for it: find who holds it (the "
+               "lock's owner, the pipe's or socket's other end), give the wait a timeout, or "
+               "do that work on every rank (or on one rank before a collective everyone "
+               "enters).")
     elif target.kind == StateKind.COMPUTING:
         fix = (f"Rank {target.rank} is doing work the others are not waiting for: balance it "
                "(evaluate on every rank or on none), or raise the process group's timeout "

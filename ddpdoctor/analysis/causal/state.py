@@ -15,6 +15,7 @@ class StateKind(str, enum.Enum):
     RENDEZVOUS = "rendezvous"  # inside init_process_group / new_group
     COMPUTING = "computing"  # running its own code (user frame from the stack)
     DATA_LOADING = "data_loading"  # inside a DataLoader's __next__ / fetch
+    OS_BLOCKED = "os_blocked"  # outside any call, no CPU: in a lock, a read, a sleep (/proc)
     NOT_ARRIVED = "not_arrived"  # no trace, or started without entering init_process_group
     EXITED = "exited"  # returned cleanly
     DIED = "died"  # killed by a signal or its own exception
@@ -63,3 +64,5 @@ class RankState:
     progress_ns: int | None = None
     death: Death | None = None
     steps: int = 0  # optimizer steps (DDP step counter)
+    blocked_on: str = ""  # what the OS says an idle rank waits in ("flock", "futex", ...)
+    blocked_meaning: str = ""  # that, in a few words ("a file lock")

@@ -11,17 +11,25 @@ from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.clocks import host_now
 from ddpdoctor.analysis.model import NS, JobView
 
-WORKING = (StateKind.COMPUTING, StateKind.DATA_LOADING, StateKind.NOT_ARRIVED)
+WORKING = (StateKind.COMPUTING, StateKind.DATA_LOADING, StateKind.NOT_ARRIVED,
+           StateKind.OS_BLOCKED)  # (a blocked rank's I/O may still be progress)
+
+
+MISMATCH_SETTLE_S = 0.25  # a rank inside a mismatched collective this long: it never returns
 
 
 @dataclass(frozen=True)
 class HangVerdict:
-    """The job hangs: ``waits`` are the hopeless waits (past the timeout, nobody they wait
-    on makes progress), ``absent`` the ranks they end on."""
+    """The job must be stopped: ``waits`` are the hopeless waits, ``absent`` the ranks they
+    end on.  ``reason``: hang (past the timeout, nobody they wait on makes progress),
+    mismatch (a rank inside a collective the others called differently), abandoned (a
+    rank waits in a collective that a rank which exited never entered), failed (a rank
+    died and the job did not end within the timeout)."""
 
     message: str
     waits: tuple[Wait, ...]
     absent: tuple[int, ...]
+    reason: str = "hang"
 
 
 @dataclass(frozen=True)
@@ -40,11 +48,60 @@ def progressing(s: RankState, now_ns: int, window_ns: int) -> bool:
     return bool(s.cpu_busy) or (s.progress_ns is not None and now_ns - s.progress_ns < window_ns)
 
 
-def judge(job: JobView, hang_timeout: float) -> HangVerdict | Straggling | None:
-    """Hang, straggler, or nothing to say, from the job's states and progress facts."""
+def _mismatched(job: JobView, states: dict[int, RankState],
+                settle_s: float) -> HangVerdict | None:
+    """A rank has been inside a collective that its group called differently for
+    ``settle_s``: that call never completes."""
+    from ddpdoctor.analysis.detectors.mismatch import divergences
+
+    if not any(s.kind == StateKind.BLOCKED for s in states.values()):
+        return None
+    for div in divergences(job):
+        for r, call in sorted(div.calls.items()):
+            s = states.get(r)
+            if s is not None and s.kind == StateKind.BLOCKED and s.call is not None and \
+                    (s.call.group, s.call.seq) == (div.group, div.seq) and \
+                    host_now(job, r) - (s.since_ns or 0) >= settle_s * NS:
+                return HangVerdict(f"mismatched collectives at seq {div.seq}", (),
+                                   tuple(div.culprits), "mismatch")
+    return None
+
+
+def _abandoned(states: dict[int, RankState], waits: list[Wait]) -> HangVerdict | None:
+    """A rank waits in a collective that a rank which exited cleanly never entered."""
+    for w in waits:
+        s = states[w.rank]
+        gone = [t for t in w.waits_for if states[t].kind == StateKind.EXITED]
+        if gone and s.kind == StateKind.BLOCKED and s.call is not None:
+            return HangVerdict(f"rank {w.rank} waits in {s.call.op} (seq {s.call.seq}) that "
+                               f"exited {ranks_text(gone)} never entered", (w,),
+                               tuple(gone), "abandoned")
+    return None
+
+
+def _failed_and_left(job: JobView, states: dict[int, RankState],
+                     limit: int) -> HangVerdict | None:
+    """A rank's process died (not a clean exit) ``limit`` ago and the job did not end."""
+    for r, s in states.items():
+        run = job.ranks.get(r)
+        if run is None or s.death is None or run.gone_at_ns is None:
+            continue
+        if job.now_ns - run.gone_at_ns >= limit:
+            return HangVerdict(f"rank {r} died ({s.death.cause}) and the job did not end",
+                               (), (r,), "failed")
+    return None
+
+
+def judge(job: JobView, hang_timeout: float,
+          settle_s: float = MISMATCH_SETTLE_S) -> HangVerdict | Straggling | None:
+    """Stop (mismatch, abandoned, hang, a death the job did not end of), straggler, or
+    nothing to say, from the job's states and progress facts: the supervisor's one rule."""
     states = rank_states(job)
     waits = wait_for_graph(job, states)
     limit = int(hang_timeout * NS)
+    for found in (_mismatched(job, states, settle_s), _abandoned(states, waits)):
+        if found is not None:
+            return found
     live = {r for r, s in states.items() if progressing(s, host_now(job, r), limit)}
     hopeless, behind = [], set()
     for w in waits:
@@ -68,15 +125,16 @@ def judge(job: JobView, hang_timeout: float) -> HangVerdict | Straggling | None:
         elif len(hopeless) == len(states) > 1:
             msg += "; every rank is inside it"
         return HangVerdict(msg, tuple(hopeless), tuple(absent))
-    if behind:
-        parts = []
-        for r in sorted(behind):
-            at = frame_text(states[r])
-            parts.append(f"rank {r} is computing" + (f" at {at}" if at else ""))
-        waiting = sorted({w.rank for w in waits})
-        return Straggling("; ".join(parts) + f"; {ranks_text(waiting)} wait"
-                          + ("s" if len(waiting) == 1 else ""), tuple(sorted(behind)))
-    return None
+    failed = _failed_and_left(job, states, limit)
+    if failed is not None or not behind:
+        return failed
+    parts = []
+    for r in sorted(behind):
+        at = frame_text(states[r])
+        parts.append(f"rank {r} is computing" + (f" at {at}" if at else ""))
+    waiting = sorted({w.rank for w in waits})
+    return Straggling("; ".join(parts) + f"; {ranks_text(waiting)} wait"
+                      + ("s" if len(waiting) == 1 else ""), tuple(sorted(behind)))
 
 
 def hang_verdict(job: JobView, hang_timeout: float) -> HangVerdict | None:
