@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ddpdoctor import bugs
+from tests.integration.test_repro_catalogue import check_repro
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +46,7 @@ def check_root_cause_first(bug: bugs.Bug, findings: list[dict]) -> None:
 
 
 @HANGS_AND_FAILURES
-def test_bug_is_named_with_its_culprits(doctor, bug):
+def test_bug_is_named_with_its_culprits(doctor, bug, tmp_path):
     run = run_sample(doctor, bug, fixed=False)
     report = run.report
     findings = report["findings"]
@@ -57,6 +58,7 @@ def test_bug_is_named_with_its_culprits(doctor, bug):
         f"{describe(named)}")
     check_root_cause_first(bug, findings)
     assert report["world_size"] == bug.nproc
+    check_repro(bug, run.run_dir, tmp_path / "repro", fixed=False)
 
 
 @FINISHES
@@ -86,7 +88,7 @@ def teardown_abort_only(report: dict) -> bool:
 
 
 @ENTRIES
-def test_fixed_twin_runs_clean(doctor, bug):
+def test_fixed_twin_runs_clean(doctor, bug, tmp_path):
     run = run_sample(doctor, bug, fixed=True)
     report = run.report
     if run.returncode != 0 and teardown_abort_only(report):
@@ -96,6 +98,7 @@ def test_fixed_twin_runs_clean(doctor, bug):
     serious = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
     assert serious == [], f"{bug.name} fixed: {describe(serious)}"
     assert report["world_size"] == bug.nproc
+    check_repro(bug, run.run_dir, tmp_path / "repro", fixed=True, teardown_only=teardown_abort_only)
 
 
 DDP_TORCH_BUGS = ("early_stop_per_rank", "unused_parameters", "crash_mid_epoch",
