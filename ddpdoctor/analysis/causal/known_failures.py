@@ -9,7 +9,8 @@ import re
 from dataclasses import dataclass
 
 from ddpdoctor.analysis.causal.state import RankState, StateKind
-from ddpdoctor.analysis.model import JobView
+from ddpdoctor.analysis.model import JobView, RankRun
+from ddpdoctor.trace import layout as L
 
 ATTEMPT_DIR = re.compile(r"attempt-(\d+)")
 
@@ -117,14 +118,15 @@ def attempt_of(job: JobView) -> int:
     return max(found, default=0)
 
 
-def _place(s: RankState) -> Place | None:
+def _place(s: RankState, run: RankRun) -> Place | None:
+    """Where a rank that failed was: a failed rank's ``call`` is the call it failed in."""
     if s.death is not None and s.death.teardown:
         return Place.TEARDOWN
-    if s.mark in ("init", "new_group") or s.kind == StateKind.RENDEZVOUS:
-        return Place.RENDEZVOUS
-    if s.call is not None and s.call.flags and s.call.t_end == 0 or \
-            (s.call is not None and s.death is not None and s.death.peer_absence):
+    if s.call is not None:
         return Place.COLLECTIVE
+    marks = [m for m in run.marks if m.op in ("init", "new_group")]
+    if marks and (marks[-1].open or bool(marks[-1].flags & L.RecordFlag.FAILED)):
+        return Place.RENDEZVOUS
     return None
 
 
@@ -136,22 +138,12 @@ def facts_of(job: JobView, states: dict[int, RankState], rank: int) -> FailureFa
         return None
     exc = run.exception() or {}
     message = str(exc.get("message") or "") or run.fault
-    place = _place(s)
-    if place is None and _died_in_init(run):
-        place = Place.RENDEZVOUS
+    place = _place(s, run)
     inside = {(o.call.group, o.call.seq) for o in states.values() if o.call is not None and
               o.kind in (StateKind.PEER_FAILED, StateKind.BLOCKED)}
     every = len(inside) == 1 and all(o.call is not None for o in states.values())
     return FailureFacts(place, attempt_of(job), str(exc.get("type") or ""), message,
                         s.death.signal, every)
-
-
-def _died_in_init(run: object) -> bool:
-    """The rank's newest init / new_group mark never returned (or failed)."""
-    from ddpdoctor.trace import layout as L
-
-    marks = [m for m in getattr(run, "marks", []) if m.op in ("init", "new_group")]
-    return bool(marks) and (marks[-1].open or bool(marks[-1].flags & L.RecordFlag.FAILED))
 
 
 def match(job: JobView, states: dict[int, RankState], rank: int) -> KnownFailure | None:
