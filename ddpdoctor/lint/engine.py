@@ -21,9 +21,12 @@ def python_files(paths: list[Path]) -> list[tuple[Path, str]]:
     found: list[tuple[Path, str]] = []
     for path in paths:
         if path.is_dir():
-            for f in sorted(path.rglob("*.py")):
-                if not SKIP_DIRS & set(f.relative_to(path).parts[:-1]):
-                    found.append((f, str(f)))
+            inside = [f for f in sorted(path.rglob("*.py"))
+                      if not SKIP_DIRS & set(f.relative_to(path).parts[:-1])]
+            if not inside:
+                raise UserError(f"{path} holds no Python files (*.py); give the training "
+                                "script or the directory that holds it", 2)
+            found += [(f, str(f)) for f in inside]
         elif path.is_file():
             found.append((path, str(path)))
         else:
@@ -140,7 +143,11 @@ def _module_findings(module: ParsedModule, drafts: list[Draft]) -> list[LintFind
 def lint_files(paths: list[Path]) -> list[LintFinding]:
     """Lint files and directories; a UserError (exit 2) for a missing or unreadable one."""
     modules = [parse_module(path, shown) for path, shown in python_files(paths)]
-    return lint_modules(modules)
+    try:
+        return lint_modules(modules)
+    except RecursionError:
+        raise UserError("the code is nested too deeply to lint (Python's recursion limit); "
+                        "lint the files one by one to find which", 2) from None
 
 
 def lint_source(source: str, name: str = "<source>") -> list[LintFinding]:

@@ -87,6 +87,9 @@ def parse_module(path: Path, shown: str) -> ParsedModule:
                         "give Python files or directories that hold them", 2) from None
     try:
         return parse_source(text, shown)
+    except RecursionError:
+        raise UserError(f"{shown} is nested too deeply for Python's parser; leave it out", 2) \
+            from None
     except (SyntaxError, ValueError) as e:
         where = f" at line {e.lineno}" if isinstance(e, SyntaxError) and e.lineno else ""
         raise UserError(f"{shown} is not valid Python{where}: fix the syntax error or leave "

@@ -137,3 +137,17 @@ def test_run_of_a_clean_script_has_an_empty_lint(doctor, tmp_path):
     assert run.returncode == 0, run.stderr
     assert "lint notice" not in run.stderr
     assert run.report["lint"] == []
+
+
+def test_directory_without_python_is_one_line(doctor, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "README.md").write_text("no code here\n")
+    assert "holds no Python files" in one_line_error(doctor(["lint", str(empty)]))
+
+
+def test_empty_and_comment_only_files_are_clean(doctor, tmp_path):
+    (tmp_path / "a.py").write_text("")
+    (tmp_path / "b.py").write_text("# nothing but a comment\n")
+    run = doctor(["lint", str(tmp_path)])
+    assert run.returncode == 0 and "0 errors, 0 warnings" in run.stdout
