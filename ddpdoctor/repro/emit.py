@@ -3,6 +3,7 @@ where ranks differ, each rank's folded steps and its ending."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -275,7 +276,10 @@ def stall(busy):
 
 
 def _header(job: ReplayJob) -> list[str]:
-    cmd = " ".join(shlex.quote(c) for c in job.command) or "unknown"
+    words = [os.path.basename(c) if os.path.isabs(c) and
+             re.fullmatch(r"python[\d.]*|torchrun", os.path.basename(c)) else c
+             for c in job.command]
+    cmd = " ".join(shlex.quote(c) for c in words) or "unknown"
     n = job.world_size
     lines = [
         "#!/usr/bin/env python",
