@@ -205,10 +205,19 @@ def summarise_collectives(program: Program) -> None:
             has_ddp = info.module.path in program.ddp_modules
             scanner = SiteScanner(program, info.module,
                                   static_kinds(info.node, info.module, has_ddp), info.cls)
-            sites = scanner.scan(info.node.body)
+            sites = scanner.scan(info.node.body, no_grad_decorated(info.node, info.module))
             if sites:
                 info.site = sites[0]
                 changed = True
+
+
+def no_grad_decorated(node: FunctionNode, module: ParsedModule) -> bool:
+    """``@torch.no_grad()`` (or ``inference_mode``) on a function: its body runs without grad."""
+    for dec in node.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        if (module.qualified(target) or "").endswith(NO_GRAD_CALLS):
+            return True
+    return False
 
 
 def rank_decorator(node: FunctionNode) -> ast.expr | None:

@@ -10,7 +10,8 @@ from ddpdoctor.lint.collectives import receiver_name
 from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
 from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
     lock_across_collective, rank_dependent_loop, recv_before_send
-from ddpdoctor.lint.summaries import MODEL_PARAMS, FunctionInfo, rank_decorator, with_flags
+from ddpdoctor.lint.summaries import MODEL_PARAMS, FunctionInfo, no_grad_decorated, \
+    rank_decorator, with_flags
 from ddpdoctor.lint.taint import RANK_NAMES, WORLD_NAMES, Env, Taint, TaintKind, key_of, \
     stronger
 
@@ -23,8 +24,10 @@ class FunctionWalker(DataFlow):
     """Walks one function (or a module's top level) and reports drafts through ``report``."""
 
     # -- entry points ---------------------------------------------------------------------------
-    def walk_function(self, info: FunctionInfo | None, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    def walk_function(self, info: FunctionInfo | None,
+                      node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.seed_params(node)
+        self.no_grad = no_grad_decorated(node, self.module)
         dec = rank_decorator(node)
         if dec is not None:
             t = Taint(TaintKind.RANK, dec.lineno)
@@ -304,26 +307,19 @@ def ends_in_jump(stmts: list[ast.stmt]) -> bool:
     return bool(stmts) and isinstance(stmts[-1], (ast.Continue, ast.Break, ast.Return, ast.Raise))
 
 
-NEGATE = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.GtE, ast.GtE: ast.Lt,
-          ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
-          ast.In: ast.NotIn, ast.NotIn: ast.In}
-
-
 def cond_key(test: ast.expr) -> tuple[str, bool] | None:
-    """A condition as (what it tests, polarity): ``rank != 0`` is ``rank == 0`` negated;
-    ``rank > 0`` is the same test as ``rank != 0`` for a rank."""
+    """A condition as (what it tests, polarity): ``rank == 0`` and ``rank in (-1, 0)`` test
+    ``rank`` positively, ``rank != 0``, ``rank > 0``, ``rank not in (-1, 0)`` negatively (the
+    loose reading that pairs "the others wait first, rank 0 after" idioms)."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         inner = cond_key(test.operand)
         return (inner[0], not inner[1]) if inner else None
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         op = type(test.ops[0])
-        left, right = ast.dump(test.left), ast.dump(test.comparators[0])
-        zero = isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0
-        if zero and op is ast.Gt:
-            op = ast.NotEq
-        if op in (ast.NotEq, ast.GtE, ast.Gt, ast.IsNot, ast.NotIn):
-            return f"{left}{NEGATE[op].__name__}{right}", False
-        return f"{left}{op.__name__}{right}", True
+        left = ast.dump(test.left)
+        if op in (ast.Eq, ast.In, ast.Is, ast.LtE, ast.Lt):
+            return left, True
+        return left, False
     if isinstance(test, (ast.Name, ast.Attribute, ast.Call)):
         return ast.dump(test), True
     return None

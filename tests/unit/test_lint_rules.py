@@ -487,3 +487,35 @@ def test_lock_held_across_a_collective():
         dist.all_reduce(t)  # expect: lock_held_across_collective
         lock.release()
     """)
+
+
+def test_others_first_then_rank_zero_idioms():
+    check("""
+    def hf_style(args, load):
+        if args.local_rank not in [-1, 0]:
+            dist.barrier()
+        model = load()
+        if args.local_rank == 0:
+            dist.barrier()
+
+    def torch_distributed_zero_first(local_rank):
+        if local_rank not in [-1, 0]:
+            dist.barrier(device_ids=[local_rank])
+        yield
+        if local_rank == 0:
+            dist.barrier(device_ids=[0])
+    """)
+
+
+def test_no_grad_decorator():
+    check("""
+    @torch.no_grad()
+    def evaluate(model, loader):
+        for x in loader:
+            model(x)
+
+    def main(net, loader, rank):
+        model = DDP(net)
+        if rank == 0:
+            evaluate(model, loader)
+    """)
