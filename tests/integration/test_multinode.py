@@ -183,3 +183,17 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return b"collectives.py" in cmdline
+
+
+def test_without_the_secret_each_node_decides_alone(tmp_path):
+    """No DDPDOCTOR_STORE_SECRET: no store is opened; each node says how to set one and
+    writes its own report of its own ranks; the job runs as without ddpdoctor."""
+    results = _finish(_start_nodes(tmp_path, {"BUG": "none", SECRET_ENV: ""}))
+    for node, (code, out, err) in enumerate(results):
+        assert code == 0, f"node {node}: {err[-3000:]}"
+        said = " ".join(err.split())
+        assert f"{SECRET_ENV} is not set" in said and f"export {SECRET_ENV}=" in said
+        report = json.loads((tmp_path / f"node{node}" / "report.json").read_text())
+        assert report["outcome"] == "completed" and not _errors(report)
+        assert {r["host"] for r in report["ranks"]} == {HOSTS[node]}
+        assert any("no nodes' store" in p for p in report["problems"])
