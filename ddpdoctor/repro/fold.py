@@ -47,12 +47,15 @@ def best_repeat(keys: Sequence[Hashable], start: int) -> tuple[int, int]:
     best = (0, 0)
     covered = 0
     limit = min(MAX_PERIOD, (len(keys) - start) // 2)
+    to_end = False  # the best repetition runs to the end: its multiples cover no more
     for period in range(1, limit + 1):
-        if keys[start] != keys[start + period]:
+        if keys[start] != keys[start + period] or (to_end and period % best[0] == 0):
             continue
-        count = 1 + _run_length(keys, start, period) // period
+        run = _run_length(keys, start, period)
+        count = 1 + run // period
         if count >= 2 and period * count > covered:
             best, covered = (period, count), period * count
+            to_end = start + period + run == len(keys)
     return best
 
 
@@ -61,7 +64,8 @@ def fold(items: Sequence[Item], key: Callable[[Any], Hashable] = _plain_key) -> 
     position the repetition covering the most items wins, its body is folded in turn
     (nested loops), and the items after it (a differing tail) are folded the same way.
     A loop that saves no line (a body of n items repeated twice, n <= 1) stays unrolled."""
-    keys = [item_key(i, key) for i in items]
+    ids: dict[Hashable, int] = {}  # each distinct key as a small int: cheap to compare
+    keys = [ids.setdefault(item_key(i, key), len(ids)) for i in items]
     out: list[Item] = []
     i = 0
     while i < len(items):

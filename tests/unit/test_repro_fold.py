@@ -62,3 +62,9 @@ def test_steps_are_compared_by_their_key():
     steps = [Call("all_reduce", t) for t in range(10)]
     folded = fold(steps)
     assert len(folded) == 1 and isinstance(folded[0], Loop) and folded[0].count == 10
+
+
+def test_an_outer_loop_whose_length_is_a_multiple_of_the_inner_one_is_still_found():
+    epoch = ["batch", "all_reduce"] * 6 + ["eval", "metric"]  # 14 steps: a multiple of 2
+    folded = fold(epoch * 50 + ["hang"])
+    assert folded == [Loop(50, (Loop(6, ("batch", "all_reduce")), "eval", "metric")), "hang"]
