@@ -122,8 +122,8 @@ def with_optimizer_steps(steps: list[Step], count: int, open_last: bool) -> list
     put back after each completed run of DDP gradient buckets, up to that count."""
     out: list[Step] = []
     left = max(count, 0)
-    buckets = [i for i, st in enumerate(steps) if st.bucket >= 0 or
-               (st.wait and i > 0 and steps[i - 1].bucket >= 0)]
+    buckets = {i for i, st in enumerate(steps) if st.bucket >= 0 or
+               (st.wait and i > 0 and steps[i - 1].bucket >= 0)}
     ends = {i for i in buckets if i + 1 not in buckets or
             0 <= steps[i + 1].bucket <= steps[i].bucket}  # the next step's buckets begin
     if open_last and steps and len(steps) - 1 in ends:
