@@ -131,7 +131,10 @@ DATA_CALLS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "math.is
                         "numpy.isfinite"})
 
 
-EVEN_SHARDS = ("DistributedSampler",)  # every rank gets the same number of items
+# loaders and samplers that give every rank the same number of items, whatever rank they get
+EVEN_SHARDS = ("DistributedSampler", "prepare_data_loader", "auto_dataloader",
+               "ElasticDistributedSampler", "DistributedBatchSampler")
+EVEN_SHARD_METHODS = frozenset({"prepare", "prepare_data_loader", "setup_dataloaders"})
 SHARD_ARGS = frozenset({"sampler", "batch_sampler"})
 SEED_ARGS = frozenset({"generator", "worker_init_fn", "seed", "num_workers", "pin_memory",
                        "timeout", "prefetch_factor", "persistent_workers",
@@ -250,7 +253,8 @@ class TaintEval:
         source = self._source_taint(node, name, line)
         if source is not None:
             return source
-        if name.endswith(EVEN_SHARDS):
+        if name.endswith(EVEN_SHARDS) or (isinstance(node.func, ast.Attribute) and
+                                          node.func.attr in EVEN_SHARD_METHODS):
             return None
         user = self.returns(node)
         kept = [k.value for k in node.keywords if k.arg not in SEED_ARGS]
