@@ -161,7 +161,7 @@ def out_of_step(by_rank: dict[int, list[Call]], group: str, until_seq: int | Non
             found.append((gap.i, gap, keys, ranks))
     if not found:
         return _conditional_pair(windows, ordered, group, condition)
-    pos, gap, keys, ranks = min(found, key=lambda f: (f[0], f[3][0]))
+    gap = min(found, key=lambda f: (f[0], f[3][0]))[1]
     same = [f for f in found if f[1] == gap]
     others = tuple(sorted(r for f in same for r in f[3]))
     ref_calls, other_calls = windows[ref_ranks[0]], windows[others[0]]
