@@ -14,6 +14,7 @@ from ddpdoctor.analysis.source import rank_condition
 from ddpdoctor.analysis.model import NS, Call, JobView, RankRun
 from ddpdoctor.errors import UserError
 from ddpdoctor.repro import loaders
+from ddpdoctor.rundir.attempts import attempt_dirs
 from ddpdoctor.repro.steps import Step, short_site, source_line
 from ddpdoctor.trace import layout as L
 
@@ -258,6 +259,9 @@ def read_job(run_dir: Path) -> ReplayJob:
     little to replay."""
     if not run_dir.is_dir():
         raise UserError(f"no such run dir: {run_dir}", 2)
+    attempts = attempt_dirs(run_dir)
+    if attempts and not any((run_dir / "traces").glob("pid-*.ring")):
+        run_dir = attempts[-1][1]  # a restarted job: its last attempt, as its report is
     job = load_job([run_dir], stacks=False)
     if not job.ranks:
         raise UserError(f"{run_dir} holds no rank's trace to replay: give the run dir that "
