@@ -46,6 +46,19 @@ def syscall_name(number: int, machine: str | None = None) -> str:
     return table.get(number, f"syscall {number}")
 
 
+def lock_holder(pid: int, locks: str | None = None) -> int | None:
+    """The pid that holds the file lock ``pid`` waits for, from /proc/locks (a waiter's
+    line is ``N: -> FLOCK ... PID ...`` below its holder's ``N: FLOCK ... PID ...``)."""
+    text = _read("/proc/locks") if locks is None else locks
+    lines = [line.split() for line in (text or "").splitlines()]
+    waits = next((f[0] for f in lines if len(f) > 5 and f[1] == "->" and f[5] == str(pid)),
+                 None)
+    if waits is None:
+        return None
+    held = next((f[4] for f in lines if len(f) > 4 and f[0] == waits and f[1] != "->"), None)
+    return int(held) if held is not None and held.isdigit() else None
+
+
 def os_wait(pid: int) -> dict[str, Any] | None:
     """{"syscall", "wchan", "meaning"} of a process blocked in a system call; None when
     it runs (or /proc does not say)."""
@@ -61,8 +74,11 @@ def os_wait(pid: int) -> dict[str, Any] | None:
         return None
     name = syscall_name(number)
     wchan = _read(f"/proc/{pid}/wchan") or ""
-    return {"syscall": name, "wchan": "" if wchan == "0" else wchan,
-            "meaning": MEANING.get(name, "")}
+    found: dict[str, Any] = {"syscall": name, "wchan": "" if wchan == "0" else wchan,
+                             "meaning": MEANING.get(name, "")}
+    if name in ("flock", "fcntl"):
+        found["holder_pid"] = lock_holder(pid)
+    return found
 
 
 def sample_idle(live: Any, progress: Any, log: Any, said: dict[int, tuple]) -> None:

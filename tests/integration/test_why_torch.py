@@ -81,7 +81,8 @@ def test_a_rank_blocked_in_a_file_lock_is_blocked_not_computing(doctor):
     f = first_error(bug, run.report)
     assert f["kind"] == "missing_collective"
     at = line_of("lock_held_across_barrier.py", "fcntl.flock(lock, fcntl.LOCK_EX)  # waits")
-    assert f"rank 1 is blocked in flock (a file lock) at {at}" in f["summary"]
+    assert f"rank 1 is blocked in flock (a file lock held by rank 0) at {at}" in f["summary"]
+    assert f["fix"].startswith("Rank 0 holds the lock rank 1 waits for")
     blocked = next(r for r in run.report["ranks"] if r["rank"] == 1)
     assert blocked["state"] == "blocked" and blocked["blocked_on"]["syscall"] == "flock"
 

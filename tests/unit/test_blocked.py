@@ -12,7 +12,7 @@ from ddpdoctor.analysis.causal.state import StateKind
 from ddpdoctor.analysis.causal.verdict import HangVerdict, judge
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.model import NS, Severity
-from ddpdoctor.supervisor.os_wait import os_wait, syscall_name
+from ddpdoctor.supervisor.os_wait import lock_holder, os_wait, syscall_name
 from tests.unit.factory import NOW, T0, frame, job, rank, rec, steps
 
 AGO = (NOW - T0) / NS
@@ -78,3 +78,15 @@ def test_proc_tells_the_sleep_and_the_queue() -> None:
 def test_syscall_names() -> None:
     assert syscall_name(73, "x86_64") == "flock" and syscall_name(32, "aarch64") == "flock"
     assert syscall_name(9999, "x86_64") == "syscall 9999"
+
+
+def test_the_lock_holder_is_read_from_proc_locks_and_named_by_rank() -> None:
+    locks = ("1: FLOCK  ADVISORY  WRITE 1000 fe:00:10092606 0 EOF\n"
+             "1: -> FLOCK  ADVISORY  WRITE 1001 fe:00:10092606 0 EOF\n"
+             "2: POSIX  ADVISORY  READ 77 fe:00:1 0 EOF\n")
+    assert lock_holder(1001, locks) == 1000 and lock_holder(77, locks) is None
+    j = flock_job()
+    j.supervisor_events[0]["holder_pid"] = j.ranks[0].pid
+    f = [f for f in diagnose(j).findings if f.severity == Severity.ERROR][0]
+    assert "blocked in flock (a file lock held by rank 0)" in f.summary
+    assert f.ranks == (0,) and f.fix.startswith("Rank 0 holds the lock rank 1 waits for")

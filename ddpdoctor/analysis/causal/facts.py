@@ -197,6 +197,26 @@ def os_wait_of(run: RankRun, job: JobView) -> dict | None:
     return newest if int(newest.get("t") or 0) >= since else None
 
 
+def _holder(wait: dict | None, job: JobView) -> int | None:
+    """The rank whose process holds the lock the rank waits for, if one of the job's."""
+    pid = (wait or {}).get("holder_pid")
+    return next((r for r, run in job.ranks.items() if run.pid == pid), None) \
+        if isinstance(pid, int) else None
+
+
+def _meaning(wait: dict | None, job: JobView) -> str:
+    """What the OS wait means, with the lock's holder by rank where it is one of the job's."""
+    if not wait:
+        return ""
+    meaning = str(wait.get("meaning") or "")
+    holder, pid = _holder(wait, job), wait.get("holder_pid")
+    if holder is not None:
+        meaning += f" held by rank {holder}"
+    elif isinstance(pid, int):
+        meaning += f" held by pid {pid}"
+    return meaning
+
+
 def rank_state(run: RankRun, job: JobView, stop_ns: int | None) -> RankState:
     """The typed state of one rank (see StateKind)."""
     frame, name = user_frame(run)
@@ -206,7 +226,7 @@ def rank_state(run: RankRun, job: JobView, stop_ns: int | None) -> RankState:
                      steps=max(run.header.step, 0),
                      mark_count=sum(1 for m in run.marks if m.op == "new_group"),
                      blocked_on=str((wait or {}).get("syscall") or ""),
-                     blocked_meaning=str((wait or {}).get("meaning") or ""))
+                     blocked_meaning=_meaning(wait, job), blocked_by=_holder(wait, job))
     death = death_of(run, stop_ns)
     if death is not None:
         call = failed_call(run)

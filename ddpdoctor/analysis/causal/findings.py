@@ -129,6 +129,11 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
         lines.append(f"Waiting for {(host_now(job, first.rank) - since) / 1e9:.1f} s.")
     if cond:
         lines.append(f"The awaited call is inside {cond}: it runs on some ranks only.")
+    if target.kind == StateKind.OS_BLOCKED and target.blocked_by in waiting:
+        fix = (f"Rank {target.blocked_by} holds the lock rank {target.rank} waits for, while "
+               f"it waits in a collective for rank {target.rank}: release the lock before the "
+               "collective (or enter the collective on every rank before taking the lock).")
+    elif cond:
         fix = ("Every rank must reach the same collectives: move the collective out of the "
                "rank-dependent branch or call it on every rank.")
     elif target.kind == StateKind.NOT_ARRIVED:
@@ -149,7 +154,8 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
         fix = ("Every rank must reach the same collectives: check why the absent rank took "
                "another path (see its stack): an early exit, a different number of batches, "
                "or a rank-dependent branch.")
-    culprits = tuple(waiting) if cond else (target.rank,)
+    culprits = (target.blocked_by,) if target.blocked_by in waiting else \
+        tuple(waiting) if cond else (target.rank,)
     evidence = {"group": first.group, "waiting": {str(w.rank): w.op for w in waits},
                 "absent": {str(target.rank): whereabouts(target)}, "state": target.kind.value,
                 "frame": target.frame, "condition": cond}

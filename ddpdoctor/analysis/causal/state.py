@@ -66,3 +66,4 @@ class RankState:
     steps: int = 0  # optimizer steps (DDP step counter)
     blocked_on: str = ""  # what the OS says an idle rank waits in ("flock", "futex", ...)
     blocked_meaning: str = ""  # that, in a few words ("a file lock")
+    blocked_by: int | None = None  # the rank holding the lock it waits for, where known
