@@ -46,6 +46,14 @@ def store_secret() -> str | None:
     return value or None
 
 
+def rendezvous_secret(address: str, rdzv_id: str) -> str:
+    """A key every node can derive from the settings it was given alike (the store's
+    address, the rendezvous id), used when no secret is set: it keeps out whoever does not
+    know them, not whoever can read the job's command line (``DDPDOCTOR_STORE_SECRET`` does)."""
+    text = f"ddpdoctor-nodes|{address}|{rdzv_id}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def secret_problem(secret: str) -> str:
     """Why ``secret`` cannot be used ("" when it can)."""
     if len(secret) < MIN_SECRET_CHARS:

@@ -42,6 +42,7 @@ class NodeSetup:
     nnodes: int
     node_rank: int | None
     min_nodes: int = 0  # --nnodes MIN:MAX (or N): the nodes the job needs to start
+    rdzv_id: str = ""  # torchrun's --rdzv-id, given alike on every node
 
     @property
     def leader(self) -> bool | None:
@@ -85,7 +86,8 @@ def node_setup(argv: Sequence[str], store: str | None) -> NodeSetup | None:
             mport = launcher_option(argv, ("--master-port", "--master_port"))
             host, port = _port_after(f"{addr}:{mport}" if mport else addr,
                                      DEFAULT_MASTER_PORT)
-    return NodeSetup(host, port, nnodes, node_rank, min(counts))
+    rdzv_id = launcher_option(argv, ("--rdzv-id", "--rdzv_id")) or ""
+    return NodeSetup(host, port, nnodes, node_rank, min(counts), rdzv_id)
 
 
 def preload() -> None:

@@ -1,8 +1,10 @@
 """The Supervisor's part in a many-node job: lead (node 0) or follow, or decide alone.
 
-The nodes' store is opened only with the job's secret (``DDPDOCTOR_STORE_SECRET``, the
-same on every node): without it each node says so once and decides alone (its own report),
-as when node 0 cannot be reached."""
+Every value in the nodes' store is sealed with the job's secret (``DDPDOCTOR_STORE_SECRET``,
+the same on every node).  Without one, the nodes seal with a key derived from the settings
+every node is given alike (the store's address and the rendezvous id) and each says once
+that whoever knows them can speak to the store; a secret set but too short is refused, and
+that node decides alone (its own report), as when node 0 cannot be reached."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from ddpdoctor.analysis.model import JobView
 from ddpdoctor.host import host_name
 from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
 from ddpdoctor.supervisor.node_auth import (SECRET_ENV, Seal, example_secret, new_session,
-                                            secret_problem, store_secret)
+                                            rendezvous_secret, secret_problem, store_secret)
 from ddpdoctor.supervisor.node_follower import NodeFollower
 from ddpdoctor.supervisor.node_leader import NodeLeader
 from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore, this_node_id
@@ -35,8 +37,14 @@ class NodesMixin:
         if setup is None:
             return
         secret = store_secret()
-        problem = secret_problem(secret) if secret is not None else \
-            f"{SECRET_ENV} is not set"
+        if secret is None:
+            self.say(f"{SECRET_ENV} is not set: the nodes' store is sealed with a key derived "  # type: ignore
+                     "from the rendezvous settings, which anyone who can read the job's "
+                     f"command line knows; export {SECRET_ENV}={example_secret()} (the same "
+                     "on every node) to keep them out", "yellow")
+            self.log("store_secret", source="rendezvous")  # type: ignore[attr-defined]
+            secret = rendezvous_secret(setup.address, setup.rdzv_id)
+        problem = secret_problem(secret)
         if problem:
             self.say(f"{problem}: the nodes' store needs the same secret on every node, e.g. "  # type: ignore
                      f"export {SECRET_ENV}={example_secret()} before ddpdoctor run on each",

@@ -185,14 +185,28 @@ def _alive(pid: int) -> bool:
     return b"collectives.py" in cmdline
 
 
-def test_without_the_secret_each_node_decides_alone(tmp_path):
-    """No DDPDOCTOR_STORE_SECRET: no store is opened; each node says how to set one and
-    writes its own report of its own ranks; the job runs as without ddpdoctor."""
+def test_without_the_secret_the_nodes_still_meet(tmp_path):
+    """No DDPDOCTOR_STORE_SECRET (the command line of earlier versions): the nodes seal
+    with a key derived from the rendezvous settings, each says how to set a real secret,
+    and node 0 writes the job's one report as before."""
     results = _finish(_start_nodes(tmp_path, {"BUG": "none", SECRET_ENV: ""}))
     for node, (code, out, err) in enumerate(results):
         assert code == 0, f"node {node}: {err[-3000:]}"
         said = " ".join(err.split())
         assert f"{SECRET_ENV} is not set" in said and f"export {SECRET_ENV}=" in said
+    report = json.loads((tmp_path / "node0" / "report.json").read_text())
+    assert report["outcome"] == "completed" and not _errors(report)
+    assert {r["host"] for r in report["ranks"]} == set(HOSTS)
+
+
+def test_a_short_secret_is_refused_and_each_node_decides_alone(tmp_path):
+    """A secret set but too short is the user's mistake: no store is opened; each node says
+    why and writes its own report of its own ranks; the job runs as without ddpdoctor."""
+    results = _finish(_start_nodes(tmp_path, {"BUG": "none", SECRET_ENV: "short"}))
+    for node, (code, out, err) in enumerate(results):
+        assert code == 0, f"node {node}: {err[-3000:]}"
+        said = " ".join(err.split())
+        assert "shorter than 16 characters" in said
         report = json.loads((tmp_path / f"node{node}" / "report.json").read_text())
         assert report["outcome"] == "completed" and not _errors(report)
         assert {r["host"] for r in report["ranks"]} == {HOSTS[node]}
