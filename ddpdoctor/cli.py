@@ -66,7 +66,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ui", action="store_true", help="show the live terminal UI")
     p.add_argument("--doctor-store", metavar="HOST:PORT",
                    help="many nodes: where the nodes' supervisors meet (node 0 hosts a "
-                   "c10d TCPStore there; default: the rendezvous host, its port + 1)")
+                   "c10d TCPStore there; default: the rendezvous host, its port + 1); "
+                   "set DDPDOCTOR_STORE_SECRET alike on every node so that only the job's "
+                   "supervisors can speak to it")
     launcher = p.add_argument_group("passed to torch.distributed.run (script form)")
     for name, takes_value in LAUNCHER_OPTIONS:
         if takes_value:
