@@ -13,6 +13,7 @@ from ddpdoctor.errors import UserError
 
 RUNS_DIR = Path("ddpdoctor-runs")
 RUN_FILE = "run.json"
+LIVE_STATE_FILE = "live.json"  # the supervisor's live view (supervisor/live_state.py)
 
 
 def new_run_id() -> str:

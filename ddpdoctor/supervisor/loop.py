@@ -20,6 +20,7 @@ from ddpdoctor.config import RunConfig
 from ddpdoctor.proc.control import JobTree
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.supervisor.ending import POLL_SECONDS, JobEnding, Verdict
+from ddpdoctor.supervisor.live_state import LiveStateWriter
 from ddpdoctor.supervisor.nodes import NodesMixin
 from ddpdoctor.supervisor.os_wait import sample_idle
 from ddpdoctor.supervisor.progress import ProgressTracker
@@ -53,6 +54,7 @@ class Supervisor(JobEnding, NodesMixin):
         self.console = console
         self.started_ns = started_ns
         self.live = LiveJob(run_dir)
+        self.live_state = LiveStateWriter(run_dir)  # RUN_DIR/live.json, for a live UI
         self.tree = JobTree((proc.pid,))
         self.stopped: dict[str, Any] | None = None
         self.stop_requested = threading.Event()
@@ -132,6 +134,7 @@ class Supervisor(JobEnding, NodesMixin):
             verdict = self._check()
             if verdict is not None:
                 return verdict
+            self.live_state.publish(self)
             time.sleep(STEADY_POLL_SECONDS if self._steady() else POLL_SECONDS)
 
     def _is_due(self, what: str, every_s: float) -> bool:

@@ -106,6 +106,7 @@ class DoctorApp(App[int]):
         worker = get_current_worker()
         parser = CollectiveParser()
         last_error = ""
+        last: tuple[Any, ReportView | None] = (None, None)  # a source's unchanged dict
         while not worker.is_cancelled and not self._stop_polling.is_set():
             started = time.monotonic()
             try:
@@ -117,7 +118,9 @@ class DoctorApp(App[int]):
             else:
                 error = ""
                 finished = self.source.finished
-                self.post_message(ReportPolled(ReportView.from_dict(data, parser), finished))
+                view = last[1] if data is last[0] else ReportView.from_dict(data, parser)
+                last = (data, view)
+                self.post_message(ReportPolled(view, finished))
                 if finished:
                     return
             if error and error != last_error:

@@ -13,6 +13,7 @@ from ddpdoctor.errors import UserError
 from ddpdoctor.proc.table import alive
 from ddpdoctor.rundir.attempts import attempt_dirs
 from ddpdoctor.rundir.layout import is_run_dir
+from ddpdoctor.tui.live_follow import LiveFollower
 
 REPORT_SCHEMA = "ddpdoctor.report/1"
 #: How long to wait for the supervisor's report.json after the job ended.
@@ -33,7 +34,8 @@ class ReportFeed(Protocol):
 
 
 class ReportSource:
-    """Reads a report.json, or builds a report from a run dir, each time it is polled.
+    """Reads a report.json, or a live run's state (the supervisor's live.json and the
+    traces' new records), or builds a report from a run dir, each time it is polled.
 
     Args:
         path: a report.json, or a run dir (one containing run.json or traces/).
@@ -46,6 +48,8 @@ class ReportSource:
         self.is_running = is_running
         self._finished = False
         self._ended_at: float | None = None
+        # a live run's supervisor publishes its view: read that, not a rebuilt report
+        self.follower = LiveFollower(lambda run_dir: build_run_dir_report(run_dir))
 
     @property
     def finished(self) -> bool:
@@ -81,7 +85,11 @@ class ReportSource:
             report.setdefault("run_dir", str(self.path))
             self._finished = True
             return report
-        report = build_run_dir_report(current_attempt(self.path))
+        attempt = current_attempt(self.path)
+        followed = self.follower.poll(attempt) if running else None
+        if followed is not None:
+            return followed
+        report = build_run_dir_report(attempt)
         report.setdefault("run_dir", str(self.path))
         if self.is_running is not None:
             report["live"] = running

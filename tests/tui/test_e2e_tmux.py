@@ -79,6 +79,16 @@ class TmuxTerminal:
                 raise AssertionError(f"{pattern!r} did not appear within {timeout}s; screen:\n{text}")
             time.sleep(0.25)
 
+    def wait_gone(self, pattern: str, timeout: float = 45.0) -> None:
+        """Wait until ``pattern`` is off the screen.  After Escape, the next key must wait
+        for this: an app slow to read (a loaded box) would get both bytes at once and read
+        Escape and the key as one Alt+key."""
+        deadline = time.monotonic() + timeout
+        while re.search(pattern, self.screen()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{pattern!r} still on the screen after {timeout}s")
+            time.sleep(0.25)
+
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
 
@@ -116,16 +126,24 @@ def test_ui_shows_a_hang_report_and_follows_keys(terminal_factory, tmp_path: Pat
     screen = term.wait_for(r"Fix: ")
     assert "ERROR" in screen and "straggler" in screen
 
-    term.keys("r", "Down", "Down", "Enter")
+    term.keys("r")
+    term.wait_for(r"time in op")  # the table is shown, so its focus (queued) has landed
+    term.keys("Down", "Down", "Enter")
     screen = term.wait_for(r"▶ sync_loss_scale")
     assert re.search(r"rank 2 +hung", screen), screen
     assert "▶ sync_loss_scale" in screen and "/home/ana/proj/train.py:63" in screen
     assert "torch/distributed/distributed_c10d.py:2737" in screen
     assert "last collectives" in screen
 
-    term.keys("Escape", "?")
+    term.keys("Escape")
+    term.wait_gone(r"▶ sync_loss_scale")
+    term.keys("?")
     screen = term.wait_for(r"ddpdoctor help")
-    term.keys("Escape", "/", "3", "Enter")
+    term.keys("Escape")
+    term.wait_gone(r"ddpdoctor help")
+    term.keys("/")
+    term.wait_for(r"filter ranks:")  # the filter's input is shown, so it has the focus
+    term.keys("3", "Enter")
     screen = term.wait_for(r"Ranks \(1/4\)")
     term.keys("q")
     term.wait_for(r"__EXIT=0")

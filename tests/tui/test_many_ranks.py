@@ -57,18 +57,20 @@ async def test_256_rank_live_updates_are_in_place_and_fast(big_report: dict[str,
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         table = app.screen.query_one(RankTable)
+        # CPU time, not wall time: on a loaded box the wall clock also counts the time this
+        # process waited for a core (a 2-core CI machine at load 15 read 0.2 s a wall update)
         updating = 0.0
-        started = time.perf_counter()
+        started = time.process_time()
         for view in frames:
-            before = time.perf_counter()
+            before = time.thread_time()
             app.report = view
-            updating += time.perf_counter() - before
+            updating += time.thread_time() - before
             await pilot.pause()
         per_update = updating / len(frames)
-        with_repaint = (time.perf_counter() - started) / len(frames)
+        with_repaint = (time.process_time() - started) / len(frames)
         assert table.rebuilds == 0
         assert table.get_cell("5", "state").plain == states[(5 + 11) % 3]
         assert table.get_cell("5", "step") == "11"
         # every one of the 256 rows changed: the worst case; the bounds leave room for a busy CI box
-        assert per_update < 0.12, f"{per_update:.3f}s to update 256 ranks is too slow for 4 Hz"
-        assert with_repaint < 1.0, f"{with_repaint:.3f}s per update and repaint"
+        assert per_update < 0.12, f"{per_update:.3f}s CPU to update 256 ranks is too slow for 4 Hz"
+        assert with_repaint < 1.0, f"{with_repaint:.3f}s CPU per update and repaint"
