@@ -8,8 +8,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddpdoctor.lint.collectives import (IN_PLACE_UNIFORM, call_kinds, dist_op, is_ddp_wrap,
-                                        uniform_result)
+from ddpdoctor.lint.collectives import (IN_PLACE_UNIFORM, Site, call_kinds, dist_op,
+                                        is_ddp_wrap, uniform_result)
 from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.rules import Draft, rank_dependent_model, unused_parameters
 from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
@@ -67,6 +67,7 @@ class DataFlow:
     no_sync: bool = False
     in_join: bool = False
     nested_defs: bool = True  # walk functions defined inside (False at a module's top level)
+
     # -- helpers ------------------------------------------------------------------------------
     def taint_of(self, node: ast.expr | None) -> Taint | None:
         return TaintEval(self.module, self.env, self._returns, self._uniform_call,
@@ -86,10 +87,12 @@ class DataFlow:
     def scanner(self) -> SiteScanner:
         return SiteScanner(self.program, self.module, self.env.kinds, self.cls)
 
-    def sites(self, stmts: list[ast.stmt]):
+    def sites(self, stmts: list[ast.stmt]) -> list[Site]:
+        """The collectives ``stmts`` issue, in order, in the current grad/no_sync state."""
         return self.scanner().scan(stmts, self.no_grad, self.no_sync)
 
     def control_taint(self) -> Taint | None:
+        """The strongest condition the current statement runs under (an implicit flow)."""
         result: Taint | None = None
         for c in self.control:
             result = stronger(result, c.taint)
