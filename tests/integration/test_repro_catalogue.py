@@ -15,7 +15,7 @@ from ddpdoctor import bugs
 from ddpdoctor.repro.command import write_repro
 
 MAX_LINES = 200
-MAX_SECONDS = 60  # the goal is 10 s beyond the hang timeout; this bound leaves room for load
+SLACK_SECONDS = 90  # beyond the hang timeout: the goal is ~10 s, the rest is room for load
 
 
 def first_error(report: dict[str, Any]) -> tuple[str, list[int], int | None] | None:
@@ -49,7 +49,7 @@ def check_repro(bug: bugs.Bug, run_dir: Path, where: Path, fixed: bool,
     proc, report, lines, seconds = run_repro(bug, run_dir, where)
     name = f"{bug.name}{' fixed' if fixed else ''} repro"
     assert lines < MAX_LINES, f"{name}: {lines} lines"
-    assert seconds < MAX_SECONDS, f"{name}: ran {seconds:.0f} s"
+    assert seconds < bug.hang_timeout + SLACK_SECONDS, f"{name}: ran {seconds:.0f} s"
     if fixed:
         if proc.returncode != 0 and teardown_only(report):
             return
