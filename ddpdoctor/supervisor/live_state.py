@@ -46,10 +46,18 @@ def _current(call: Call | None) -> dict[str, Any] | None:
             "callsite": call.short_site, "group": call.group}
 
 
+def lowest_seq(ranks: dict[int, LiveRank], group: str, members: list[int]) -> int:
+    """The lowest seq the members of ``group`` have reached (-1: one has not called it)."""
+    return min((ranks[r].hi.get(group, -1) for r in members if r in ranks), default=-1)
+
+
 def rank_state(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
-               hang_timeout: float) -> str:
+               hang_timeout: float, lowest: dict[str, int] | None = None,
+               call: Call | None = None) -> str:
     """The rank's state from what the supervisor follows live (the report's states: a
-    rank inside a call that peers of its group have not reached yet is waiting)."""
+    rank inside a call that peers of its group have not reached yet is waiting; the rank
+    itself has reached the call, so the group's lowest seq below it means a peer is
+    behind).  ``lowest`` caches each group's lowest seq across the ranks of one look."""
     state = p.header.state
     if state == L.RankState.FAILED:
         return "failed"
@@ -59,27 +67,29 @@ def rank_state(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
         return "exited" if p.exited_clean else "killed"
     if p.stop_logged:
         return "stopped"
-    call = p.oldest_open()
+    call = call if call is not None else p.oldest_open()
     if call is not None:
         if now_ns - call.t_start >= hang_timeout * NS:
             return "hung"
-        members = p.group_ranks.get(call.group) or list(ranks)
-        behind = any(ranks[r].hi.get(call.group, -1) < call.seq
-                     for r in members if r in ranks and r != p.rank)
+        lowest = {} if lowest is None else lowest
+        if call.group not in lowest:
+            members = p.group_ranks.get(call.group) or list(ranks)
+            lowest[call.group] = lowest_seq(ranks, call.group, members)
+        behind = lowest[call.group] < call.seq
         return "waiting" if behind and call.kind == L.RecordKind.COLLECTIVE else \
             "in_collective"
     return "starting" if state == L.RankState.STARTING else "computing"
 
 
 def _rank_entry(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
-                hang_timeout: float) -> dict[str, Any]:
-    h = p.header
+                hang_timeout: float, lowest: dict[str, int]) -> dict[str, Any]:
+    h, call = p.header, p.oldest_open()
     return {"rank": h.rank, "host": h.host, "pid": h.pid,
-            "state": rank_state(p, ranks, now_ns, hang_timeout),
+            "state": rank_state(p, ranks, now_ns, hang_timeout, lowest, call),
             "exit_code": 0 if h.state == L.RankState.EXITED else h.exit_code,
             "step": max(h.step, 0), "epoch": h.epoch if h.epoch >= 0 else None,
             "last_seq": h.last_seq if h.last_seq >= 0 else None,
-            "current": _current(p.oldest_open())}
+            "current": _current(call)}
 
 
 def _blocked_bucket(live: LiveJob) -> int:
@@ -132,7 +142,7 @@ class LiveStateWriter:
         if facts != self._facts:
             self._facts = facts
             self.revision += 1
-        findings = []
+        findings, lowest = [], {}
         if sup._warned_mismatch:
             div = live.divergence()
             if div is not None:
@@ -143,7 +153,8 @@ class LiveStateWriter:
             "schema": SCHEMA, "supervisor_pid": os.getpid(), "revision": self.revision, "command": redact_argv(sup.config.command),
             "world_size": max((p.header.world_size for p in ranks.values()), default=None),
             "started_at": _iso(sup.started_ns), "hang_timeout": timeout,
-            "ranks": [_rank_entry(ranks[r], ranks, now_ns, timeout) for r in sorted(ranks)],
+            "ranks": [_rank_entry(ranks[r], ranks, now_ns, timeout, lowest)
+                      for r in sorted(ranks)],
             "findings": findings, "problems": list(dict.fromkeys(live.problems)),
         }
 
