@@ -16,17 +16,19 @@ per rank 12 bytes a collective.  ``Recorder``/``TraceWriter`` layout: see trace/
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from ddpdoctor.analysis.fast_files import (WORDS, Buffer, RankFile, group_names, load_words,
-                                           rank_files)
+                                           meta_group_names, rank_files, tail_trace)
 from ddpdoctor.analysis.matcher import Divergence, find_divergence, fingerprint
 from ddpdoctor.analysis.model import Call
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import decode_record
+from ddpdoctor.trace.reader import RankTrace, decode_record, meta_path_for, read_meta
 
 _W_OPS, _W_SEQ, _W_PEER, _W_TEXT = 1, 2, 6, 9  # word 1: kind, op, reduce op, flags, group
 _OPS_MASK = np.uint64(0x0000_0000_00FF_FFFF)  # kind, op, reduce op (not flags, not group)
@@ -79,6 +81,9 @@ class FastScan:
     ranks: int
     collectives: int
     problems: list[str]
+    traces: dict[Path, RankTrace] = field(default_factory=dict)
+    """With ``tail``: per trace file, the rank as ``read_trace(path, tail)`` reads it, plus
+    the newest collective of each of its groups (a tail may hold only one group's)."""
 
 
 
@@ -214,12 +219,21 @@ def _compare_rows(rows: np.ndarray, seqs: np.ndarray, ref: _Reference,
 
 
 def _scan_rank(rf: RankFile, buf: Buffer, refs: dict[str, _Reference],
-               prints: _Fingerprints, first: dict[str, int], problems: list[str]) -> int:
-    """Compare one rank with the references; returns how many collectives it has."""
+               prints: _Fingerprints, first: dict[str, int], problems: list[str],
+               tail: int | None = None) -> tuple[int, RankTrace | None]:
+    """Compare one rank with the references; returns how many collectives it has, and
+    with ``tail`` its newest records and meta log (see FastScan.traces)."""
     words, slots = load_words(rf, buf)
+    meta: list[dict] = []
+    if tail is not None:
+        meta, meta_problems = read_meta(meta_path_for(rf.path))
+        names = meta_group_names(meta)
     if not len(words):
-        return 0
-    names = group_names(rf.path, problems)
+        return 0, (tail_trace(rf, buf.last, tail, [], meta, meta_problems)
+                   if tail is not None else None)
+    if tail is None:
+        names = group_names(rf.path, problems)
+    newest_slots = []
     w1 = words[:, _W_OPS]
     local = (w1 >> np.uint64(32)).astype(np.int64)
     local = np.where(local >= 1 << 31, local - (1 << 32), local)
@@ -254,7 +268,14 @@ def _scan_rank(rf: RankFile, buf: Buffer, refs: dict[str, _Reference],
                               buf.arange(n)).astype(np.int32)
         if at is not None and at < first.get(name, at + 1):
             first[name] = at
-    return len(words)
+        newest = int(np.argmax(seqs))
+        newest_slots.append(int(g_slots[newest]) if g_slots is not None else newest)
+    if tail is None:
+        return len(words), None
+    cap, count = rf.header.capacity, rf.header.count
+    oldest = max(0, count - cap)
+    newest_calls = [oldest + (s - oldest % cap) % cap for s in newest_slots]
+    return len(words), tail_trace(rf, buf.last, tail, newest_calls, meta, meta_problems)
 
 
 def _call_at(rf: RankFile, group: str, seq: int) -> Call | None:
@@ -273,8 +294,10 @@ def _call_at(rf: RankFile, group: str, seq: int) -> Call | None:
     return Call.from_record(h.rank, group, rec) if rec is not None else None
 
 
-def scan(run_dirs: list[Path]) -> FastScan:
-    """Compare every rank's collectives in ``run_dirs`` (one per node); see the module doc."""
+def scan(run_dirs: list[Path], tail: int | None = None) -> FastScan:
+    """Compare every rank's collectives in ``run_dirs`` (one per node); see the module doc.
+    With ``tail``, also keep each rank's newest records and meta log (FastScan.traces),
+    read in the same pass."""
     problems: list[str] = []
     files = rank_files([Path(d) for d in run_dirs], problems)
     refs: dict[str, _Reference] = {}
@@ -282,11 +305,16 @@ def scan(run_dirs: list[Path]) -> FastScan:
     prints = _Fingerprints()
     buf = Buffer()
     total = 0
+    traces: dict[Path, RankTrace] = {}
     for rf in files:
         try:
-            total += _scan_rank(rf, buf, refs, prints, first, problems)
+            n, trace = _scan_rank(rf, buf, refs, prints, first, problems, tail)
         except (OSError, ValueError) as e:
             problems.append(f"{rf.path}: unreadable ({e})")
+            continue
+        total += n
+        if trace is not None:
+            traces[rf.path] = trace
     del refs
     divergences = []
     for name, seq in sorted(first.items()):
@@ -301,10 +329,26 @@ def scan(run_dirs: list[Path]) -> FastScan:
         div = find_divergence({r: [c] for r, c in calls.items()}, name, seq)
         if div is not None:
             divergences.append(div)
-    return FastScan(divergences, len(files), total, problems)
+    return FastScan(divergences, len(files), total, problems, traces)
+
+
+_SCANNED: dict[tuple[str, ...], FastScan] = {}  # scans in use by a report being built
+
+
+@contextmanager
+def scanned(run_dirs: list[Path], tail: int | None = None) -> Iterator[FastScan]:
+    """Scan ``run_dirs`` once: inside the block, ``find_divergences_fast`` of the same
+    dirs answers from this scan (a report reads the traces once, not twice)."""
+    key = tuple(str(d) for d in run_dirs)
+    found = _SCANNED[key] = scan(run_dirs, tail)
+    try:
+        yield found
+    finally:
+        _SCANNED.pop(key, None)
 
 
 def find_divergences_fast(run_dirs: list[Path]) -> list[Divergence]:
     """The first divergence of each process group across the run dirs' ranks, as
     ``matcher.find_divergence`` would find it, without decoding every record."""
-    return scan(run_dirs).divergences
+    found = _SCANNED.get(tuple(str(d) for d in run_dirs))
+    return (found if found is not None else scan(run_dirs)).divergences

@@ -12,8 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import (MAX_META_BYTES, TraceError, TraceHeader, meta_path_for,
-                                    read_header)
+from ddpdoctor.trace.meta_line import parse_meta_line
+from ddpdoctor.trace.reader import (MAX_META_BYTES, RankTrace, TraceError, TraceHeader,
+                                    decode_record, meta_path_for, read_header, read_meta,
+                                    runtime_errors)
 
 RECORD_DTYPE = np.dtype({
     "names": list(L.RECORD_FIELDS),
@@ -107,7 +109,7 @@ def group_names(path: Path, problems: list[str]) -> dict[int, str]:
             if m is not None:
                 names[int(m[1])] = str(json.loads(m[2]))
                 continue
-            ev = json.loads(line)
+            ev = parse_meta_line(line)
         except (ValueError, RecursionError):
             continue
         if isinstance(ev, dict) and ev.get("event") == "group" and \
@@ -122,6 +124,7 @@ class Buffer:
     def __init__(self) -> None:
         self._buf = bytearray()
         self._aranges: dict[int, np.ndarray] = {}
+        self.last: memoryview = memoryview(b"")  # the rank's ring as last read, slot 0 first
 
     def read(self, path: Path, nbytes: int) -> memoryview:
         if len(self._buf) < nbytes:
@@ -130,7 +133,8 @@ class Buffer:
         with open(path, "rb", buffering=0) as f:
             f.seek(L.HEADER_SIZE)
             got = f.readinto(view)
-        return view[:got or 0]
+        self.last = view[:got or 0]
+        return self.last
 
     def arange(self, n: int) -> np.ndarray:
         a = self._aranges.get(n)
@@ -143,6 +147,7 @@ def load_words(rf: RankFile, buf: Buffer) -> tuple[np.ndarray, np.ndarray | None
     """The rank's valid collective records as (words (n, 32) uint64, slots or None when
     they are the slots 0..n-1 themselves).  The words may live in ``buf``."""
     h = rf.header
+    buf.last = memoryview(b"")
     cap, count = h.capacity, h.count
     size = os.path.getsize(rf.path)
     avail = max(0, (size - L.HEADER_SIZE) // L.RECORD_SIZE)
@@ -165,3 +170,28 @@ def load_words(rf: RankFile, buf: Buffer) -> tuple[np.ndarray, np.ndarray | None
         return words, None
     return words[valid], slot[valid]
 
+
+def meta_group_names(meta: list[dict]) -> dict[int, str]:
+    """Local group index -> name, from parsed meta events (as ``group_names``)."""
+    return {ev["index"]: str(ev.get("name", ev["index"])) for ev in meta
+            if ev.get("event") == "group" and type(ev.get("index")) is int}
+
+
+def tail_trace(rf: RankFile, raw: memoryview, tail: int, also: list[int],
+               meta: list[dict], meta_problems: list[str]) -> RankTrace:
+    """The rank as ``read_trace(path, tail)`` reads it, from the bytes the scan read: its
+    newest ``tail`` records and those of ``also`` (record indices), and its meta log."""
+    h = rf.header
+    cap, count = h.capacity, h.count
+    first = max(0, count - cap)
+    avail = len(raw) // L.RECORD_SIZE
+    wanted = set(range(max(first, count - tail), count))
+    wanted.update(i for i in also if first <= i < count)
+    records = []
+    for index in sorted(wanted):
+        slot = index % cap
+        if slot < avail:
+            rec = decode_record(raw, slot * L.RECORD_SIZE, index)
+            if rec is not None:
+                records.append(rec)
+    return RankTrace(rf.path, h, records, meta, 0, meta_problems + runtime_errors(h, meta))

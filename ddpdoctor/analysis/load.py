@@ -26,11 +26,15 @@ MAX_STACK_BYTES = 8 << 20
 
 
 _MEMBER_LISTS: dict[tuple[int, ...], list[int]] = {}  # one list per distinct membership
+_CHECKED: dict[int, list[int]] = {}  # id -> a list already checked (held, so ids stay unique)
 
 
 def _members(value: Any) -> list[int] | None:
     """A group's member ranks as one list shared by every rank that names the same members
-    (a world group of N ranks, listed by each of N ranks, is held once, not N times)."""
+    (a world group of N ranks, listed by each of N ranks, is held and checked once, not N
+    times; the meta reader already hands the same list to every rank that lists it)."""
+    if _CHECKED.get(id(value)) is value:
+        return value
     if not isinstance(value, list) or set(map(type, value)) - {int}:
         return None
     key = tuple(value)
@@ -39,6 +43,10 @@ def _members(value: Any) -> list[int] | None:
         if len(_MEMBER_LISTS) > 4096:
             _MEMBER_LISTS.clear()  # bounded: a long-lived supervisor sees many jobs
         shared = _MEMBER_LISTS[key] = value
+    if len(value) >= 256:  # long lists come shared from the meta reader: check them once
+        if len(_CHECKED) > 4096:
+            _CHECKED.clear()
+        _CHECKED[id(value)] = value
     return shared
 
 
@@ -97,14 +105,18 @@ def load_stack(path: Path) -> tuple[list[dict[str, Any]] | None, str | None]:
     return None, str(data.get("error") or "no stack")
 
 
-def _read_traces(run_dir: Path, problems: list[str],
-                 tail: int | None = None) -> list[RankTrace]:
+def _read_traces(run_dir: Path, problems: list[str], tail: int | None = None,
+                 read: dict[Path, RankTrace] | None = None) -> list[RankTrace]:
     traces = []
     for path in sorted((run_dir / "traces").glob("pid-*.ring")):
-        try:
-            traces.append(read_trace(path, tail))
-        except TraceError as e:
-            problems.append(str(e))
+        trace = read.get(path) if read else None
+        if trace is None:
+            try:
+                trace = read_trace(path, tail)
+            except TraceError as e:
+                problems.append(str(e))
+                continue
+        traces.append(trace)
     return traces
 
 
@@ -142,10 +154,12 @@ def _iso_ns(text: Any) -> int | None:
 
 
 def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | None = None,
-             stacks: bool = True, tail: int | None = None) -> JobView:
-    """Read every trace of the run dirs (each rank's newest ``tail`` records if given), and
-    of the other nodes' mirrors that node 0 keeps inside them.  Raises UserError for a path
-    that is no run dir."""
+             stacks: bool = True, tail: int | None = None,
+             read: dict[Path, RankTrace] | None = None) -> JobView:
+    """Read every trace of the run dirs (each rank's newest ``tail`` records if given; the
+    traces in ``read`` as they are, e.g. from the fast scan's pass), and of the other
+    nodes' mirrors that node 0 keeps inside them.  Raises UserError for a path that is no
+    run dir."""
     for run_dir in run_dirs:
         if not run_dir.exists():
             raise UserError(f"no such run dir: {run_dir}")
@@ -182,7 +196,7 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
         events, bad = read_meta(run_dir / SUPERVISOR_LOG)
         sup_events += events
         problems += bad
-        here_ranks, launchers = _load_dir(run_dir, ranks, problems, tail, stacks)
+        here_ranks, launchers = _load_dir(run_dir, ranks, problems, tail, stacks, read)
         all_launchers += launchers
         _attach_exits(here_ranks, launchers, events,
                       live and (node is None or node.host == here))
@@ -211,13 +225,23 @@ def _node_facts(run_dir: Path) -> NodeFacts | None:
                      lost_at if type(lost_at) is int else None)
 
 
+def _file_names(folder: Path) -> set[str]:
+    """The names in ``folder`` (one listing, not a failed open per rank of a big job)."""
+    try:
+        return set(os.listdir(folder))
+    except OSError:
+        return set()
+
+
 def _load_dir(run_dir: Path, ranks: dict[int, RankRun], problems: list[str],
-              tail: int | None, stacks: bool) -> tuple[list[RankRun], list[RankTrace]]:
+              tail: int | None, stacks: bool, read: dict[Path, RankTrace] | None = None
+              ) -> tuple[list[RankRun], list[RankTrace]]:
     """The ranks of one run dir into ``ranks`` (a rank already read from an earlier dir, or
     an older incarnation of it, is not replaced); returns them and the dir's launchers."""
     launchers: list[RankTrace] = []
     mine: list[RankRun] = []
-    for trace in _read_traces(run_dir, problems, tail):
+    faults, stack_files = _file_names(run_dir / "traces"), _file_names(run_dir / "stacks")
+    for trace in _read_traces(run_dir, problems, tail, read):
         problems += trace.problems
         if trace.header.rank < 0:
             launchers.append(trace)
@@ -226,8 +250,9 @@ def _load_dir(run_dir: Path, ranks: dict[int, RankRun], problems: list[str],
         if old is not None and old.trace.header.started_ns >= trace.header.started_ns:
             continue  # read already, or an earlier incarnation (a restart): keep the newest
         run = rank_run(trace)
-        run.fault = _fault_text(trace)
-        if stacks:
+        if trace.path.name.replace(".ring", ".fault.txt") in faults:
+            run.fault = _fault_text(trace)
+        if stacks and f"pid-{trace.header.pid}.json" in stack_files:
             run.stack, run.stack_error = load_stack(
                 run_dir / "stacks" / f"pid-{trace.header.pid}.json")
         ranks[trace.header.rank] = run
