@@ -120,16 +120,22 @@ class DataFlow:
     def visit_AugAssign(self, stmt: ast.AugAssign) -> None:
         self.calls_in(stmt.value)
         t = stronger(self.taint_of(stmt.value), self.control_taint())
-        self.mix(stmt.target, t)
+        # ``xs += v`` may grow xs; ``d[k] += v`` only changes what d[k] holds
+        self.mix(stmt.target, t, None if isinstance(stmt.target, ast.Subscript) else t)
 
-    def mix(self, target: ast.expr, t: Taint | None) -> None:
-        """The target keeps its taint and takes ``t`` too (``x += v``, ``xs.append(v)``)."""
+    def mix(self, target: ast.expr, t: Taint | None, shape: Taint | None = None) -> None:
+        """The target keeps its taint and takes ``t`` too (``x += v``, ``xs.append(v)``);
+        ``shape`` is what its length or keys now depend on as well."""
         while isinstance(target, ast.Subscript):
             target = target.value
         key = key_of(target)
-        if key is not None and t is not None:
+        if key is None:
+            return
+        if t is not None:
             self.env.taints[key] = stronger(self.env.taints.get(key), t)  # type: ignore[assignment]
             self.env.uniform.discard(key)
+        if shape is not None and key in self.env.shapes:
+            self.env.shapes[key] = stronger(self.env.shapes[key], shape)
 
     def assign(self, target: ast.expr, t: Taint | None, value: ast.expr | None) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -147,8 +153,8 @@ class DataFlow:
         if isinstance(target, ast.Starred):
             self.assign(target.value, t, None)
             return
-        if isinstance(target, ast.Subscript):
-            self.mix(target, t)
+        if isinstance(target, ast.Subscript):  # d[k] = v: a new key k, perhaps
+            self.mix(target, t, stronger(self.taint_of(target.slice), self.control_taint()))
             return
         key = key_of(target)
         if key is None:
@@ -157,6 +163,7 @@ class DataFlow:
             self.env.taints.pop(key, None)
         else:
             self.env.taints[key] = t
+        self.env.shapes[key] = t
         self.env.uniform.discard(key)
         if isinstance(value, ast.Call) and self._uniform_call(value):
             self.env.uniform.add(key)
@@ -213,6 +220,7 @@ class DataFlow:
             key = key_of(call.args[0])
             if key is not None:
                 self.env.taints.pop(key, None)
+                self.env.shapes.pop(key, None)
                 self.env.uniform.add(key)
             return
         func = call.func
@@ -220,7 +228,8 @@ class DataFlow:
             self.model_change(call.lineno, func.attr)
         if isinstance(func, ast.Attribute) and func.attr in MUTATORS:
             t = stronger(self.all_taint(call), self.control_taint())
-            self.mix(func.value, t)
+            grows = t if func.attr in ("extend", "update") else self.control_taint()
+            self.mix(func.value, t, grows)
         families = seed_families(call, self.module)
         if families is not None and not self.quiet:
             per_rank = self.all_taint(call)

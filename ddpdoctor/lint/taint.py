@@ -75,9 +75,14 @@ class Env:
     taints: dict[str, Taint] = field(default_factory=dict)
     uniform: set[str] = field(default_factory=set)
     kinds: dict[str, frozenset[str]] = field(default_factory=dict)
+    shapes: dict[str, Taint | None] = field(default_factory=dict)  # a container's length/keys
 
     def copy(self) -> Env:
-        return Env(dict(self.taints), set(self.uniform), dict(self.kinds))
+        return Env(dict(self.taints), set(self.uniform), dict(self.kinds), dict(self.shapes))
+
+    def shape(self, key: str) -> Taint | None:
+        """The taint of a container's length and keys (its contents aside), when known."""
+        return self.shapes[key] if key in self.shapes else self.taints.get(key)
 
     def merge(self, other: Env) -> Env:
         """The state after two paths join: taint from either, uniform only if both say so."""
@@ -87,7 +92,10 @@ class Env:
         kinds = dict(self.kinds)
         for name, k in other.kinds.items():
             kinds[name] = kinds.get(name, frozenset()) | k
-        return Env(taints, self.uniform & other.uniform, kinds)
+        shapes = dict(self.shapes)
+        for name, t in other.shapes.items():
+            shapes[name] = stronger(shapes.get(name), t)
+        return Env(taints, self.uniform & other.uniform, kinds, shapes)
 
 
 RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "SLURM_PROCID",
@@ -267,6 +275,8 @@ class TaintEval:
             return self.all_of(node.args[1:])
         if name == "range":
             return self._range(node, args)
+        if name == "len" and node.args and key_of(node.args[0]) in self.env.shapes:
+            return self.env.shapes[key_of(node.args[0]) or ""]
         if isinstance(node.func, ast.Attribute):
             receiver = node.func.value
             recv_taint = self.of(receiver)

@@ -17,6 +17,7 @@ from ddpdoctor.lint.taint import RANK_NAMES, WORLD_NAMES, Env, Taint, TaintKind,
 
 __all__ = ["FunctionWalker", "ModuleFacts"]
 JOIN_CALLS = ("Join", "join", "join_uneven_inputs")
+ORDER_KEEPING = frozenset({"sorted", "list", "tuple", "reversed", "enumerate", "iter"})
 
 
 @dataclass
@@ -133,9 +134,26 @@ class FunctionWalker(DataFlow):
 
     def visit_For(self, stmt: ast.For | ast.AsyncFor) -> None:
         self.calls_in(stmt.iter)
-        t = self.taint_of(stmt.iter)
+        t = self.trip_taint(stmt.iter)
         t = t if t is not None and t.divergent() else None
         self.loop(stmt, t)
+
+    def trip_taint(self, it: ast.expr) -> Taint | None:
+        """What the number (and order) of a loop's iterations depends on: a container's
+        length and keys, not what it holds (``for k in sorted(d)``, ``for x in xs``)."""
+        while True:
+            if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
+                    it.func.id in ORDER_KEEPING and len(it.args) == 1:
+                it = it.args[0]
+            elif isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and \
+                    it.func.attr in ("items", "keys", "values") and not it.args:
+                it = it.func.value
+            else:
+                break
+        key = key_of(it)
+        if key is not None and key in self.env.shapes:
+            return self.env.shape(key)
+        return self.taint_of(it)
 
     visit_AsyncFor = visit_For
 

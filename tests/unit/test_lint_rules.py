@@ -519,3 +519,31 @@ def test_no_grad_decorator():
         if rank == 0:
             evaluate(model, loader)
     """)
+
+
+def test_loops_over_containers_follow_their_length_not_their_contents():
+    check("""
+    def main(loader, t):
+        counts = []
+        for x in loader:
+            counts.append(x.sum())
+        for c in counts:
+            dist.all_reduce(c)
+        totals = {"pos": torch.zeros(1), "neg": torch.zeros(1)}
+        for x in loader:
+            totals["pos"] += x.sum()
+        for k in sorted(totals):
+            dist.all_reduce(totals[k])
+        seen = {}
+        for x in loader:
+            if x.sum() > 0:
+                seen["pos"] = x
+        for k in seen:
+            dist.all_reduce(seen[k])  # expect: uneven_loop
+        picked = []
+        for x in loader:
+            if x.sum() > 0:
+                picked.append(x)
+        for p in picked:
+            dist.all_reduce(p)  # expect: uneven_loop
+    """)
