@@ -163,17 +163,22 @@ def classify(call: ast.Call, module: ParsedModule, kinds: dict[str, frozenset[st
         labels = kinds.get(key, frozenset())
         if "syncbn" in labels and not no_sync:
             return Site("SyncBatchNorm forward (all-gathers statistics)", line, "forward")
+        grouped = "grouped" in labels
         if "ddp" in labels and not no_sync and not no_grad:
-            return Site("DDP forward (prepares the gradient all-reduce)", line, "forward")
+            return Site("DDP forward (prepares the gradient all-reduce)", line, "forward",
+                        grouped=grouped)
         if "ddp" in labels and "buffers" in labels and not no_sync:
-            return Site("DDP forward (broadcasts the module's buffers)", line, "forward")
+            return Site("DDP forward (broadcasts the module's buffers)", line, "forward",
+                        grouped=grouped)
     if not isinstance(func, ast.Attribute):
         return None
     method, recv = func.attr, func.value
     rname = receiver_name(recv).lower()
     if method == "backward" and not no_sync and not no_grad and (
             has_ddp or any(r in rname for r in BACKWARD_RECEIVERS)):
-        return Site("backward (DDP's gradient all-reduce)", line, "backward")
+        models = [labels for labels in kinds.values() if "ddp" in labels]
+        grouped = bool(models) and all("grouped" in labels for labels in models)
+        return Site("backward (DDP's gradient all-reduce)", line, "backward", grouped=grouped)
     if method == "manual_backward" and rname == "self":
         return Site("manual_backward (DDP's gradient all-reduce)", line, "backward")
     if method in ANY_RECEIVER:
@@ -225,6 +230,8 @@ def call_kinds(call: ast.Call, module: ParsedModule) -> frozenset[str]:
         found = {"ddp", "model"}
         if not quiet and call.args and has_buffers(call.args[0], module):
             found.add("buffers")
+        if group_text(call):
+            found.add("grouped")  # its collectives run on that group only
         return frozenset(found)
     if has_buffers(call, module):
         return frozenset({"buffers", "model"})

@@ -84,12 +84,18 @@ class DataFlow:
         if not self.quiet:
             self.facts.world_splits.add(line)
 
-    def scanner(self) -> SiteScanner:
-        return SiteScanner(self.program, self.module, self.env.kinds, self.cls)
-
     def sites(self, stmts: list[ast.stmt]) -> list[Site]:
-        """The collectives ``stmts`` issue, in order, in the current grad/no_sync state."""
-        return self.scanner().scan(stmts, self.no_grad, self.no_sync)
+        """The collectives ``stmts`` issue, in order, in the current grad/no_sync state
+        (a DDP model they build themselves counts as one)."""
+        kinds = self.env.kinds
+        built = {key: found for stmt in stmts for node in ast.walk(stmt)
+                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                 for found in [call_kinds(node.value, self.module)] if found
+                 for key in map(key_of, node.targets) if key is not None}
+        if built:
+            kinds = {**kinds, **built}
+        return SiteScanner(self.program, self.module, kinds, self.cls).scan(
+            stmts, self.no_grad, self.no_sync)
 
     def control_taint(self) -> Taint | None:
         """The strongest condition the current statement runs under (an implicit flow)."""

@@ -424,6 +424,7 @@ def test_subgroup_members_and_world_slices():
         if rank in members:
             dist.all_reduce(t, group=group)
             model = DDP(nn.Linear(4, 3), process_group=group)
+            model(t).sum().backward()
         if rank in members:
             dist.all_reduce(t)  # expect: rank_dependent_collective
         last_two = res[world - 2:]
