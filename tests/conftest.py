@@ -63,7 +63,8 @@ _RERUN_REASONS: list[tuple[str, str]] = []
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Keep why a test failed before its rerun (the rerun's pass would hide it)."""
+    """Keep why a test failed before its rerun (the rerun's pass would hide it).  No test
+    is rerun by default; only a test marked ``flaky`` for a race inside torch itself is."""
     if report.outcome == "rerun":
         _RERUN_REASONS.append((report.nodeid, report.longreprtext[-4000:]))
 

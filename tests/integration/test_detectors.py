@@ -81,6 +81,7 @@ def test_the_probes_record_epochs_batches_and_rng(job) -> None:
     from ddpdoctor.analysis.load import load_job
 
     view = load_job([run.run_dir])
+    assert sorted(view.ranks) == [0, 1]
     for rank, r in view.ranks.items():
         starts = r.trace.meta_events("loader_epoch")
         ends = r.trace.meta_events("loader_end")

@@ -79,6 +79,8 @@ def test_the_older_variable_under_mp_spawn_is_noticed_once(doctor):
     assert run.stderr.count("notice: TORCH_NCCL_TRACE_BUFFER_SIZE='abc' is not an") == 1
     assert any("TORCH_NCCL_TRACE_BUFFER_SIZE" in n["text"] and n["ranks"] == [0, 1, 2]
                for n in run.report["notices"])
+    errors = [f for f in run.report["findings"] if f["severity"] == "error"]
     if run.report["outcome"] == "hung":
-        errors = [f for f in run.report["findings"] if f["severity"] == "error"]
         assert errors[0]["kind"] == "stalled_call" and errors[0]["ranks"] == [0, 1, 2]
+    else:  # the abort: each rank's SIGABRT in init, said as it happened
+        assert errors and errors[0]["kind"] == "rank_failed"

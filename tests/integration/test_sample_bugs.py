@@ -35,7 +35,9 @@ def check_root_cause_first(bug: bugs.Bug, findings: list[dict]) -> None:
     waited (its own errors are consequences: info, with caused_by)."""
     errors = [f for f in findings if f["severity"] == "error"]
     named = [f for f in findings if f["kind"] == bug.finding_kind]
-    if named and named[0]["severity"] == "error":
+    assert named and named[0]["severity"] != "info", (
+        f"{bug.name}: no {bug.finding_kind} finding above info: {describe(findings)}")
+    if named[0]["severity"] == "error":
         first = errors[0]
         assert first["kind"] == bug.finding_kind and \
             sorted(first["ranks"]) == sorted(bug.culprit_ranks), (
