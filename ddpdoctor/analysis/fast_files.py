@@ -14,7 +14,7 @@ import numpy as np
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.meta_line import parse_meta_line
 from ddpdoctor.trace.reader import (MAX_META_BYTES, RankTrace, TraceError, TraceHeader,
-                                    decode_record, meta_path_for, read_header, read_meta,
+                                    decode_record, meta_path_for, read_header,
                                     runtime_errors)
 
 RECORD_DTYPE = np.dtype({
