@@ -5,10 +5,12 @@
 The table's `--ddp torch` row compares whole launches, whose median step moves by up to
 15% from one launch to the next on a 2-core VM; these parts alternate inside each job:
 
-- buckets: one job under `ddpdoctor run --ddp torch` steps three DDPs of the 3x512 MLP in
-  turn: torch's own reducer on torch's group, the reducer on a group that only forwards
-  each bucket from Python (the call into Python, the future waited at the end of
-  backward), and the reducer on ddpdoctor's recording group.  Main-thread CPU a step
+- buckets: one job under `ddpdoctor run --ddp torch` steps four DDPs of the 3x512 MLP in
+  turn: torch's own reducer on torch's group (unpatched), the DDP as `--ddp torch` builds
+  it (torch's reducer on torch's group, the buckets left to the flight recorder), the
+  reducer on a group that only forwards each bucket from Python (the call into Python, the
+  future waited at the end of backward), and the reducer on ddpdoctor's recording group
+  (`--ddp torch` before 2026-11-26's evening).  Main-thread CPU a step
   (median) and wall a step (median ratio to torch's own).
 - supervisor: one DDP steps for ~50 s under `ddpdoctor run --ddp torch` while this script
   stops (SIGSTOP) and continues the supervisor in turn every ``--window`` seconds; the
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--launches", type=int, default=3)
     ap.add_argument("--steps", type=int, default=1200, help="steps of each DDP (buckets)")
     ap.add_argument("--window", type=float, default=0.5, help="seconds (supervisor)")
+    ap.add_argument("--buckets-only", action="store_true", help="skip the supervisor part")
     args = ap.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="ddpdoctor-bench-parts-"))
     try:
@@ -114,19 +117,23 @@ def main(argv: list[str] | None = None) -> int:
               f"load {os.getloadavg()[0]:.2f})")
         print("buckets: main-thread CPU a step (median), and more than torch's own; "
               "wall a step / torch's own")
-        extra: dict[str, list[float]] = {"forwarding": [], "recording": []}
+        extra: dict[str, list[float]] = {"flight recorder": [], "forwarding": [],
+                                         "recording": []}
         for i in range(args.launches):
             got = buckets(scratch, i, args.steps)
             base = got["torch"]
             cells = []
-            for k in ("forwarding", "recording"):
+            for k in extra:
                 extra[k].append(got[k]["cpu_us"] - base["cpu_us"])
                 cells.append(f"{k} {got[k]['cpu_us']:.0f} us ({extra[k][-1]:+.0f}), wall "
                              f"{got[k]['wall_ms'] / base['wall_ms']:.3f}")
             print(f"  launch {i + 1}: torch {base['cpu_us']:.0f} us; " + "; ".join(cells))
-        fwd, rec = statistics.median(extra["forwarding"]), statistics.median(extra["recording"])
-        print(f"  median: the call into Python and the future {fwd:+.0f} us a step, the "
-              f"records {rec - fwd:+.0f} us more")
+        fr, fwd, rec = (statistics.median(extra[k]) for k in extra)
+        print(f"  median: --ddp torch now {fr:+.0f} us a step; before, the call into Python "
+              f"and the future {fwd:+.0f} us, the records {rec - fwd:+.0f} us more "
+              f"(recording group {rec:+.0f} us)")
+        if args.buckets_only:
+            return 0
         print(f"supervisor: median step while it runs / while stopped ({args.window:g} s "
               "windows)")
         ratios = []

@@ -41,6 +41,8 @@ PLAIN = "torch DDP, plain torchrun"
 PLAIN_AGAIN = "torch DDP, plain torchrun again (control)"
 DOCTOR_TORCH = "ddpdoctor run --ddp torch"
 DOCTOR_RING = "ddpdoctor run (ring DDP)"
+DOCTOR_PYTHON_BUCKETS = "ddpdoctor run --ddp torch, buckets recorded from Python"
+PYTHON_BUCKETS = {"DDPDOCTOR_DDP_TORCH_BUCKETS": "python"}  # the recording group (before)
 TARGET = 1.02
 # The order of the configurations in each pair: a Williams square, in which every
 # configuration follows every other one equally often (whatever a job leaves behind, e.g.
@@ -49,9 +51,9 @@ WILLIAMS = ((0, 1, 3, 2), (1, 2, 0, 3), (2, 3, 1, 0), (3, 0, 2, 1))
 CONTROL = 0.01  # the control's |ratio - 1| a measurement must keep to resolve TARGET
 
 
-def step_ms(argv: list[str], pin: bool = True) -> float:
+def step_ms(argv: list[str], pin: bool = True, extra: dict[str, str] | None = None) -> float:
     env = {"BENCH_STEPS": str(STEPS), **os.environ, "OMP_NUM_THREADS": "1",
-           "BENCH_PIN_RANKS": "1" if pin else "0"}
+           "BENCH_PIN_RANKS": "1" if pin else "0", **(extra or {})}
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
     for line in out.stdout.splitlines():
         if line.startswith("BENCH "):
@@ -59,25 +61,31 @@ def step_ms(argv: list[str], pin: bool = True) -> float:
     raise SystemExit(f"no BENCH line from {' '.join(argv[:6])}...:\n{out.stderr[-2000:]}")
 
 
-def measure(pairs: int = PAIRS, pin: bool = True) -> dict[str, tuple[float, float]]:
+def measure(pairs: int = PAIRS, pin: bool = True,
+            python_buckets: bool = False) -> dict[str, tuple[float, float]]:
     """``{configuration: (median ms/step, median ratio to plain torchrun)}``, the control
-    (plain torchrun again) included; ``pin``: each rank on a core of its own."""
+    (plain torchrun again) included; ``pin``: each rank on a core of its own;
+    ``python_buckets``: in the ring DDP's place, `--ddp torch` with its buckets recorded
+    from Python (the recording group it had before the flight recorder took them)."""
     plain = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(NPROC),
              str(JOB)]
     runs = Path(tempfile.mkdtemp(prefix="ddpdoctor-bench-"))
 
-    def doctor(mode: str, i: int) -> list[str]:
+    def doctor(mode: str, i: int, tag: str = "") -> list[str]:
         return [sys.executable, "-m", "ddpdoctor.cli", "run", "--ddp", mode, "--run-dir",
-                str(runs / f"{mode}-{i}"), "--nproc-per-node", str(NPROC), str(JOB)]
+                str(runs / f"{mode}{tag}-{i}"), "--nproc-per-node", str(NPROC), str(JOB)]
 
-    names = [PLAIN, DOCTOR_TORCH, DOCTOR_RING, PLAIN_AGAIN]
+    third = DOCTOR_PYTHON_BUCKETS if python_buckets else DOCTOR_RING
+    names = [PLAIN, DOCTOR_TORCH, third, PLAIN_AGAIN]
     times: dict[str, list[float]] = {k: [] for k in names}
     try:
         for i in range(pairs):
             argvs = {PLAIN: plain, PLAIN_AGAIN: plain, DOCTOR_TORCH: doctor("torch", i),
-                     DOCTOR_RING: doctor("ring", i)}
+                     DOCTOR_RING: doctor("ring", i),
+                     DOCTOR_PYTHON_BUCKETS: doctor("torch", i, "-python")}
             for name in (names[k] for k in WILLIAMS[i % len(WILLIAMS)]):
-                times[name].append(step_ms(argvs[name], pin))
+                extra = PYTHON_BUCKETS if name == DOCTOR_PYTHON_BUCKETS else None
+                times[name].append(step_ms(argvs[name], pin, extra))
                 for job_dir in runs.iterdir():  # each job's traces: ~20 MB
                     shutil.rmtree(job_dir, ignore_errors=True)
     finally:
@@ -92,17 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=PAIRS)
     ap.add_argument("--unpinned", action="store_true",
                     help="leave the ranks' placement to the scheduler (noisier: see above)")
+    ap.add_argument("--python-buckets", action="store_true",
+                    help="in the ring DDP's place, --ddp torch with its buckets recorded "
+                         "from Python (DDPDOCTOR_DDP_TORCH_BUCKETS=python), as before")
     ap.add_argument("--pin", action="store_true", help=argparse.SUPPRESS)  # the default now
     args = ap.parse_args(argv)
     if args.pairs < 1:
         ap.error("--pairs must be at least 1")
-    results = measure(args.pairs, pin=not args.unpinned)
+    results = measure(args.pairs, pin=not args.unpinned, python_buckets=args.python_buckets)
     ranks = "unpinned" if args.unpinned else "a core each"
     print(f"{f'configuration (2 ranks, {ranks}, 3-layer 512-wide MLP, batch 64)':58} "
           f"{'ms/step':>8} {'ratio':>6}")
     for name, (med, ratio) in results.items():
         print(f"{name:58} {med:8.2f} {ratio:6.3f}")
-    for name in (DOCTOR_TORCH, DOCTOR_RING):
+    for name in (n for n in (DOCTOR_TORCH, DOCTOR_RING, DOCTOR_PYTHON_BUCKETS) if n in results):
         ratio = results[name][1]
         print(f"target: {name} ratio <= {TARGET} -> {'met' if ratio <= TARGET else 'NOT met'} "
               f"({ratio:.3f}; median of {args.pairs} alternating runs)")

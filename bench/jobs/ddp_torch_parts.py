@@ -1,7 +1,9 @@
-"""A job for bench_ddp_torch_parts.py: under `ddpdoctor run --ddp torch`, three torch DDPs
-of the same MLP step in turn (torch's own reducer on torch's group; the reducer on a group
-that forwards each bucket from Python without recording it; the reducer on ddpdoctor's
-recording group), and each step's wall and main-thread CPU time is kept.  Also, with
+"""A job for bench_ddp_torch_parts.py: under `ddpdoctor run --ddp torch`, four torch DDPs
+of the same MLP step in turn (torch's own reducer on torch's group, unpatched; the DDP as
+`--ddp torch` builds it now: torch's reducer on torch's group, its buckets left to the
+flight recorder; the reducer on a group that forwards each bucket from Python without
+recording it; the reducer on ddpdoctor's recording group, as `--ddp torch` had it before
+2026-11-26's evening), and each step's wall and main-thread CPU time is kept.  Also, with
 BENCH_STEPLOG set, a single DDP's step start times and lengths for the supervisor windows."""
 
 import datetime
@@ -42,20 +44,26 @@ def mlp() -> torch.nn.Module:
                                torch.nn.Linear(WIDTH, 10))
 
 
-def three_ddps() -> dict:
-    recorded = DDP(mlp())
-    mine = recorded_group.RecordedGroup
-    recorded_group.RecordedGroup = ForwardingGroup  # what the next DDP's reducer gets
+def four_ddps() -> dict:
+    flight = DDP(mlp())
+    os.environ[recorded_group.BUCKETS_ENV] = "python"  # the recording group, as before
     try:
-        forwarding = DDP(mlp())
+        recorded = DDP(mlp())
+        mine = recorded_group.RecordedGroup
+        recorded_group.RecordedGroup = ForwardingGroup  # what the next DDP's reducer gets
+        try:
+            forwarding = DDP(mlp())
+        finally:
+            recorded_group.RecordedGroup = mine
     finally:
-        recorded_group.RecordedGroup = mine
+        del os.environ[recorded_group.BUCKETS_ENV]
     torch_own = DDP.__new__(DDP)
     DDP.__init__.__ddpdoctor_original__(torch_own, mlp())  # torch's own, unpatched
-    groups = [type(recorded_group.group_of(m)).__name__ for m in (recorded, forwarding)]
-    assert groups == ["RecordedGroup", "ForwardingGroup"], groups
+    groups = [type(recorded_group.group_of(m)).__name__ for m in (flight, recorded, forwarding)]
+    assert groups == ["FlightRecordedBuckets", "RecordedGroup", "ForwardingGroup"], groups
     assert recorded_group.group_of(torch_own) is None
-    return {"torch": torch_own, "forwarding": forwarding, "recording": recorded}
+    return {"torch": torch_own, "flight recorder": flight, "forwarding": forwarding,
+            "recording": recorded}
 
 
 def step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
@@ -83,13 +91,13 @@ def main() -> None:
             with open(log, "w") as f:
                 json.dump(rows, f)
     else:
-        models = three_ddps()
+        models = four_ddps()
         opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in models.items()}
         names = list(models)
         wall: dict[str, list[float]] = {k: [] for k in names}
         cpu: dict[str, list[float]] = {k: [] for k in names}
         for i in range(STEPS + WARMUP):
-            for name in names[i % 3:] + names[:i % 3]:  # each follows each in turn
+            for name in names[i % 4:] + names[:i % 4]:  # each follows each in turn
                 c0, t0 = time.thread_time(), time.perf_counter()
                 step(models[name], opts[name], x, y)
                 if i >= WARMUP:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddpdoctor.analysis import fr_buckets
 from ddpdoctor.analysis.model import Call, RankRun
 from ddpdoctor.analysis.sources import DEFAULT_GROUP, external_run
 from ddpdoctor.errors import UserError
@@ -235,26 +236,45 @@ def _same_op(a: str, b: str) -> bool:
     return SAME_OP.get(a, a) == SAME_OP.get(b, b)
 
 
+def _is_object(call: Call) -> bool:
+    return bool(call.flags & L.RecordFlag.OBJECT) or call.op.endswith(("_object",
+                                                                       "_object_list"))
+
+
+def _created_during(entry: Call, call: Call) -> bool:
+    return entry.t_start >= call.t_start - CLOCK_SLACK_NS and \
+        (call.open or entry.t_start <= call.t_end + CLOCK_SLACK_NS)
+
+
 def _is_entry_of(entry: Call, call: Call) -> bool:
     """Can the recorder's ``entry`` be the traced ``call``?  Same op, and created while the
     call ran: the trace stamps a call before it enters torch, the recorder inside it (both
-    on the wall clock), so a direct process-group call just before it is not taken for it."""
+    on the wall clock), so a direct process-group call just before it is not taken for it.
+    An object collective is its first collective (of any op) created while it ran."""
+    if _is_object(call):
+        return bool(entry.t_start and call.t_start) and _created_during(entry, call)
     if not _same_op(entry.op, call.op):
         return False
     if not entry.t_start or not call.t_start:
         return True
-    return entry.t_start >= call.t_start - CLOCK_SLACK_NS and \
-        (call.open or entry.t_start <= call.t_end + CLOCK_SLACK_NS)
+    return _created_during(entry, call)
 
 
 def align(traced: list[Call], recorded: list[Call]) -> list[Call] | None:
     """One group's sequence of a rank from its trace and its flight recorder entries: the
     trace's calls (with their call sites) renumbered to the recorder's seqs, and the
     recorder's calls that the trace lacks (collectives the patches did not see) added.
-    None when they cannot be aligned: the recorder's ring wrapped, or a traced call (an
-    object collective, a ring all-reduce of ddpdoctor's DDP) has no recorder entry."""
-    if not recorded or recorded[0].seq != 0:
+    When the recorder's ring wrapped (its first entry is not the group's first call), the
+    sequence is the recorder's window: the traced calls that ended before it are left out
+    (their seqs are not known).  An object collective takes the seq of its first entry and
+    the entries created while it ran (the sizes, then the pickled bytes) go with it, on
+    every rank alike.  None when they cannot be aligned: a traced call (a ring all-reduce
+    of ddpdoctor's DDP) has no recorder entry."""
+    if not recorded:
         return None
+    if recorded[0].seq != 0:
+        first = recorded[0].t_start - CLOCK_SLACK_NS
+        traced = [c for c in traced if c.open or not c.t_end or c.t_end >= first]
     merged: list[Call] = []
     i = 0
     for n, call in enumerate(traced):
@@ -264,6 +284,9 @@ def align(traced: list[Call], recorded: list[Call]) -> list[Call] | None:
         if i < len(recorded):
             merged.append(dataclasses.replace(call, seq=recorded[i].seq))
             i += 1
+            while _is_object(call) and i < len(recorded) and \
+                    _created_during(recorded[i], call):  # its sizes, then its bytes
+                i += 1
         elif n == len(traced) - 1 and call.open:  # entered after the recorder's dump
             merged.append(dataclasses.replace(call, seq=merged[-1].seq + 1 if merged else 0))
         else:
@@ -292,7 +315,10 @@ def join_run_dir_dumps(run_dir: Path, ranks: dict[int, RankRun]) -> list[str]:
             # ddpdoctor's ring DDP moves buckets as point-to-point messages, which torch's
             # recorder numbers apart from the trace's all_reduces: the trace is the sequence.
             continue
-        merged = align(run.calls.get(run.default_group(), []), dump.calls.get(DEFAULT_GROUP, []))
+        group = run.default_group()
+        merged = align(run.calls.get(group, []), dump.calls.get(DEFAULT_GROUP, []))
+        if merged is not None:  # --ddp torch's buckets, which only the recorder saw
+            merged = fr_buckets.mark(run, group, merged, NO_CALLSITE)
         if merged is None:
             notes.append(f"rank {dump.rank}: the flight recorder's sequence does not align "
                          "with the trace's; the trace alone is used")
@@ -308,11 +334,13 @@ def join_run_dir_dumps(run_dir: Path, ranks: dict[int, RankRun]) -> list[str]:
                      "no dump that aligns with their trace: every rank's trace alone is used, "
                      "so that their seqs count alike")
         return notes
+    fr_buckets.name_sites(ranks, merges)
     for rank, merged in merges.items():
         run = ranks[rank]
         group = run.default_group()
         run.calls[group] = merged
-        if added[rank]:
+        # (--ddp torch left its buckets and its reducer's own calls to the recorder: not news)
+        if added[rank] and not fr_buckets.bucketed(run, group):
             notes.append(f"rank {rank}: {added[rank]} collective(s) on group {group} seen "
                          "only by torch's flight recorder")
     return notes

@@ -1,26 +1,36 @@
-"""``--ddp torch`` on gloo: torch's reducer runs as it is, its buckets recorded by its group.
+"""``--ddp torch`` on gloo: torch's reducer runs as it is; its buckets are recorded by torch's
+flight recorder, or by a recording group.
 
 No comm hook goes on such a DDP: torch's reducer keeps its own C++ path (the gradient is
 divided while it is copied into the bucket; a Python hook pays a pass over every bucket and
-Python per bucket, 2-4% of a small step).  Instead, while torch builds the reducer (DDP's
-``__init__`` and ``__setstate__``), the reducer is given a ``RecordedGroup``: a process
-group with the DDP group's own gloo backend, whose ``allreduce`` forwards the call and
-records the bucket right after its launch (one logical ``all_reduce``, BUCKET flag, bucket
-index in ``aux``).  The records of a backward pass's buckets are ended at its end, in the
-engine's final callbacks (before the reducer's own, which waits for them too); Join's
-shadow passes run outside backward and end theirs as the all-reduces complete.  Every
-other call the reducer makes (the map of used parameters, the bucket order's broadcast)
-reaches gloo unrecorded, as under torch.  Only gloo groups of CPU parameters without
-sparse gradients get one; other DDPs keep ddpdoctor's hook (ddp/comm_hook.py).
+Python per bucket, 2-4% of a small step).  On the default group, with torch's flight
+recorder on (``ddpdoctor run`` turns it on), the reducer keeps torch's own group and no
+Python runs per bucket (``FlightRecordedBuckets``): the trace says once that the DDP's
+buckets are left to the recorder, each rank dumps its recorder when the supervisor asks
+(runtime/fr_dump.py) and as it exits, and the analysis takes the buckets from the dumps
+(analysis/fr_buckets.py).  Elsewhere (a DDP on another group, the recorder off, or
+DDPDOCTOR_DDP_TORCH_BUCKETS=python), while torch builds the reducer (DDP's ``__init__`` and
+``__setstate__``), the reducer is given a ``RecordedGroup``: a process group with the DDP
+group's own gloo backend, whose ``allreduce`` forwards the call and records the bucket right
+after its launch (one logical ``all_reduce``, BUCKET flag, bucket index in ``aux``).  The
+records of a backward pass's buckets are ended at its end, in the engine's final callbacks
+(before the reducer's own, which waits for them too); Join's shadow passes run outside
+backward and end theirs as the all-reduces complete.  Every other call the reducer makes
+(the map of used parameters, the bucket order's broadcast) reaches gloo unrecorded, as
+under torch.  Only gloo groups of CPU parameters without sparse gradients get either; other
+DDPs keep ddpdoctor's hook (ddp/comm_hook.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import atexit
 import functools
+import os
 import threading
 import time
 import weakref
+from pathlib import Path
 from typing import Any, Iterator
 
 import torch
@@ -29,6 +39,7 @@ import torch.distributed as dist
 from ddpdoctor.ddp import bucket_record
 from ddpdoctor.runtime import recorder
 from ddpdoctor.runtime.record_text import describe
+from ddpdoctor.trace import fr_files
 
 _CPU = torch.device("cpu")
 _time_ns = time.time_ns
@@ -38,6 +49,8 @@ _groups: "weakref.WeakKeyDictionary[Any, RecordedGroup]" = weakref.WeakKeyDictio
 _building = threading.local()  # .groups: the groups made for the DDP this thread builds
 _swap_lock = threading.Lock()
 _swap = {"depth": 0, "torch": None}  # DDPs being built, and torch's Reducer meanwhile
+_exit_dump = {"registered": False}
+BUCKETS_ENV = "DDPDOCTOR_DDP_TORCH_BUCKETS"  # "python": the recording group everywhere
 
 
 class RecordedGroup(dist.ProcessGroup):
@@ -159,6 +172,59 @@ class RecordedGroup(dist.ProcessGroup):
             rec.end(handle)
 
 
+class FlightRecordedBuckets:
+    """A DDP whose reducer keeps torch's own group: no Python runs per bucket, and the
+    buckets are read from torch's flight recorder when a dump is taken (every all-reduce of
+    a floating tensor on the group that the trace lacks is one; analysis/fr_buckets.py).
+    The trace says so once, in a ``ddp_buckets`` event with the DDP's parameter count."""
+
+    def __init__(self, pg: Any, params: Any):
+        self._pg = pg
+        rec = recorder.active()
+        if rec is not None:  # numel: what a backward pass's buckets move in all
+            rec.meta("ddp_buckets", source="flight_recorder", group=pg.group_name,
+                     numel=sum(p.numel() for p in params))
+            _dump_at_exit()
+
+    def new_shadow_pass(self) -> None:
+        """Join's shadow pass starts: nothing to number here."""
+
+
+def _dump_at_exit() -> None:
+    """The rank's buckets live in its flight recorder only: dump it as the process ends
+    (a clean exit or an uncaught exception; the supervisor asks the live ranks itself), so
+    that a rank gone before its peers still has them in the report."""
+    if not _exit_dump["registered"]:
+        _exit_dump["registered"] = True
+        atexit.register(_dump_now)
+
+
+def _dump_now() -> None:
+    from ddpdoctor.runtime import fr_dump
+
+    run_dir = os.environ.get(recorder.ENV_RUN_DIR)
+    rec = recorder.existing()
+    try:
+        if run_dir and rec is not None and rec.rank >= 0:
+            fr_dump.dump_now(Path(run_dir), rec.rank)
+    except Exception as e:  # noqa: BLE001 - at exit, a failed dump only loses the buckets
+        _note(e)
+
+
+def flight_recorded(pg: Any) -> bool:
+    """Can the flight recorder tell ``pg``'s buckets?  Only on the default group (the one
+    whose dump the analysis joins with the trace), with the recorder on (the size ``ddpdoctor
+    run`` sets unless the user set another), and unless DDPDOCTOR_DDP_TORCH_BUCKETS=python
+    asks for the recording group."""
+    if os.environ.get(BUCKETS_ENV, "") == "python" or bucket_record.group_arg(pg) is not None:
+        return False
+    size = next((os.environ[n] for n in fr_files.BUFFER_ENVS if n in os.environ), "0")
+    try:
+        return int(size) > 0
+    except ValueError:
+        return False
+
+
 def _forwarded(name: str) -> Any:
     def call(self: RecordedGroup, *args: Any) -> Any:
         return getattr(self._pg, name)(*args)
@@ -197,8 +263,8 @@ _run_eagerly(RecordedGroup.allreduce, RecordedGroup.getBackendName, RecordedGrou
              RecordedGroup.broadcast)  # (every forwarded method shares broadcast's code)
 
 
-def group_of(ddp: Any) -> RecordedGroup | None:
-    """The RecordedGroup of ``ddp``'s current reducer, if it has one."""
+def group_of(ddp: Any) -> "RecordedGroup | FlightRecordedBuckets | None":
+    """How ``ddp``'s current reducer's buckets are recorded, if this module records them."""
     return _groups.get(ddp)
 
 
@@ -215,13 +281,17 @@ def _recordable(pg: Any, params: Any, expect_sparse: Any) -> bool:
 
 def _reducer(*args: Any, **kwargs: Any) -> Any:
     """``dist.Reducer`` while a DDP is built: on the building thread, a gloo group of CPU
-    parameters (DDP's fourth argument) is replaced by a RecordedGroup."""
+    parameters (DDP's fourth argument) keeps torch's group when the flight recorder can
+    tell its buckets (``FlightRecordedBuckets``), else is replaced by a RecordedGroup."""
     made = getattr(_building, "groups", None)
     if made is not None and not made and len(args) >= 5 and not kwargs:
         try:
             if _recordable(args[3], args[0], args[4]):
-                made.append(RecordedGroup(args[3]))
-                args = (*args[:3], made[0], *args[4:])
+                if flight_recorded(args[3]):
+                    made.append(FlightRecordedBuckets(args[3], args[0]))
+                else:
+                    made.append(RecordedGroup(args[3]))
+                    args = (*args[:3], made[0], *args[4:])
         except Exception as e:  # noqa: BLE001 - torch's reducer on torch's group then
             _note(e)
     return _swap["torch"](*args, **kwargs)

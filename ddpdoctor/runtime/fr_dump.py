@@ -42,19 +42,21 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def dump_now(run_dir: Path) -> Path | None:
+def dump_now(run_dir: Path, rank: int | None = None) -> Path | None:
     """Write this rank's flight recorder entries as JSON; None when there is no process
-    group yet (or this torch has no flight recorder)."""
+    group yet (or this torch has no flight recorder).  With ``rank``, also after the
+    process group was destroyed (the recorder keeps its entries)."""
     import torch
     import torch.distributed as dist
 
-    if not dist.is_available() or not dist.is_initialized():
+    if not dist.is_available() or (rank is None and not dist.is_initialized()):
         return None
     dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json", None)
     if dump is None:
         return None
     data = dump(True, False)
-    path = fr_files.dump_path(run_dir, dist.get_rank())
+    path = fr_files.dump_path(run_dir, dist.get_rank() if rank is None else rank)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
     write_bytes_atomic(path, data if isinstance(data, bytes) else str(data).encode())
     return path
 

@@ -103,14 +103,17 @@ def test_trains_as_without_ddpdoctor(job: str, mode: str, tmp_path: Path,
 
 
 def record_kinds(run_dir: Path) -> dict[str, int]:
-    """How many bucket all-reduces and ring steps the ranks' traces hold."""
+    """How many bucket all-reduces the job's ranks hold (their traces, joined with the
+    flight recorder dumps the ranks write at exit: --ddp torch on gloo leaves its buckets
+    to the recorder) and how many ring steps their traces hold."""
+    from ddpdoctor.analysis.load import load_job
     from ddpdoctor.trace import layout as L
     from ddpdoctor.trace.reader import read_trace
 
-    kinds = {"bucket": 0, "ring_step": 0}
+    job = load_job([run_dir])
+    kinds = {"bucket": sum(1 for run in job.ranks.values() for calls in run.calls.values()
+                           for c in calls if c.flags & L.RecordFlag.BUCKET), "ring_step": 0}
     for path in (run_dir / "traces").glob("*.ring"):
-        for r in read_trace(path).records:
-            kinds["bucket"] += bool(r.kind == L.RecordKind.COLLECTIVE
-                                    and r.flags & L.RecordFlag.BUCKET)
-            kinds["ring_step"] += r.kind == L.RecordKind.RING_STEP
+        kinds["ring_step"] += sum(r.kind == L.RecordKind.RING_STEP
+                                  for r in read_trace(path).records)
     return kinds

@@ -90,8 +90,22 @@ def test_align_adds_collectives_the_patches_missed_and_keeps_call_sites():
 
 
 def test_align_refuses_sequences_that_do_not_match():
-    assert fr.align([call(0, "broadcast_object_list")], [call(0, "broadcast")]) is None
-    assert fr.align([call(0, "all_reduce")], [call(5, "all_reduce")]) is None  # wrapped
+    assert fr.align([call(0, "all_reduce")], [call(0, "broadcast")]) is None
+
+
+def test_a_wrapped_recorder_gives_its_window_without_the_calls_before_it():
+    """The recorder keeps the last entries only (its first is the group's seq 5): the traced
+    call that ended before the window is left out, the ones inside it take its seqs."""
+    ms = 1_000_000
+    traced = [dataclasses.replace(call(0, "barrier", "a.py:3"), t_start=10 * ms,
+                                  t_end=11 * ms),
+              dataclasses.replace(call(1, "all_reduce", "a.py:7", open_=True),
+                                  t_start=500 * ms)]
+    recorded = [dataclasses.replace(call(i, "all_reduce", fr.NO_CALLSITE), t_start=t * ms,
+                                    t_end=0 if i == 6 else t * ms + 1)
+                for i, t in ((5, 300), (6, 500))]
+    merged = fr.align(traced, recorded)
+    assert [(c.seq, c.callsite) for c in merged] == [(5, fr.NO_CALLSITE), (6, "a.py:7")]
 
 
 def test_an_absurd_rank_in_a_dump_name_is_refused(tmp_path):
@@ -124,7 +138,8 @@ def _two_traced_ranks() -> dict:
 
 def _dumps(run_dir: Path, second_rank_aligns: bool) -> None:
     """Both ranks' recorders saw a broadcast the patches missed, between the two traced
-    all_reduces; rank 1's ring wrapped unless ``second_rank_aligns``."""
+    all_reduces; rank 1's recorder has no entry for its second traced all_reduce unless
+    ``second_rank_aligns``."""
     from ddpdoctor.trace import fr_files
     from tests.unit.factory import NS, T0
 
@@ -133,7 +148,7 @@ def _dumps(run_dir: Path, second_rank_aligns: bool) -> None:
 
     full = [at(1, "all_reduce", 1.0005), at(2, "broadcast", 1.5), at(3, "all_reduce", 2.0005)]
     for r in (0, 1):
-        entries = full if r == 0 or second_rank_aligns else full[1:]
+        entries = full if r == 0 or second_rank_aligns else full[:2]
         write_dump(fr_files.dump_dir(run_dir), r, entries, 3, name=f"fr-rank-{r}.json")
 
 

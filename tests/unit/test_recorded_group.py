@@ -57,6 +57,9 @@ class _Records:
     def note_error(self, where: str, error: BaseException) -> None:
         raise AssertionError(f"{where}: {error}")
 
+    def meta(self, event: str, **fields: Any) -> None:
+        """(DDP's parameter table and other events: not what these tests look at)"""
+
     def buckets(self) -> list[tuple[int, str | None]]:
         return [(c["aux"], c["ended"]) for c in self.calls
                 if c["flags"] & int(L.RecordFlag.BUCKET)]

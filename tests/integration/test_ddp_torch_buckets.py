@@ -1,0 +1,35 @@
+"""`ddpdoctor run --ddp torch`: no bucket is recorded from Python, and a hang inside a DDP
+bucket's all-reduce is still named (rank, seq, "DDP bucket k" at the user's backward line)
+from the ranks' flight recorder dumps, also when the recorder's ring wrapped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.reader import read_trace
+
+pytestmark = pytest.mark.slow
+
+JOB = Path(__file__).resolve().parent / "jobs" / "ddp_torch_bucket_hang.py"
+
+
+@pytest.mark.parametrize("buffer", ["2000", "40"], ids=["whole", "wrapped"])
+def test_a_hang_in_a_bucket_is_named_from_the_flight_recorder(doctor, buffer):
+    """30 steps of 2 buckets and a user's all_reduce each (91 collectives before the hang):
+    the recorder holds them all, or (40 entries) only its last ones."""
+    run = doctor(["run", "--ddp", "torch", "--hang-timeout", "5", "--nproc-per-node", "2",
+                  str(JOB)], env={"TORCH_FR_BUFFER_SIZE": buffer, "STEPS": "30"})
+    assert run.returncode == 124, run.stderr[-3000:]
+    findings = run.report["findings"]
+    root = findings[0]
+    assert (root["kind"], root["severity"], root["ranks"]) == \
+        ("collective_mismatch", "error", [1]), root
+    assert root["seq"] == 91, root  # the group's own count: buckets and user calls alike
+    assert "rank 0: all_reduce(float32[4290], avg, DDP bucket 0) at " \
+        "ddp_torch_bucket_hang.py:27" in root["detail"], root["detail"]
+    for ring in (run.run_dir / "traces").glob("*.ring"):
+        trace = read_trace(ring)
+        assert not [r for r in trace.records if r.flags & L.RecordFlag.BUCKET], ring
