@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,12 +15,17 @@ from typing import Any
 from ddpdoctor.rundir.layout import write_json_atomic
 
 PY_SPY_TIMEOUT = 10.0
+PY_SPY_ENV = "DDPDOCTOR_PY_SPY"  # the py-spy to use ("": none), before any lookup
 MAX_PARALLEL = 16
 
 
 def py_spy_path() -> str | None:
-    """py-spy beside the running interpreter (a venv or pipx install that is not on PATH),
-    then in the scripts dir of this install, then on PATH."""
+    """py-spy as DDPDOCTOR_PY_SPY names it (empty: none), else beside the running
+    interpreter (a venv or pipx install that is not on PATH), then in the scripts dir of
+    this install, then on PATH."""
+    chosen = os.environ.get(PY_SPY_ENV)
+    if chosen is not None:
+        return shutil.which(chosen) if chosen else None
     beside = [Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))]
     for folder in beside:
         found = shutil.which("py-spy", path=str(folder))

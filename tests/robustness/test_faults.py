@@ -149,10 +149,12 @@ def test_no_stacks_without_py_spy(run_dir, tmp_path, how):
     path = "/usr/local/bin:/usr/bin:/bin"
     if how == "ptrace_denied":
         path = _fake_py_spy(tmp_path) + os.pathsep + path
+        chosen = str(Path(path.split(os.pathsep)[0]) / "py-spy")
     else:
         assert shutil.which("py-spy", path=path) is None
+        chosen = ""  # none: the one installed beside the interpreter is not taken either
     run = run_doctor([*run_args(run_dir, "--hang-timeout", HANG), str(COLLECTIVES)],
-                     env={"BUG": "op", "PATH": path})
+                     env={"BUG": "op", "PATH": path, "DDPDOCTOR_PY_SPY": chosen})
     assert run.returncode == 124, run.stderr[-3000:]
     report = read_report(run_dir / "report.json")
     assert report["outcome"] == "hung"
