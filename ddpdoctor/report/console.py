@@ -113,4 +113,4 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
     for problem in (report.get("problems") or [])[:5]:
         console.print(Text(f"note: {problem}", "dim"))
     if path is not None:
-        console.print(f"Report: {path}")
+        console.print(Text(f"Report: {path}"))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rich.console import Console
+from rich.markup import escape
 
 from ddpdoctor.analysis.causal.verdict import MISMATCH_SETTLE_S
 from ddpdoctor.config import RunConfig
@@ -87,8 +88,11 @@ class Supervisor(JobEnding, NodesMixin):
             self.live.problems.append(f"cannot write supervisor.jsonl: {e.strerror or e}")
 
     def say(self, text: str, style: str = "") -> None:
+        """One line on the console; ``text`` is plain (a rank's error text can hold what
+        rich would read as markup, e.g. gloo's ``[/__w/...pair.cc:553]``)."""
         if not self.quiet:
-            self.console.print(f"[bold]ddpdoctor:[/bold] {text}", style=style, highlight=False)
+            self.console.print(f"[bold]ddpdoctor:[/bold] {escape(text)}", style=style,
+                               highlight=False)
 
     # -- the loop --------------------------------------------------------------------
     def run(self) -> int:
