@@ -11,7 +11,6 @@ atomically (write, then rename), at most every ``every_s`` and only when it chan
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 from ddpdoctor.analysis.model import NS, Call
 from ddpdoctor.redact import redact_argv
+from ddpdoctor.report.schema import iso
 from ddpdoctor.rundir.layout import LIVE_STATE_FILE
 from ddpdoctor.supervisor.watch import LiveJob, LiveRank
 from ddpdoctor.trace import layout as L
@@ -28,21 +28,11 @@ SCHEMA = "ddpdoctor.live/1"
 PUBLISH_EVERY_S = 0.25  # the live UI polls at 4 Hz
 
 
-def _iso(ns: int) -> str | None:
-    if ns <= 0:
-        return None
-    try:
-        return dt.datetime.fromtimestamp(ns / NS, tz=dt.timezone.utc).isoformat(
-            timespec="milliseconds")
-    except (OverflowError, OSError, ValueError):
-        return None
-
-
 def _current(call: Call | None) -> dict[str, Any] | None:
     if call is None:
         return None
     return {"seq": call.seq, "op": call.op, "shapes": [list(s) for s in call.in_shapes],
-            "dtypes": list(call.dtypes), "since": _iso(call.t_start),
+            "dtypes": list(call.dtypes), "since": iso(call.t_start),
             "callsite": call.short_site, "group": call.group}
 
 
@@ -152,7 +142,7 @@ class LiveStateWriter:
         return {
             "schema": SCHEMA, "supervisor_pid": os.getpid(), "revision": self.revision, "command": redact_argv(sup.config.command),
             "world_size": max((p.header.world_size for p in ranks.values()), default=None),
-            "started_at": _iso(sup.started_ns), "hang_timeout": timeout,
+            "started_at": iso(sup.started_ns), "hang_timeout": timeout,
             "ranks": [_rank_entry(ranks[r], ranks, now_ns, timeout, lowest)
                       for r in sorted(ranks)],
             "findings": findings, "problems": list(dict.fromkeys(live.problems)),
