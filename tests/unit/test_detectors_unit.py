@@ -136,6 +136,27 @@ def test_uneven_counts_in_a_completed_job_are_info() -> None:
     assert f.severity.value == "info" and f.ranks == (0,) and f.evidence["confirmed"]
 
 
+def _failed_after_uneven_epoch(call_at: int) -> list:
+    """Rank 0 ran 3 batches, rank 1 ran 4 (epoch from t=1000 to t=5000), then the job failed;
+    rank 1 made one collective at ``call_at``."""
+    m0 = [epoch_start(0, None), {**epoch_end(0, 3, "a"), "t": 5000}]
+    m1 = [epoch_start(0, None), {**epoch_end(0, 4, "b"), "t": 5000}]
+    calls = [record(L.RecordKind.COLLECTIVE, 0, call_at)]
+    return uneven.detect(job({0: {"meta": m0, "records": calls},
+                              1: {"meta": m1, "records": calls}}, outcome="failed"))
+
+
+def test_uneven_epoch_whose_batches_issue_collectives_explains_a_failure() -> None:
+    (f,) = _failed_after_uneven_epoch(call_at=3000)
+    assert f.severity.value == "error" and f.ranks == (0,)
+
+
+def test_uneven_epoch_without_collectives_does_not_explain_a_failure_after_it() -> None:
+    """A validation loop that only runs forward: what fails after it is not its doing."""
+    (f,) = _failed_after_uneven_epoch(call_at=9000)
+    assert f.severity.value == "warning"
+
+
 def test_even_epochs_are_quiet() -> None:
     m = [epoch_start(0, 4), epoch_end(0, 4, "a")]
     assert uneven.detect(job({0: {"meta": m}, 1: {"meta": m}})) == []

@@ -201,6 +201,26 @@ def _loader_finding(job: JobView, loader: int, keys: list[EpochKey],
     return _finding(job, key, counts, confirmed, by_key[key], history, waiting)
 
 
+def _calls_inside(job: JobView, per: dict[int, EpochFacts], ranks: tuple[int, ...]) -> bool:
+    """An uneven epoch can explain a hang only if its batches issue collectives: some rank
+    of ``ranks`` (those that ran the most) entered a collective or p2p call between its
+    epoch's start and end (a validation loop that only runs forward on one device does not,
+    and what the ranks call after it is not a consequence of its length)."""
+    for r in ranks:
+        facts, run = per.get(r), job.ranks.get(r)
+        if facts is None or run is None or not facts.start:
+            return True  # not known: as before
+        begin = facts.start.get("t")
+        end = (facts.end or {}).get("t")
+        if type(begin) is not int:
+            return True
+        last = end if type(end) is int else None
+        calls = [c for group in run.calls.values() for c in group] + list(run.p2p)
+        if any(c.t_start >= begin and (last is None or c.t_start <= last) for c in calls):
+            return True
+    return False
+
+
 def _finding(job: JobView, key: EpochKey, counts: dict[int, int], confirmed: bool,
              per: dict[int, EpochFacts], history: dict[str, Any],
              waiting: dict[int, Any]) -> Finding:
@@ -208,7 +228,8 @@ def _finding(job: JobView, key: EpochKey, counts: dict[int, int], confirmed: boo
     most = max(counts.values())
     fewer = tuple(sorted(r for r, n in counts.items() if n < most))
     more = tuple(sorted(r for r, n in counts.items() if n == most))
-    hung = bool(waiting) or job.outcome in ("hung", "failed")
+    hung = (bool(waiting) or job.outcome in ("hung", "failed")) and \
+        _calls_inside(job, per, more)
     predicted = {r: f.predicted for r, f in per.items()}
     per_text = ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
     starts = {r: f.start for r, f in per.items() if f.start}
