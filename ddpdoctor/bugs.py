@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich import box
@@ -62,6 +62,8 @@ class Bug:
         hang_timeout: ``--hang-timeout`` for the run, in seconds.
         finishes: the job is slow but healthy: it must run to its end (exit 0) with no error
             finding; ``finding_kind`` is then the most ddpdoctor may say (a warning at most).
+        replay_gap: why ``ddpdoctor repro`` of its run cannot give the same first finding;
+            empty when it can.
     """
 
     name: str
@@ -76,6 +78,7 @@ class Bug:
     fix: str
     hang_timeout: float = 6.0
     finishes: bool = False
+    replay_gap: str = ""
 
     def __post_init__(self) -> None:
         if self.finding_kind not in FINDING_KINDS:
@@ -93,6 +96,17 @@ def _bug(name: str, nproc: int, launch: Launch, symptom: str, kind: str,
     return Bug(name, f"{name}.py", f"{name}_fixed.py", nproc, launch, symptom, kind, culprits,
                source, fix, hang_timeout, finishes)
 
+
+# Bugs whose replay (zero tensors, no model, no data) cannot carry what their first finding
+# rests on: what differs, and why.
+REPLAY_GAPS = {
+    "clean_exit_uneven_no_loader": "the waiting rank waits in a DDP gradient bucket, which "
+    "the replay issues as a plain all_reduce: the early exit is named missing_collective",
+    "lightning_all_gather_global_zero": "Lightning's broadcast_object_list is numbered as "
+    "one call in the job and as two in the replay: the same mismatch one seq later",
+    "frozen_on_one_rank": "DDP's construction check compares parameter contents; the "
+    "replay's zero tensors of the recorded shapes agree, so its all_gather matches",
+}
 
 CATALOGUE: tuple[Bug, ...] = (
     _bug("last_batch_hand_split", 2, Launch.SCRIPT,
@@ -441,3 +455,4 @@ WHY_BUGS: tuple[Bug, ...] = (
          "all-reduce the non-finite flag (MAX) and skip the batch on every rank together"),
 )
 CATALOGUE = CATALOGUE + WHY_BUGS
+CATALOGUE = tuple(replace(b, replay_gap=REPLAY_GAPS.get(b.name, "")) for b in CATALOGUE)
