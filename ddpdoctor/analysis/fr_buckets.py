@@ -107,6 +107,33 @@ def mark(run: RankRun, group: str, calls: list[Call], untraced: str) -> list[Cal
     return out
 
 
+def _is_marked(call: Call) -> bool:
+    return bool(call.flags & L.RecordFlag.BUCKET) and call.callsite == UNKNOWN_LINE
+
+
+def unmark_traced(merges: dict[int, list[Call]], untraced: str) -> None:
+    """A recorder-only all-reduce that another rank's trace holds as a call of its own (not a
+    bucket) is that call, missed by this rank's trace (its recording stopped): it takes the
+    other's reduce op and origin, keeps its own shapes and dtypes, is no bucket, and its
+    line stays unknown (``untraced``)."""
+    traced: dict[int, Call] = {}
+    for calls in merges.values():
+        for c in calls:
+            if not c.flags & L.RecordFlag.BUCKET and c.callsite and c.seq not in traced:
+                traced[c.seq] = c
+    for rank, calls in merges.items():
+        if any(_is_marked(c) and c.seq in traced for c in calls):
+            merges[rank] = [_as_traced(c, traced[c.seq], untraced)
+                            if _is_marked(c) and c.seq in traced else c for c in calls]
+
+
+def _as_traced(call: Call, theirs: Call, untraced: str) -> Call:
+    extra = {"origin": theirs.origin} if _BACKWARD else {}
+    return dataclasses.replace(call, reduce_op=theirs.reduce_op, aux=theirs.aux,
+                               flags=call.flags & ~L.RecordFlag.BUCKET, callsite=untraced,
+                               **extra)
+
+
 def name_sites(ranks: dict[int, RankRun], merges: dict[int, list[Call]]) -> None:
     """Give the recorder's buckets in ``merges`` (rank -> joined calls) the user's backward
     line: the rank's own where its stack or exception tells it, else the job's where every

@@ -103,7 +103,8 @@ def test_exception_inside_ddpdoctor_runtime_leaves_the_job_alone(run_dir, tmp_pa
     assert problem and "rank 1" in problem[0] and "begin" in problem[0], report["problems"]
     ranks = _ranks(report)
     assert ranks[1]["state"] == "exited"  # not taken for a killed rank
-    assert ranks[0]["last_seq"] > ranks[1]["last_seq"] >= 3  # what came before is kept
+    # what came before is kept; torch's flight recorder (--ddp torch) may fill in the rest
+    assert ranks[0]["last_seq"] >= ranks[1]["last_seq"] >= 3
 
 
 def test_supervisor_sigkilled_job_finishes_and_analyze_rebuilds(run_dir, tmp_path):

@@ -123,3 +123,26 @@ def test_an_object_collective_goes_with_its_own_recorder_entries():
     assert [(c.seq, c.op, bool(c.flags & L.RecordFlag.BUCKET)) for c in merged] == [
         (0, "broadcast_object_list", False), (2, "all_reduce", True), (3, "all_reduce", True),
         (4, "broadcast", False)]
+
+
+def test_a_call_another_rank_traced_is_that_call_not_a_bucket() -> None:
+    """Rank 1's trace stopped (its recording failed): the recorder alone saw its user
+    all-reduce at seq 3, which rank 0 traced as its own call; it is that call, with rank
+    0's reduce op, never a bucket whose `avg` would differ from rank 0's `sum`."""
+    from dataclasses import replace
+
+    from ddpdoctor.analysis.model import Call
+
+    def call(rank: int, seq: int, callsite: str, reduce_op: str = "", flags: int = 0) -> Call:
+        return Call(rank, "0", seq, "all_reduce", reduce_op, ((),), ((),), ("float32",), -1,
+                    flags, callsite, T0 + seq, T0 + seq + 1, 0)
+
+    bucket = replace(call(1, 3, fr_buckets.UNKNOWN_LINE, "avg", int(L.RecordFlag.BUCKET)))
+    merges = {0: [call(0, 3, "/job/train.py:69", "sum")], 1: [bucket]}
+    fr_buckets.unmark_traced(merges, fr.NO_CALLSITE)
+    [theirs] = merges[1]
+    assert theirs.reduce_op == "sum" and not theirs.flags & L.RecordFlag.BUCKET
+    assert theirs.callsite == fr.NO_CALLSITE  # its own line is not known
+    both_buckets = {0: [replace(bucket, rank=0)], 1: [bucket]}
+    fr_buckets.unmark_traced(both_buckets, fr.NO_CALLSITE)
+    assert both_buckets[1] == [bucket]  # a bucket on every rank stays a bucket
