@@ -1,0 +1,298 @@
+"""The bug catalogue's entries: known DDP bugs from real reports, what ddpdoctor must say of each."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+FINDING_KINDS = ("collective_mismatch", "missing_collective", "uneven_batches", "rank_failed",
+                 "seed_collision", "stale_shuffle", "duplicate_data", "straggler", "deadlock")
+
+
+class Launch(str, enum.Enum):
+    """How a bug's script starts its ranks, i.e. which form of ``ddpdoctor run`` runs it.
+
+    SCRIPT:   ``ddpdoctor run --nproc-per-node N script.py`` (the script reads RANK from env)
+    TORCHRUN: ``ddpdoctor run -- torchrun --nproc-per-node N script.py``
+    SPAWN:    ``ddpdoctor run -- python script.py`` (the script calls mp.spawn itself)
+    """
+
+    SCRIPT = "script"
+    TORCHRUN = "torchrun"
+    SPAWN = "spawn"
+
+
+@dataclass(frozen=True)
+class Bug:
+    """One known bug and what ddpdoctor must say about it.
+
+    Args:
+        name: the catalogue name; the script is ``sample_bugs/<name>.py``.
+        script: the buggy script's file name, inside ``sample_bugs/``.
+        fixed_script: its fixed twin, which must run clean (exit 0, no error or warning).
+        nproc: how many ranks the job has.
+        launch: how the ranks start (see ``Launch``).
+        symptom: what the user sees, one line.
+        finding_kind: the finding ddpdoctor must report (a kind of the report schema).
+        culprit_ranks: the ranks that finding must blame.
+        source: where the bug comes from: issues, articles.
+        fix: what the fixed twin changes, one line.
+        hang_timeout: ``--hang-timeout`` for the run, in seconds.
+        finishes: the job is slow but healthy: it must run to its end (exit 0) with no error
+            finding; ``finding_kind`` is then the most ddpdoctor may say (a warning at most).
+        replay_gap: why ``ddpdoctor repro`` of its run cannot give the same first finding;
+            empty when it can.
+    """
+
+    name: str
+    script: str
+    fixed_script: str
+    nproc: int
+    launch: Launch
+    symptom: str
+    finding_kind: str
+    culprit_ranks: tuple[int, ...]
+    source: str
+    fix: str
+    hang_timeout: float = 6.0
+    finishes: bool = False
+    replay_gap: str = ""
+
+    def __post_init__(self) -> None:
+        if self.finding_kind not in FINDING_KINDS:
+            raise ValueError(f"bug {self.name}: unknown finding kind {self.finding_kind!r}")
+        if not 2 <= self.nproc <= 4:
+            raise ValueError(f"bug {self.name}: nproc must be 2 to 4, not {self.nproc}")
+        if any(not 0 <= r < self.nproc for r in self.culprit_ranks):
+            raise ValueError(f"bug {self.name}: culprit ranks {self.culprit_ranks} outside "
+                             f"0..{self.nproc - 1}")
+
+
+def _bug(name: str, nproc: int, launch: Launch, symptom: str, kind: str,
+         culprits: tuple[int, ...], source: str, fix: str, hang_timeout: float = 6.0,
+         finishes: bool = False) -> Bug:
+    return Bug(name, f"{name}.py", f"{name}_fixed.py", nproc, launch, symptom, kind, culprits,
+               source, fix, hang_timeout, finishes)
+
+
+# Bugs whose replay (zero tensors, no model, no data) cannot carry what their first finding
+# rests on: what differs, and why.
+REPLAY_GAPS = {
+    "clean_exit_uneven_no_loader": "the waiting rank waits in a DDP gradient bucket, which "
+    "the replay issues as a plain all_reduce: the early exit is named missing_collective",
+    "lightning_all_gather_global_zero": "Lightning's broadcast_object_list is numbered as "
+    "one call in the job and as two in the replay: the same mismatch one seq later",
+    "frozen_on_one_rank": "DDP's construction check compares parameter contents; the "
+    "replay's zero tensors of the recorded shapes agree, so its all_gather matches",
+}
+
+CATALOGUE: tuple[Bug, ...] = (
+    _bug("last_batch_hand_split", 2, Launch.SCRIPT,
+         "hangs at the end of the epoch: a hand-made split gives rank 0 one batch more",
+         "uneven_batches", (1,),
+         "article \"DDP分布式的随机卡死,带你从0调试解决\" (seeds/000); pytorch/pytorch#38174",
+         "shard with DistributedSampler and drop_last=True"),
+    _bug("last_batch_iterable_dataset", 2, Launch.SPAWN,
+         "hangs at the end of the epoch: rank 0's IterableDataset shard holds more records",
+         "uneven_batches", (1,),
+         "pytorch/pytorch#38174; Lightning-AI/pytorch-lightning#20404",
+         "all-reduce (MIN) the number of batches first and train exactly that many"),
+    _bug("no_set_epoch", 2, Launch.SCRIPT,
+         "trains normally, but every epoch sees the data in the same order",
+         "stale_shuffle", (0, 1),
+         "pytorch/pytorch#31771 and #11324; the DistributedSampler docs' warning",
+         "call sampler.set_epoch(epoch) at the start of each epoch"),
+    _bug("same_seed_augmentation", 2, Launch.SCRIPT,
+         "trains normally, but every rank draws the same random crops and noise",
+         "seed_collision", (0, 1),
+         "article \"torch.distributed多卡/多GPU/分布式DPP(二)\" (seeds/001); "
+         "huggingface/pytorch-image-models#1519",
+         "seed each rank differently: torch.manual_seed(SEED + rank)"),
+    _bug("worker_numpy_seed", 2, Launch.SPAWN,
+         "trains normally, but every DataLoader worker draws the same numpy jitter",
+         "seed_collision", (0, 1),
+         "pytorch/pytorch#5059; facebookresearch/fairseq#1383",
+         "seed numpy in worker_init_fn from torch.initial_seed()"),
+    _bug("metric_rank0_only", 3, Launch.SPAWN,
+         "hangs (or aborts) after the first epoch: rank 0 all-reduces the validation loss alone",
+         "collective_mismatch", (0,),
+         "Lightning-AI/pytorch-lightning#19783",
+         "call all_reduce on every rank; keep only the print under `if rank == 0`"),
+    _bug("barrier_in_rank0_checkpoint", 3, Launch.TORCHRUN,
+         "hangs after the first checkpoint: only rank 0 reaches the barrier",
+         "collective_mismatch", (0,),
+         "article \"torch.distributed多卡/多GPU/分布式DPP(二)\" (seeds/001); "
+         "deepspeedai/DeepSpeed#801",
+         "move dist.barrier() out of the `if rank == 0` block"),
+    _bug("download_first_wrong", 3, Launch.TORCHRUN,
+         "hangs before the first step: ranks 1-2 wait in a barrier rank 0 never calls",
+         "collective_mismatch", (0,),
+         "article \"torch.distributed多卡/多GPU/分布式DPP(二)\" (torch_distributed_zero_first); "
+         "Lightning-AI/pytorch-lightning#17733",
+         "barrier on both sides: the others before loading, rank 0 after downloading"),
+    _bug("allgather_uneven_last_batch", 3, Launch.SPAWN,
+         "aborts (gloo) or hangs (NCCL) gathering the last batch's predictions",
+         "collective_mismatch", (2,),
+         "Lightning-AI/pytorch-lightning#7773; huggingface/accelerate#19",
+         "all-gather the sizes, pad to the largest, gather, then trim"),
+    _bug("dtype_mismatch", 3, Launch.SCRIPT,
+         "hangs in the final metric all-reduce: float32 on two ranks, int64 on the third",
+         "collective_mismatch", (2,),
+         "modelscope/ms-swift#9550; pytorch/pytorch#150248",
+         "give the metric tensor an explicit dtype (float64)"),
+    _bug("reduce_order_mismatch", 3, Launch.SPAWN,
+         "hangs reducing metrics: rank 0 reduces [pos_hist, loss], the others [loss, pos_hist]",
+         "collective_mismatch", (0,),
+         "Lightning-AI/torchmetrics#159; facebookresearch/maskrcnn-benchmark#309",
+         "create every metric up front and reduce them in sorted(name) order"),
+    _bug("early_stop_per_rank", 3, Launch.TORCHRUN,
+         "hangs (gloo: fails) after epoch 1: rank 1 stops early alone and exits",
+         "missing_collective", (1,),
+         "Lightning-AI/pytorch-lightning#379; ultralytics/yolov5#8345",
+         "decide together: all-reduce the validation loss before the patience check"),
+    _bug("crash_mid_epoch", 2, Launch.SCRIPT,
+         "rank 1 dies on a corrupt record at step 3; rank 0 is left in the all-reduce",
+         "rank_failed", (1,),
+         "Lightning-AI/pytorch-lightning#6430; rwth-i6/returnn#1484",
+         "validate the records and shard only the good ones, the same on every rank"),
+    _bug("unused_parameters", 2, Launch.TORCHRUN,
+         "step 2 raises \"Expected to have finished reduction in the prior iteration\"",
+         "rank_failed", (0, 1),
+         "pytorch/pytorch#43259; open-mmlab/mmdetection#4742",
+         "DDP(model, find_unused_parameters=True), or drop the unused head"),
+    _bug("broadcast_object_behind_file_check", 3, Launch.TORCHRUN,
+         "hangs at start-up: rank 1 finds a cached file and skips broadcast_object_list",
+         "collective_mismatch", (1,),
+         "KempnerInstitute/KempnerForge#49",
+         "let rank 0 decide and call broadcast_object_list on every rank"),
+    # Root cause versus victim: the shapes of the job-wide causal model (who waits for whom).
+    _bug("clean_exit_uneven_no_loader", 2, Launch.SCRIPT,
+         "rank 0 fails with \"Connection closed by peer\": rank 1 ran out of hand-split "
+         "batches and returned cleanly",
+         "uneven_batches", (1,),
+         "the seed article's last-batch hang, hand-split tensors; pytorch/pytorch#38174",
+         "all-reduce (MIN) the number of full batches and train exactly that many",
+         hang_timeout=5.0),
+    _bug("pg_timeout_while_peer_computes", 2, Launch.TORCHRUN,
+         "rank 0 dies of a 4 s process-group timeout while rank 1 still evaluates (12 s)",
+         "missing_collective", (1,),
+         "gloo/NCCL collective timeouts while one rank evaluates alone (common reports)",
+         "a process-group timeout longer than the slowest rank's evaluation",
+         hang_timeout=5.0),
+    _bug("subgroup_skip_4ranks", 4, Launch.TORCHRUN,
+         "hangs: rank 1 skips its pair group's all-reduce once; rank 0 waits in it",
+         "missing_collective", (1,),
+         "conditional collectives in process subgroups (the \"a rank skips a collective\" "
+         "hangs of pytorch/pytorch#38174's family)",
+         "all-reduce an empty statistic as zeros instead of skipping the call",
+         hang_timeout=5.0),
+    _bug("two_group_lock_order", 2, Launch.SCRIPT,
+         "hangs: rank 0 reduces on group A then B, rank 1 on B then A",
+         "deadlock", (0, 1),
+         "collectives on several process groups entered in different orders",
+         "one order of the groups' collectives on every rank",
+         hang_timeout=5.0),
+    _bug("p2p_recv_recv", 2, Launch.SCRIPT,
+         "hangs: both pipeline stages post a blocking recv before their send",
+         "deadlock", (0, 1),
+         "blocking send/recv ordering (why torch has batch_isend_irecv)",
+         "rank 0 sends first, rank 1 receives first (or batch_isend_irecv)",
+         hang_timeout=5.0),
+    _bug("stuck_before_init", 2, Launch.TORCHRUN,
+         "hangs at start-up: rank 1 blocks in a download before init_process_group",
+         "missing_collective", (1,),
+         "start-up hangs from one rank blocking in a download or a file lock before init",
+         "a timeout on the download, with a cached fallback",
+         hang_timeout=5.0),
+    _bug("busy_straggler_finishes", 2, Launch.SCRIPT,
+         "rank 1 evaluates for 12 s while rank 0 waits: slow, not hung; the job must finish",
+         "straggler", (1,),
+         "uneven evaluation shards; ddpdoctor's own rule: a rank whose CPU time advances is "
+         "a straggler, not a hang",
+         "shard the evaluation evenly",
+         hang_timeout=5.0, finishes=True),
+    # DDP's own errors in plain words, and failures that are not in the user's code.
+    _bug("aux_loss_skipped_one_rank", 2, Launch.TORCHRUN,
+         "iteration 4 raises \"Expected to have finished reduction in the prior iteration\" "
+         "on rank 1 alone: its batch 3 had no rare-class sample, so its aux head got no grad",
+         "rank_failed", (1,),
+         "pytorch/pytorch#43259; open-mmlab/mmdetection#4742 (different branches in DDP mode)",
+         "use the aux head every iteration (its loss weighted by zero when the class is absent)",
+         hang_timeout=5.0),
+    _bug("frozen_on_one_rank", 3, Launch.TORCHRUN,
+         "every rank raises \"DDP expects same model across all ranks\": rank 1 froze the "
+         "encoder's weight from its own copy of the config",
+         "rank_failed", (1,),
+         "yifan123/flow_grpo#245; NVIDIA/apex#46",
+         "read the config on rank 0 and broadcast it before building the model",
+         hang_timeout=5.0),
+    _bug("store_port_taken", 2, Launch.SPAWN,
+         "init_process_group raises DistNetworkError (EADDRINUSE) on rank 0: another process "
+         "holds the job's fixed MASTER_PORT",
+         "rank_failed", (0,),
+         "pytorch/pytorch#73320 and #85604; meta-pytorch/torchtune#392",
+         "let the job take a free port (torchrun --standalone / --rdzv-endpoint localhost:0)",
+         hang_timeout=5.0),
+    _bug("lock_held_across_barrier", 2, Launch.TORCHRUN,
+         "hangs: rank 0 waits in a barrier while it holds a file lock; rank 1 is blocked in "
+         "flock on that lock",
+         "missing_collective", (0,),
+         "modelscope/mcore-bridge#47; pmodels/mpich#1997",
+         "release the lock before the barrier",
+         hang_timeout=5.0),
+)
+
+
+# -- framework bugs: the classic hangs of Lightning, accelerate, ignite and transformers ----
+FRAMEWORK_BUGS: tuple[Bug, ...] = (
+    _bug("lightning_all_gather_global_zero", 2, Launch.TORCHRUN,
+         "hangs after the first epoch: self.all_gather runs under trainer.is_global_zero",
+         "collective_mismatch", (0,),
+         "Lightning-AI/pytorch-lightning#16541 and #20683",
+         "call self.all_gather on every rank; keep only the print under is_global_zero",
+         hang_timeout=10.0),
+    _bug("accelerate_gather_main_process", 2, Launch.TORCHRUN,
+         "hangs after the first epoch: accelerator.gather runs under is_main_process",
+         "collective_mismatch", (0,),
+         "huggingface/accelerate#2785 and #2733; huggingface/transformers#31532",
+         "call accelerator.gather on every rank; keep only the print under is_main_process",
+         hang_timeout=10.0),
+    _bug("ignite_evaluator_rank0", 2, Launch.TORCHRUN,
+         "hangs after the first epoch: the evaluator (its metric all-reduces) runs on rank 0",
+         "collective_mismatch", (0,),
+         "pytorch-ignite docs (metrics sync across ranks); huggingface/transformers#31532",
+         "run the evaluator on every rank; keep only the print on rank 0",
+         hang_timeout=10.0),
+    _bug("transformers_evaluate_one_rank", 2, Launch.TORCHRUN,
+         "hangs after the first epoch: a callback runs trainer.evaluate() on rank 0 only",
+         "collective_mismatch", (0,),
+         "huggingface/transformers#31532",
+         "call trainer.evaluate() on every rank; keep only the print on rank 0",
+         hang_timeout=10.0),
+)
+CATALOGUE = CATALOGUE + FRAMEWORK_BUGS
+
+
+# -- why, not only who: out of step, collectives the user never wrote, skipped iterations --
+WHY_BUGS: tuple[Bug, ...] = (
+    _bug("loss_log_extra_allreduce_rank0", 2, Launch.TORCHRUN,
+         "hangs in epoch 2 at the loss log: rank 0 alone all-reduced its validation loss, "
+         "which met rank 1's next loss all-reduce",
+         "collective_mismatch", (0,),
+         "Lightning-AI/pytorch-lightning#19783; pytorch/pytorch#38174",
+         "all-reduce the validation loss on every rank; keep only the print on rank 0"),
+    _bug("eval_ddp_forward_rank0", 2, Launch.TORCHRUN,
+         "hangs at the end: rank 0 evaluates with the DDP model, whose forward broadcasts "
+         "the BatchNorm buffers",
+         "missing_collective", (0,),
+         "pytorch/pytorch#37764 and #23658; Lightning-AI/pytorch-lightning#4178",
+         "evaluate on model.module (no collective) on rank 0"),
+    _bug("nan_loss_skip_one_rank", 2, Launch.TORCHRUN,
+         "trains out of step, then hangs: rank 1 alone skips a batch with a NaN loss "
+         "(`continue` before backward)",
+         "missing_collective", (1,),
+         "huggingface/transformers#14347; Lightning-AI/pytorch-lightning#5243",
+         "all-reduce the non-finite flag (MAX) and skip the batch on every rank together"),
+)
+CATALOGUE = CATALOGUE + WHY_BUGS
+CATALOGUE = tuple(replace(b, replay_gap=REPLAY_GAPS.get(b.name, "")) for b in CATALOGUE)
