@@ -23,6 +23,15 @@ class Severity(str, enum.Enum):
     INFO = "info"
 
 
+def ranks_text(ranks: list[int] | tuple[int, ...]) -> str:
+    """``rank 3``, ``ranks 0, 1 and 2`` (sorted): how findings name ranks."""
+    ranks = sorted(ranks)
+    word = "rank" if len(ranks) == 1 else "ranks"
+    names = ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}" if len(ranks) > 1 else \
+        str(ranks[0]) if ranks else "?"
+    return f"{word} {names}"
+
+
 @dataclass(frozen=True)
 class Finding:
     """One diagnosis, serialised as a report's ``findings[i]``.

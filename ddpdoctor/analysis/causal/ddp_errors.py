@@ -107,7 +107,7 @@ def reducer_finding(errors: list[ReducerError], base: Finding, job: JobView,
                     where: str = "") -> Finding:
     """One rank_failed finding for ranks that raised the same reducer error: the
     parameters by name, the ranks, the iteration, the mechanism and the fix that fits."""
-    from ddpdoctor.analysis.causal.findings import ranks_text
+    from ddpdoctor.analysis.model import ranks_text
 
     ranks = tuple(sorted(e.rank for e in errors))
     names = tuple(dict.fromkeys(n for e in errors for n in e.names))
@@ -162,7 +162,7 @@ def _signature(table: dict[str, Any]) -> tuple:
 def _differences(odd: dict[str, Any], ref: dict[str, Any], odd_ranks: list[int],
                  ref_ranks: list[int]) -> list[dict[str, Any]]:
     """What differs between two parameter tables, parameter by parameter."""
-    from ddpdoctor.analysis.causal.findings import ranks_text
+    from ddpdoctor.analysis.model import ranks_text
 
     mine = {str(n): (list(s), bool(g)) for n, s, g in odd.get("params") or []}
     theirs = {str(n): (list(s), bool(g)) for n, s, g in ref.get("params") or []}
@@ -190,7 +190,7 @@ def _differences(odd: dict[str, Any], ref: dict[str, Any], odd_ranks: list[int],
 def construction_mismatch(job: JobView, states: dict[int, RankState]) -> Finding | None:
     """DDP's construction check failed: ONE finding naming the odd rank (the minority by
     the parameter tables the ranks recorded) and what differs."""
-    from ddpdoctor.analysis.causal.findings import ranks_text
+    from ddpdoctor.analysis.model import ranks_text
 
     raised = [r for r, run in sorted(job.ranks.items()) if construction_failure(run)]
     if not raised:

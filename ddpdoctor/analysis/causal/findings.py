@@ -9,7 +9,8 @@ from ddpdoctor.analysis.causal.graph import Wait
 from ddpdoctor.analysis.causal.known_failures import KnownFailure
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.clocks import host_now, ordered
-from ddpdoctor.analysis.model import Call, Finding, JobView, NodeFacts, Severity
+from ddpdoctor.analysis.model import (Call, Finding, JobView, NodeFacts, Severity,  # noqa: F401
+                                      ranks_text)  # (ranks_text: findings' API too)
 from ddpdoctor.analysis.source import rank_condition, source_line
 from ddpdoctor.trace import layout as L
 
@@ -27,14 +28,6 @@ TEARDOWN_AFTER_BARRIER_FIX = (
 UNEVEN_FIX = ("Give every rank the same number of steps: split the data evenly (pad or "
               "drop the remainder), or stop all ranks together (all_reduce a 'done' flag, "
               "or torch's Join context manager).")
-
-
-def ranks_text(ranks: list[int] | tuple[int, ...]) -> str:
-    ranks = sorted(ranks)
-    word = "rank" if len(ranks) == 1 else "ranks"
-    names = ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}" if len(ranks) > 1 else \
-        str(ranks[0]) if ranks else "?"
-    return f"{word} {names}"
 
 
 def _short(site: str) -> str:

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpdoctor.analysis.model import JobView, RankRun
+from ddpdoctor.analysis.model import JobView, RankRun, ranks_text
 
 EpochKey = tuple[int, int]  # (loader id, loader epoch)
 
@@ -147,9 +147,4 @@ def loader_name(start: dict[str, Any] | None, loader: int) -> str:
     return f"DataLoader #{loader}"
 
 
-def rank_list(ranks: list[int] | tuple[int, ...]) -> str:
-    ranks = list(ranks)
-    word = "rank" if len(ranks) == 1 else "ranks"
-    if len(ranks) <= 1:
-        return f"{word} {', '.join(map(str, ranks))}"
-    return f"{word} {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
+rank_list = ranks_text  # one wording of ranks for every finding
