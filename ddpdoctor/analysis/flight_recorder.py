@@ -334,7 +334,7 @@ def join_run_dir_dumps(run_dir: Path, ranks: dict[int, RankRun]) -> list[str]:
                      "no dump that aligns with their trace: every rank's trace alone is used, "
                      "so that their seqs count alike")
         return notes
-    fr_buckets.unmark_traced(merges, NO_CALLSITE)
+    fr_buckets.unmark_traced(ranks, merges, NO_CALLSITE)
     fr_buckets.name_sites(ranks, merges)
     for rank, merged in merges.items():
         run = ranks[rank]

@@ -111,20 +111,30 @@ def _is_marked(call: Call) -> bool:
     return bool(call.flags & L.RecordFlag.BUCKET) and call.callsite == UNKNOWN_LINE
 
 
-def unmark_traced(merges: dict[int, list[Call]], untraced: str) -> None:
-    """A recorder-only all-reduce that another rank's trace holds as a call of its own (not a
-    bucket) is that call, missed by this rank's trace (its recording stopped): it takes the
-    other's reduce op and origin, keeps its own shapes and dtypes, is no bucket, and its
-    line stays unknown (``untraced``)."""
+def unmark_traced(ranks: dict[int, RankRun], merges: dict[int, list[Call]],
+                  untraced: str) -> None:
+    """On a rank whose recording failed (a ``runtime_error`` event: its trace stopped), a
+    recorder-only all-reduce that another rank's trace holds as a call of its own with the
+    same op, shapes and dtypes is that call, not a bucket: it takes the other's reduce op
+    and origin, and its line stays unknown (``untraced``).  Elsewhere a bucket met by
+    another rank's own call is a real mismatch, and stays one."""
     traced: dict[int, Call] = {}
     for calls in merges.values():
         for c in calls:
             if not c.flags & L.RecordFlag.BUCKET and c.callsite and c.seq not in traced:
                 traced[c.seq] = c
     for rank, calls in merges.items():
-        if any(_is_marked(c) and c.seq in traced for c in calls):
-            merges[rank] = [_as_traced(c, traced[c.seq], untraced)
-                            if _is_marked(c) and c.seq in traced else c for c in calls]
+        run = ranks.get(rank)
+        if run is None or not run.trace.meta_events("runtime_error"):
+            continue
+        merges[rank] = [_as_traced(c, traced[c.seq], untraced)
+                        if _is_marked(c) and c.seq in traced and _alike(c, traced[c.seq])
+                        else c for c in calls]
+
+
+def _alike(call: Call, theirs: Call) -> bool:
+    return (call.op, call.in_shapes, call.dtypes) == (theirs.op, theirs.in_shapes,
+                                                      theirs.dtypes)
 
 
 def _as_traced(call: Call, theirs: Call, untraced: str) -> Call:

@@ -128,21 +128,36 @@ def test_an_object_collective_goes_with_its_own_recorder_entries():
 def test_a_call_another_rank_traced_is_that_call_not_a_bucket() -> None:
     """Rank 1's trace stopped (its recording failed): the recorder alone saw its user
     all-reduce at seq 3, which rank 0 traced as its own call; it is that call, with rank
-    0's reduce op, never a bucket whose `avg` would differ from rank 0's `sum`."""
+    0's reduce op, never a bucket whose `avg` would differ from rank 0's `sum`.  Without
+    the failure, or for another op, a bucket against a peer's own call stays a mismatch."""
     from dataclasses import replace
+    from types import SimpleNamespace
 
     from ddpdoctor.analysis.model import Call
 
-    def call(rank: int, seq: int, callsite: str, reduce_op: str = "", flags: int = 0) -> Call:
-        return Call(rank, "0", seq, "all_reduce", reduce_op, ((),), ((),), ("float32",), -1,
+    def call(rank: int, seq: int, callsite: str, reduce_op: str = "", flags: int = 0,
+             op: str = "all_reduce") -> Call:
+        return Call(rank, "0", seq, op, reduce_op, ((),), ((),), ("float32",), -1,
                     flags, callsite, T0 + seq, T0 + seq + 1, 0)
 
-    bucket = replace(call(1, 3, fr_buckets.UNKNOWN_LINE, "avg", int(L.RecordFlag.BUCKET)))
+    def runs(failed: bool) -> dict:
+        meta = [{"event": "runtime_error", "where": "begin"}] if failed else []
+        trace = SimpleNamespace(meta_events=lambda e: [m for m in meta if m["event"] == e])
+        return {r: SimpleNamespace(trace=trace if r == 1 else SimpleNamespace(
+            meta_events=lambda e: [])) for r in (0, 1)}
+
+    bucket = call(1, 3, fr_buckets.UNKNOWN_LINE, "avg", int(L.RecordFlag.BUCKET))
     merges = {0: [call(0, 3, "/job/train.py:69", "sum")], 1: [bucket]}
-    fr_buckets.unmark_traced(merges, fr.NO_CALLSITE)
+    fr_buckets.unmark_traced(runs(failed=True), merges, fr.NO_CALLSITE)
     [theirs] = merges[1]
     assert theirs.reduce_op == "sum" and not theirs.flags & L.RecordFlag.BUCKET
     assert theirs.callsite == fr.NO_CALLSITE  # its own line is not known
+    healthy = {0: [call(0, 3, "/job/train.py:69", "sum")], 1: [bucket]}
+    fr_buckets.unmark_traced(runs(failed=False), healthy, fr.NO_CALLSITE)
+    assert healthy[1] == [bucket]  # its trace is whole: a real mismatch
+    other_op = {0: [call(0, 3, "/job/train.py:70", op="broadcast")], 1: [bucket]}
+    fr_buckets.unmark_traced(runs(failed=True), other_op, fr.NO_CALLSITE)
+    assert other_op[1] == [bucket]
     both_buckets = {0: [replace(bucket, rank=0)], 1: [bucket]}
-    fr_buckets.unmark_traced(both_buckets, fr.NO_CALLSITE)
+    fr_buckets.unmark_traced(runs(failed=True), both_buckets, fr.NO_CALLSITE)
     assert both_buckets[1] == [bucket]  # a bucket on every rank stays a bucket
