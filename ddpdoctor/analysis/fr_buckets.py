@@ -14,6 +14,7 @@ import dataclasses
 
 from ddpdoctor.analysis.model import Call, RankRun
 from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.origin import Origin
 
 EVENT = "ddp_buckets"  # the trace's word that a DDP's buckets are left to the recorder
 UNKNOWN_LINE = "a backward pass (line not known: torch's flight recorder)"  # a bucket's site
@@ -21,16 +22,7 @@ FLOATING = ("float", "bfloat", "complex")
 BACKWARD_FILES = ("torch/_tensor.py", "torch/autograd/__init__.py", "torch/autograd/graph.py")
 
 
-def _backward_origin() -> dict:
-    """A bucket's origin (DDP's backward), where calls carry one (trace/origin.py)."""
-    if "origin" not in {f.name for f in dataclasses.fields(Call)}:
-        return {}
-    from ddpdoctor.trace.origin import Origin
-
-    return {"origin": Origin.DDP_BACKWARD}
-
-
-_BACKWARD = _backward_origin()
+BACKWARD = Origin.DDP_BACKWARD  # who issues a bucket
 
 
 def _is_bucket(call: Call, untraced: str) -> bool:
@@ -98,7 +90,7 @@ def mark(run: RankRun, group: str, calls: list[Call], untraced: str) -> list[Cal
         if total is not None and moved >= total:
             index = moved = 0
         out.append(dataclasses.replace(call, reduce_op="avg", aux=index, callsite=UNKNOWN_LINE,
-                                       flags=call.flags | L.RecordFlag.BUCKET, **_BACKWARD))
+                                       flags=call.flags | L.RecordFlag.BUCKET, origin=BACKWARD))
         index += 1
         moved += _numel(call)
     site, failed = backward_site(run)
@@ -138,10 +130,9 @@ def _alike(call: Call, theirs: Call) -> bool:
 
 
 def _as_traced(call: Call, theirs: Call, untraced: str) -> Call:
-    extra = {"origin": theirs.origin} if _BACKWARD else {}
     return dataclasses.replace(call, reduce_op=theirs.reduce_op, aux=theirs.aux,
                                flags=call.flags & ~L.RecordFlag.BUCKET, callsite=untraced,
-                               **extra)
+                               origin=theirs.origin)
 
 
 def name_sites(ranks: dict[int, RankRun], merges: dict[int, list[Call]]) -> None:
