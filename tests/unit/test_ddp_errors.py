@@ -150,3 +150,11 @@ def test_quoted_tracebacks_leave_out_ddpdoctors_frames() -> None:
     r1 = rank(1, steps(2), L.RankState.EXITED)
     [f] = errors(analyze(job([r0, r1], outcome="failed"), []))
     assert "/x/train.py:20" in f.detail and "ddpdoctor" not in f.detail
+
+
+def test_own_frames_are_known_from_any_checkout_but_a_users_file_is_kept() -> None:
+    from ddpdoctor.analysis.causal.facts import ddpdoctor_frame
+    assert ddpdoctor_frame("/elsewhere/ddpdoctor/runtime/patches.py")
+    assert ddpdoctor_frame("/a/ddpdoctor/ddpdoctor/analysis/causal/graph.py")
+    assert not ddpdoctor_frame("/home/u/ddpdoctor/train.py")
+    assert not ddpdoctor_frame("/home/u/ddpdoctor/")

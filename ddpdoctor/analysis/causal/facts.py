@@ -85,9 +85,14 @@ INSTALLED_PACKAGE = re.compile(r"[/\\](site|dist)-packages[/\\]ddpdoctor[/\\]")
 
 
 def ddpdoctor_frame(filename: str) -> bool:
-    """Is this frame ddpdoctor's own (its package here, or an installed copy)?  Findings
-    quote the user's and torch's frames, never these."""
-    return filename.startswith(PACKAGE_DIR + os.sep) or bool(INSTALLED_PACKAGE.search(filename))
+    """Is this frame ddpdoctor's own: its package here, an installed copy, or another
+    checkout (a trace analysed away from the job) naming one of this package's modules?
+    Findings quote the user's and torch's frames, never these."""
+    if filename.startswith(PACKAGE_DIR + os.sep) or INSTALLED_PACKAGE.search(filename):
+        return True
+    parts = re.split(r"[/\\]", filename)
+    return any(os.path.isfile(os.path.join(PACKAGE_DIR, *parts[i + 1:]))
+               for i, part in enumerate(parts[:-1]) if part == "ddpdoctor")
 
 
 def without_own_frames(dump: str) -> str:
