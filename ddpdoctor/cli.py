@@ -136,7 +136,7 @@ def _add_repro(sub: argparse._SubParsersAction) -> None:
         "2 for a run dir it cannot read.",
         epilog="examples:\n  ddpdoctor repro ddpdoctor-runs/<run>\n"
         "  ddpdoctor repro ddpdoctor-runs/<run> -o hang_repro.py\n"
-        "  ddpdoctor run --nproc-per-node 2 hang_repro.py",
+        "  ddpdoctor run --hang-timeout 5 --nproc-per-node 2 hang_repro.py",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("-o", "--output", type=Path, metavar="FILE",

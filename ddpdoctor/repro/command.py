@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 from ddpdoctor.errors import UserError
-from ddpdoctor.repro.emit import script_text
-from ddpdoctor.repro.facts import read_job
+from ddpdoctor.repro.emit import replay_command, script_text
+from ddpdoctor.repro.facts import ReplayJob, read_job
 
 DEFAULT_NAME = "repro.py"
 
@@ -15,8 +15,10 @@ DEFAULT_NAME = "repro.py"
 def write_repro(run_dir: Path, output: Path | None = None) -> Path:
     """Write the repro script of ``run_dir`` (default ``RUN_DIR/repro.py``); returns its path.
     Raises UserError (exit 2) for a run dir that cannot be read or holds too little."""
-    job = read_job(run_dir)
-    target = output or run_dir / DEFAULT_NAME
+    return _write(read_job(run_dir), output or run_dir / DEFAULT_NAME)
+
+
+def _write(job: ReplayJob, target: Path) -> Path:
     try:
         target.write_text(script_text(job).replace("THIS_FILE", target.name))
     except OSError as e:
@@ -26,8 +28,9 @@ def write_repro(run_dir: Path, output: Path | None = None) -> Path:
 
 def run_repro(run_dir: Path, output: Path | None) -> int:
     """Write the repro script of ``run_dir``; returns the exit status."""
-    target = write_repro(run_dir, output)
+    job = read_job(run_dir)
+    target = _write(job, output or run_dir / DEFAULT_NAME)
     lines = target.read_text().count("\n")
     print(f"ddpdoctor: wrote {target} ({lines} lines); run it with "
-          f"`ddpdoctor run --nproc-per-node N {target.name}`", file=sys.stderr)
+          f"`{replay_command(job, str(target))}`", file=sys.stderr)
     return 0

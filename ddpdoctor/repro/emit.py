@@ -291,14 +291,20 @@ def _header(job: ReplayJob) -> list[str]:
     ]
     if job.finding:
         lines.append("Found:  " + _wrap(job.finding, "        "))
-    lines += [f"Replay: ddpdoctor run --nproc-per-node {n} THIS_FILE  "
-              f"(or torchrun --nproc-per-node {n} THIS_FILE)",
+    lines += [f"Replay: {replay_command(job, 'THIS_FILE')}",
+              f"        (or torchrun --nproc-per-node {n} THIS_FILE, which hangs as the job did)",
               "Needs torch only: no model, no data, no import of the job's code. Each call",
               "says where the job made it (file:line and its source line)."]
     for note in job.notes:
         lines.append("Not replayed: " + _wrap(note, "        "))
     lines.append('"""')
     return lines
+
+
+def replay_command(job: ReplayJob, script: str) -> str:
+    """The ``ddpdoctor run`` command line that replays ``job`` from ``script``."""
+    return (f"ddpdoctor run --hang-timeout {job.hang_timeout:g} --nproc-per-node "
+            f"{job.world_size} {script}")
 
 
 def _wrap(text: str, indent: str) -> str:

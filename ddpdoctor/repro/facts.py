@@ -68,6 +68,19 @@ class ReplayJob:
     source: str  # "ddpdoctor run", "ddpdoctor attach", "torch flight recorder dumps"
     notes: tuple[str, ...] = field(default_factory=tuple)  # what the replay cannot carry
     loaders: tuple[tuple[str, str], ...] = ()  # replay name, the user's line iterating it
+    hang_timeout: float = 5.0  # `--hang-timeout` for running the replay (see replay_hang_timeout)
+
+
+# A replay computes nothing between its calls: a rank inside one call for 5 s is hung, and
+# the replay's finding comes in seconds rather than after the job's own (default 60 s).
+REPLAY_HANG_TIMEOUT = 5.0
+
+
+def replay_hang_timeout(job_hang_timeout: float | None) -> float:
+    """The replay's hang timeout: the job's where it was shorter, else REPLAY_HANG_TIMEOUT."""
+    if job_hang_timeout is None or job_hang_timeout <= 0:
+        return REPLAY_HANG_TIMEOUT
+    return min(job_hang_timeout, REPLAY_HANG_TIMEOUT)
 
 
 def _step(call: Call, slot: int) -> Step:
@@ -278,4 +291,5 @@ def read_job(run_dir: Path) -> ReplayJob:
     return ReplayJob(run_dir, world, tuple(job.command), _started(job),
                      job.outcome or "unknown", tuple(_groups(job)), tuple(plans),
                      first_finding(run_dir), source, tuple(_notes(job, source)),
-                     tuple(loaders.loader_sites(list(job.ranks.values()), names).items()))
+                     tuple(loaders.loader_sites(list(job.ranks.values()), names).items()),
+                     replay_hang_timeout(job.hang_timeout))

@@ -5,6 +5,8 @@ tests calls ``check_repro`` on the run it made (no bug is run twice)."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -16,6 +18,7 @@ from ddpdoctor.repro.command import write_repro
 
 MAX_LINES = 200
 SLACK_SECONDS = 90  # beyond the hang timeout: the goal is ~10 s, the rest is room for load
+REPLAY_LINE = re.compile(r"^Replay: ddpdoctor run (.+)$", re.M)
 
 
 def first_error(report: dict[str, Any]) -> tuple[str, list[int], int | None] | None:
@@ -32,9 +35,13 @@ def run_repro(bug: bugs.Bug, run_dir: Path, where: Path) -> tuple[subprocess.Com
     script = write_repro(run_dir, where / "repro.py")
     lines = script.read_text().count("\n")
     start = time.monotonic()
+    replay = REPLAY_LINE.search(script.read_text())
+    assert replay, "the repro's header gives no `Replay: ddpdoctor run ...` line"
+    args = shlex.split(replay[1])  # the command the header tells the user to run
+    assert args[-1] == script.name, replay[0]
     proc = subprocess.run(
-        [sys.executable, "-m", "ddpdoctor.cli", "run", "--hang-timeout", str(bug.hang_timeout),
-         "--run-dir", str(where / "run"), "--nproc-per-node", str(bug.nproc), str(script)],
+        [sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir", str(where / "run"),
+         *args[:-1], str(script)],
         cwd=where, capture_output=True, text=True, timeout=300)
     seconds = time.monotonic() - start
     return proc, json.loads((where / "run" / "report.json").read_text()), lines, seconds

@@ -65,3 +65,12 @@ def test_groups_are_created_in_order_and_each_rank_uses_its_own():
     compile(text, "repro.py", "exec")
     assert text.index("g1 = dist.new_group([0, 2])") < text.index("g2 = dist.new_group([1, 3])")
     assert "own_group1 = {0: g1, 1: g2, 2: g1, 3: g2}[rank]" in text
+
+
+def test_the_header_says_how_to_replay_with_a_short_hang_timeout():
+    from ddpdoctor.repro.facts import replay_hang_timeout
+    plans = [RankPlan(0, (METRIC,), Ending.HANGS), RankPlan(1, (BARRIER,), Ending.HANGS)]
+    text = script_text(job(plans))
+    assert "Replay: ddpdoctor run --hang-timeout 5 --nproc-per-node 2 THIS_FILE\n" in text
+    assert replay_hang_timeout(60.0) == 5.0 and replay_hang_timeout(2.5) == 2.5
+    assert replay_hang_timeout(None) == 5.0
