@@ -293,6 +293,14 @@ WHY_BUGS: tuple[Bug, ...] = (
          "missing_collective", (1,),
          "huggingface/transformers#14347; Lightning-AI/pytorch-lightning#5243",
          "all-reduce the non-finite flag (MAX) and skip the batch on every rank together"),
+    _bug("checkpoint_reentrant_ddp", 2, Launch.TORCHRUN,
+         "every rank's first backward raises \"Expected to mark a variable ready only once\": "
+         "a weight-shared layer is checkpointed twice with use_reentrant=True",
+         "rank_failed", (0, 1),
+         "microsoft/FocalNet#4; huggingface/accelerate#389; pytorch/pytorch#65537 "
+         "(torch's message: \"multiple `checkpoint` functions to wrap the same part\")",
+         "checkpoint(..., use_reentrant=False) (or DDP(..., static_graph=True))",
+         hang_timeout=5.0),
 )
 CATALOGUE = CATALOGUE + WHY_BUGS
 CATALOGUE = tuple(replace(b, replay_gap=REPLAY_GAPS.get(b.name, "")) for b in CATALOGUE)

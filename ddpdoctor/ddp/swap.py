@@ -64,7 +64,7 @@ def _patch_ddp_class(cls: type, mode: comm_hook.HookMode) -> None:
 
     @functools.wraps(original_init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        _record_parameters(args[0] if args else kwargs.get("module"))
+        _record_parameters(args[0] if args else kwargs.get("module"), kwargs)
         with _reducer_for(self, mode):
             original_init(self, *args, **kwargs)
         _attach_safely(self, mode)
@@ -119,15 +119,20 @@ def parameter_table(module: Any) -> dict[str, Any]:
     return {"params": params, "reducer": reducer}
 
 
-def _record_parameters(module: Any) -> None:
+DDP_OPTIONS = ("find_unused_parameters", "static_graph")  # what a reducer error's fix rests on
+
+
+def _record_parameters(module: Any, kwargs: dict[str, Any]) -> None:
     """The module's parameter table in the rank's meta log, once per DDP built (before
-    torch's construction check, which may raise on a model that differs between ranks)."""
+    torch's construction check, which may raise on a model that differs between ranks),
+    with the DDP options the user passed by keyword."""
     rec = recorder.active()
     if rec is None or module is None:
         return
     try:
-        rec.meta("ddp_params", **parameter_table(module))
-    except (AttributeError, TypeError, RuntimeError) as e:  # an odd module: no table
+        options = {k: bool(kwargs[k]) for k in DDP_OPTIONS if k in kwargs}
+        rec.meta("ddp_params", **parameter_table(module), options=options)
+    except (AttributeError, TypeError, ValueError, RuntimeError) as e:  # odd: no table
         rec.note_error("recording DDP's parameter table", e)
 
 

@@ -55,6 +55,49 @@ def test_parameters_unused_on_every_rank_are_named(doctor):
     assert f["fix"].startswith("Pass find_unused_parameters=True")
 
 
+def test_a_layer_under_two_reentrant_checkpoints_is_named_with_use_reentrant_false(doctor):
+    bug, run = run_bug(doctor, "checkpoint_reentrant_ddp")
+    errors = [f for f in run.report["findings"] if f["severity"] == "error"]
+    assert len(errors) == 1, errors  # one finding naming both ranks, not one per rank
+    f = first_error(bug, run.report)
+    assert f["kind"] == "rank_failed" and f["evidence"]["mechanism"] == "ready_twice"
+    assert f["evidence"]["parameters"] == ["shared.fc.bias"]
+    assert f["evidence"]["module_parameters"] == ["shared.fc.weight", "shared.fc.bias"]
+    assert f["evidence"]["checkpoint"] is True and f["evidence"]["iteration"] == 0
+    assert ("parameter `shared.fc.bias` (module `shared.fc`, with `shared.fc.weight`) was "
+            "marked ready twice on ranks 0 and 1 in iteration 0, because the reentrant "
+            "activation checkpoint (use_reentrant=True) re-ran the forward in backward") \
+        in f["summary"]
+    backward = line_of("checkpoint_reentrant_ddp.py", "(model(x), y).backward()")
+    assert f"raised in backward at {backward}" in f["summary"]
+    assert f["fix"].startswith("Use non-reentrant activation checkpointing")
+    assert "use_reentrant=False" in f["fix"]
+    assert "ddpdoctor/" not in f["detail"]
+
+
+def test_a_reentrant_checkpoint_under_find_unused_parameters_names_that_option(doctor,
+                                                                              tmp_path):
+    """The sample's model with one checkpoint and find_unused_parameters=True (the option
+    recorded at DDP construction): the search marked the parameters, the recompute again."""
+    text = (SAMPLE_BUGS / "checkpoint_reentrant_ddp.py").read_text()
+    one = "        h = checkpoint(self.shared, h, use_reentrant=True)  # the same layer again\n"
+    built = "model = DDP(Encoder())"
+    assert one in text and built in text
+    script = tmp_path / "checkpoint_find_unused.py"
+    script.write_text(text.replace(one, "").replace(
+        built, "model = DDP(Encoder(), find_unused_parameters=True)"))
+    run = doctor(["run", "--hang-timeout", "5", "--", *bugs._torchrun(), "--nproc-per-node",
+                  "2", str(script)], cwd=tmp_path, timeout=300)
+    errors = [f for f in run.report["findings"] if f["severity"] == "error"]
+    assert len(errors) == 1, errors
+    [f] = errors
+    assert f["ranks"] == [0, 1] and f["evidence"]["find_unused_parameters"] is True
+    assert f["evidence"]["module"] == "shared.fc"
+    assert "find_unused_parameters=True had marked them ready as unused" in f["summary"]
+    assert f["fix"].startswith("Use non-reentrant activation checkpointing")
+    assert "drop find_unused_parameters=True" in f["fix"]
+
+
 def test_a_model_frozen_on_one_rank_is_one_finding_on_that_rank(doctor):
     bug, run = run_bug(doctor, "frozen_on_one_rank")
     errors = [f for f in run.report["findings"] if f["severity"] == "error"]

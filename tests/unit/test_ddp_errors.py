@@ -86,19 +86,115 @@ def test_without_a_table_the_indices_are_said_as_indices() -> None:
     assert f.evidence["parameters"] == ["parameter #4", "parameter #5"]
 
 
-def test_marked_ready_twice_under_reentrant_checkpointing_suggests_use_reentrant_false() -> None:
-    meta = [table_event(TwoHeads())]
-    exc = {"type": "RuntimeError", "message": "Expected to mark a variable ready only once. "
-           "This error is caused by ...\nParameter at index 0 has been marked as ready twice. "
-           "This means that multiple autograd engine hooks have fired",
-           "traceback": [{"filename": "train.py", "line": 40, "name": "main"},
-                         {"filename": "/x/site-packages/torch/utils/checkpoint.py",
-                          "line": 300, "name": "backward"}]}
-    runs = [rank(r, steps(1), L.RankState.FAILED, exception=exc, meta=meta, step=1)
+READY_TWICE = (
+    "Expected to mark a variable ready only once. This error is caused by one of the following "
+    "reasons: 1) Use of a module parameter outside the `forward` function. Please make sure "
+    "model parameters are not shared across multiple concurrent forward-backward passes. or "
+    "try to use _set_static_graph() as a workaround if this module graph does not change "
+    "during training loop.2) Reused parameters in multiple reentrant backward passes. For "
+    "example, if you use multiple `checkpoint` functions to wrap the same part of your model, "
+    "it would result in the same set of parameters been used by different reentrant backward "
+    "passes multiple times, and hence marking a variable ready multiple times. DDP does not "
+    "support such use cases in default. You can try to use _set_static_graph() as a workaround "
+    "if your module graph does not change over iterations.\n"
+    "Parameter at index {i}{name} has been marked as ready twice. This means that multiple "
+    "autograd engine  hooks have fired for this particular parameter during this iteration.")
+USER_BACKWARD = {"filename": "/x/train.py", "line": 67, "name": "main"}
+TORCH = "/x/site-packages/torch/"
+REENTRANT_BACKWARD = [USER_BACKWARD,
+                      {"filename": TORCH + "_tensor.py", "line": 623, "name": "backward"},
+                      {"filename": TORCH + "autograd/function.py", "line": 325, "name": "apply"},
+                      {"filename": TORCH + "utils/checkpoint.py", "line": 331,
+                       "name": "backward"},
+                      {"filename": TORCH + "autograd/graph.py", "line": 979,
+                       "name": "_engine_run_backward"}]
+PLAIN_BACKWARD = [USER_BACKWARD,
+                  {"filename": TORCH + "_tensor.py", "line": 623, "name": "backward"},
+                  {"filename": TORCH + "autograd/graph.py", "line": 979,
+                   "name": "_engine_run_backward"}]
+
+
+def ready_twice_job(traceback: list[dict], index: int = 1, name: str = "",
+                    options: dict | None = None, step: int = 2) -> list:
+    """Both ranks raise "marked ready twice" of parameter ``index`` in their backward."""
+    meta = [{**table_event(TwoHeads()), "options": options or {}}]
+    exc = {"type": "RuntimeError", "traceback": traceback,
+           "message": READY_TWICE.format(i=index, name=f" with name {name}" if name else "")}
+    return [rank(r, steps(step), L.RankState.FAILED, exception=exc, meta=meta, step=step)
             for r in (0, 1)]
+
+
+def test_reentrant_checkpoint_ready_twice_names_the_module_the_ranks_and_use_reentrant_false(
+) -> None:
+    found = analyze(job(ready_twice_job(REENTRANT_BACKWARD), outcome="failed"), [])
+    errs = errors(found)
+    assert len(errs) == 1, [(f.kind, f.ranks, f.summary) for f in found]
+    [f] = errs
+    assert f.kind == "rank_failed" and f.ranks == (0, 1)
+    # index 1 named by the table recorded at DDP construction (torch gave no name)
+    assert f.evidence["parameters"] == ["body.bias"] and f.evidence["indices"] == [1]
+    assert f.evidence["module"] == "body"
+    assert f.evidence["module_parameters"] == ["body.weight", "body.bias"]
+    assert f.evidence["ranks"] == [0, 1] and f.evidence["iteration"] == 2
+    assert f.evidence["checkpoint"] is True
+    assert ("parameter `body.bias` (module `body`, with `body.weight`) was marked ready twice "
+            "on ranks 0 and 1 in iteration 2, because the reentrant activation checkpoint "
+            "(use_reentrant=True) re-ran the forward in backward") in f.summary
+    assert "the same module checkpointed twice" in f.summary
+    assert f.fix.startswith("Use non-reentrant activation checkpointing")
+    assert "use_reentrant=False" in f.fix and "static_graph=True" in f.fix
+    assert "find_unused_parameters" not in f.fix
+    assert "nested backward pass" in f.detail and "/x/train.py:67" in f.detail
+
+
+def test_reentrant_checkpoint_under_find_unused_parameters_says_its_search_marked_them() -> None:
+    runs = ready_twice_job(REENTRANT_BACKWARD, index=4, name="aux.weight",
+                           options={"find_unused_parameters": True})
     [f] = errors(analyze(job(runs, outcome="failed"), []))
-    assert f.evidence["parameters"] == ["body.weight"]
-    assert "use_reentrant=False" in f.fix and "marked ready twice" in f.summary
+    assert f.evidence["parameters"] == ["aux.weight"] and f.evidence["module"] == "aux"
+    assert f.evidence["find_unused_parameters"] is True
+    assert "find_unused_parameters=True had marked them ready as unused" in f.summary
+    assert f.fix.startswith("Use non-reentrant activation checkpointing")
+    assert "drop find_unused_parameters=True" in f.fix
+
+
+def test_ready_twice_without_a_checkpoint_in_the_traceback_gets_no_checkpoint_advice() -> None:
+    [f] = errors(analyze(job(ready_twice_job(PLAIN_BACKWARD, index=0), outcome="failed"), []))
+    assert f.ranks == (0, 1) and f.evidence["parameters"] == ["body.weight"]
+    assert f.evidence["checkpoint"] is False
+    assert "marked ready twice" in f.summary and "two backward passes" in f.summary
+    assert "checkpoint" not in f.summary and "use_reentrant" not in f.fix
+    assert "static_graph=True" in f.fix
+
+
+def test_ready_twice_without_a_traceback_gives_the_checkpoint_fix_as_a_condition() -> None:
+    [f] = errors(analyze(job(ready_twice_job([], index=0), outcome="failed"), []))
+    assert f.evidence["checkpoint"] is None
+    assert "If this module is checkpointed" in f.fix and "use_reentrant=False" in f.fix
+    assert not f.fix.startswith("Use non-reentrant")
+
+
+def test_the_index_is_named_by_the_table_and_without_one_by_torchs_name() -> None:
+    with_table = ready_twice_job(REENTRANT_BACKWARD, index=5, name="aux.bias")
+    [f] = errors(analyze(job(with_table, outcome="failed"), []))
+    assert f.evidence["parameters"] == ["aux.bias"]
+    bare = [rank(r, steps(1), L.RankState.FAILED, step=1, exception={
+        "type": "RuntimeError", "traceback": REENTRANT_BACKWARD,
+        "message": READY_TWICE.format(i=7, name=" with name enc.layer.fc.bias")})
+        for r in (0, 1)]
+    [g] = errors(analyze(job(bare, outcome="failed"), []))
+    assert g.evidence["parameters"] == ["enc.layer.fc.bias"]
+    assert g.evidence["module"] == "enc.layer.fc"
+    assert g.evidence["module_parameters"] == ["enc.layer.fc.bias"]
+
+
+def test_the_same_words_in_another_error_class_are_not_a_reducer_error() -> None:
+    runs = ready_twice_job(REENTRANT_BACKWARD)
+    for run in runs:
+        for e in run.trace.meta_events("exception"):
+            e["type"] = "ValueError"
+    found = errors(analyze(job(runs, outcome="failed"), []))
+    assert found and all("mechanism" not in f.evidence for f in found)
 
 
 def construction_job(odd_model: nn.Module, world: int = 3, odd: int = 1) -> list:

@@ -6,6 +6,7 @@ size clauses), never as whole texts."""
 
 from __future__ import annotations
 
+import enum
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ UNFINISHED = re.compile(r"^Expected to have finished reduction in the prior iter
 INDICES = re.compile(r"^Parameter indices which did not receive grad for rank (\d+): "
                      r"([\d ]+)$", re.M)
 NAMES = re.compile(r"^Parameters which did not receive grad for rank (\d+): (.+)$", re.M)
+READY_ONCE = re.compile(r"^Expected to mark a variable ready only once")
 READY_TWICE = re.compile(r"Parameter at index (\d+)(?: with name (\S+))? has been marked as "
                          r"ready twice")
 SAME_MODEL = re.compile(r"^DDP expects same model across all ranks, but Rank (\d+) has "
@@ -25,6 +27,7 @@ SAME_MODEL = re.compile(r"^DDP expects same model across all ranks, but Rank (\d
 PARAM_SIZES = re.compile(r"^\[(\d+)\]: params\[(\d+)\] in this process with (sizes|strides) "
                          r"(\[[\d, ]*\]) appears not to match")
 CHECKPOINT_FILE = "torch/utils/checkpoint.py"
+REDUCER_ERROR_TYPE = "RuntimeError"  # torch's reducer checks raise RuntimeError
 
 UNUSED_FIX_SOME = (
     "Make every rank use these parameters every iteration (the branch that skips them "
@@ -38,12 +41,48 @@ UNUSED_FIX_ALL = (
     "without the per-iteration search.")
 CHECKPOINT_FIX = (
     "Use non-reentrant activation checkpointing: torch.utils.checkpoint.checkpoint(..., "
-    "use_reentrant=False), which DDP supports; or pass static_graph=True to DDP if the "
-    "model's graph is the same every iteration.")
+    "use_reentrant=False), which DDP supports (torch recommends it); or pass "
+    "static_graph=True to DDP if the model's graph is the same every iteration.")
+CHECKPOINT_UNUSED_FIX = (
+    "Use non-reentrant activation checkpointing: torch.utils.checkpoint.checkpoint(..., "
+    "use_reentrant=False), which DDP supports with find_unused_parameters=True (torch "
+    "recommends it); or drop find_unused_parameters=True if every parameter is used every "
+    "iteration; or pass static_graph=True to DDP if the model's graph is the same every "
+    "iteration.")
 READY_TWICE_FIX = (
     "A parameter took part in two backward passes of one iteration (shared, or used again "
     "after a first backward): pass static_graph=True to DDP if the graph is the same every "
     "iteration, or run the first backward under ddp.no_sync().")
+IF_CHECKPOINTED = (" If this module is checkpointed with torch.utils.checkpoint "
+                   "(use_reentrant=True), use use_reentrant=False instead.")
+CHECKPOINT_WHY = (
+    "A reentrant activation checkpoint (torch.utils.checkpoint with use_reentrant=True) runs "
+    "its module's forward under no_grad and, in backward, re-runs that forward and a nested "
+    "backward pass over it; DDP counts each parameter ready once per iteration, so a module "
+    "checkpointed twice in one iteration (a shared layer, the same block under two "
+    "checkpoint calls) is marked ready once per nested pass.")
+CHECKPOINT_UNUSED_WHY = (
+    "A reentrant activation checkpoint (torch.utils.checkpoint with use_reentrant=True) runs "
+    "its module's forward under no_grad, so find_unused_parameters=True's search of the "
+    "autograd graph at the end of the forward does not see its parameters and marks them "
+    "ready as unused; in backward the checkpoint re-runs the forward and a nested backward "
+    "pass, which marks them ready again.")
+READY_TWICE_WHY = (
+    "DDP reduces each parameter's gradient once per iteration; a second gradient for the "
+    "same parameter in that iteration (a parameter shared across two forward-backward "
+    "passes, or a nested backward) breaks its count.")
+
+
+class Checkpointed(str, enum.Enum):
+    """Did a reentrant activation checkpoint run the backward that raised?
+
+    YES: the traceback passes through torch.utils.checkpoint's backward (CheckpointFunction,
+    the reentrant one, runs a nested backward there).  NO: a traceback without that frame.
+    UNKNOWN: no traceback was recorded."""
+
+    YES = "yes"
+    NO = "no"
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
@@ -55,7 +94,10 @@ class ReducerError:
     indices: tuple[int, ...]
     names: tuple[str, ...]
     iteration: int | None  # 0-based, by optimizer steps: the iteration that left them
-    checkpoint: bool  # torch.utils.checkpoint in the traceback
+    checkpoint: Checkpointed
+    module: str = ""  # the module holding the parameters (ready_twice), "" when unknown
+    module_params: tuple[str, ...] = ()  # that module's reduced parameters
+    find_unused: bool | None = None  # DDP's find_unused_parameters, None when not recorded
 
 
 def _message(run: RankRun) -> tuple[str, list[dict[str, Any]]]:
@@ -70,37 +112,102 @@ def parameter_table(run: RankRun) -> dict[str, Any] | None:
     return found[-1] if found else None
 
 
-def _named(run: RankRun, indices: tuple[int, ...]) -> tuple[str, ...]:
-    table = parameter_table(run)
+def _named(table: dict[str, Any] | None, indices: tuple[int, ...]) -> tuple[str, ...] | None:
+    """The reducer's indices named by the table recorded at DDP construction."""
     order = (table or {}).get("reducer") or []
-    return tuple(str(order[i]) if 0 <= i < len(order) else f"parameter #{i}" for i in indices)
+    if not all(0 <= i < len(order) for i in indices):
+        return None
+    return tuple(str(order[i]) for i in indices)
+
+
+def checkpointed(frames: list[dict[str, Any]]) -> Checkpointed:
+    """A reentrant checkpoint's nested backward is in the traceback: a frame of
+    torch/utils/checkpoint.py in ``backward`` (the non-reentrant one recomputes in a
+    saved-tensor hook and gives DDP one backward pass)."""
+    if not frames:
+        return Checkpointed.UNKNOWN
+    return Checkpointed.YES if any(
+        str(f.get("filename", "")).replace("\\", "/").endswith(CHECKPOINT_FILE) and
+        f.get("name") == "backward" for f in frames) else Checkpointed.NO
+
+
+def owning_module(name: str, table: dict[str, Any] | None) -> tuple[str, tuple[str, ...]]:
+    """The module path of parameter ``name`` and that module's reduced parameters, by the
+    table recorded at DDP construction (only the name's own module without a table)."""
+    module = name.rpartition(".")[0]
+    order = [str(n) for n in (table or {}).get("reducer") or []]
+    siblings = tuple(n for n in order if n.rpartition(".")[0] == module)
+    return module, siblings or (name,)
 
 
 def reducer_error(run: RankRun) -> ReducerError | None:
-    """The reducer error this rank raised, if its exception is one."""
+    """The reducer error this rank raised, if its exception is one: recognised by the error
+    class and the stable first sentence of torch's message, its indices named by the
+    parameter table the rank recorded at DDP construction."""
+    exc = run.exception() or {}
+    if str(exc.get("type") or "").rpartition(".")[2] != REDUCER_ERROR_TYPE:
+        return None
     msg, frames = _message(run)
-    checkpoint = any(CHECKPOINT_FILE in str(f.get("filename", "")) for f in frames) or \
-        any(CHECKPOINT_FILE in str(f.get("filename", "")) for f in run.stack or [])
+    table = parameter_table(run)
+    checkpoint = checkpointed(frames)
+    find_unused = ((table or {}).get("options") or {}).get("find_unused_parameters")
     steps = max(int(run.header.step), 0)
     if UNFINISHED.search(msg):
         m = INDICES.search(msg)
         indices = tuple(int(i) for i in m.group(2).split()) if m else ()
         named = NAMES.search(msg)
-        names = tuple(n.strip() for n in named.group(2).split(",")) if named else \
-            _named(run, indices)
+        names = _named(table, indices) or \
+            (tuple(n.strip() for n in named.group(2).split(",")) if named else
+             tuple(f"parameter #{i}" for i in indices))
         return ReducerError(run.rank, "no_grad", indices, names,
-                            steps - 1 if steps else None, checkpoint)
+                            steps - 1 if steps else None, checkpoint, find_unused=find_unused)
     m = READY_TWICE.search(msg)
-    if m:
+    if m and READY_ONCE.search(msg):
         index = int(m.group(1))
-        names = (m.group(2),) if m.group(2) else _named(run, (index,))
-        return ReducerError(run.rank, "ready_twice", (index,), names, steps, checkpoint)
+        names = _named(table, (index,)) or ((m.group(2),) if m.group(2) else
+                                             (f"parameter #{index}",))
+        module, siblings = owning_module(names[0], table) if m.group(2) or table else ("", ())
+        return ReducerError(run.rank, "ready_twice", (index,), names, steps, checkpoint,
+                            module, siblings, find_unused)
     return None
 
 
 def _ticked(names: tuple[str, ...]) -> str:
     shown = ", ".join(f"`{n}`" for n in names[:8])
     return shown + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+
+def _ready_twice(errors: list[ReducerError], ranks_said: str, when: str,
+                 where: str) -> tuple[str, str, str]:
+    """(summary, why, fix) of parameters marked ready twice: the reentrant checkpoint's
+    mechanism and fix when its frame is in the traceback, the general one when the traceback
+    shows none, and the general one with the checkpoint's fix as a condition when no
+    traceback was recorded."""
+    first = errors[0]
+    names = tuple(dict.fromkeys(n for e in errors for n in e.names))
+    holder = ""
+    if first.module:
+        others = [n for n in first.module_params if n not in names]
+        holder = f" (module `{first.module}`" + \
+            (f", with {_ticked(tuple(others))}" if others else "") + ")"
+    at = f" (raised in backward at {where})" if where else ""
+    said = f"parameter {_ticked(names)}{holder} was marked ready twice on {ranks_said}{when}"
+    states = {e.checkpoint for e in errors}
+    if Checkpointed.YES in states:
+        unused = any(e.find_unused for e in errors)
+        before = ("find_unused_parameters=True had marked them ready as unused at the end of "
+                  "the forward (its search does not see into the checkpoint), and the nested "
+                  "backward pass marked them again" if unused else
+                  "its nested backward pass marked them ready a second time in this "
+                  "iteration (the same module checkpointed twice, or also used outside the "
+                  "checkpoint)")
+        summary = (f"{said}, because the reentrant activation checkpoint (use_reentrant=True) "
+                   f"re-ran the forward in backward: {before}{at}")
+        return (summary, CHECKPOINT_UNUSED_WHY if unused else CHECKPOINT_WHY,
+                CHECKPOINT_UNUSED_FIX if unused else CHECKPOINT_FIX)
+    summary = f"{said}: it got a gradient from two backward passes{at}"
+    fix = READY_TWICE_FIX + (IF_CHECKPOINTED if Checkpointed.UNKNOWN in states else "")
+    return summary, READY_TWICE_WHY, fix
 
 
 def reducer_finding(errors: list[ReducerError], base: Finding, job: JobView,
@@ -115,13 +222,10 @@ def reducer_finding(errors: list[ReducerError], base: Finding, job: JobView,
     when = f" in iteration {iters[0]}" if len(iters) == 1 else \
         (f" in iterations {', '.join(map(str, iters))}" if iters else "")
     first = errors[0]
+    checkpoint = any(e.checkpoint is Checkpointed.YES for e in errors)
     if first.mechanism == "ready_twice":
-        summary = (f"DDP's reducer on {ranks_text(ranks)}: parameter {_ticked(names)} was "
-                   f"marked ready twice{when}: it got a gradient from two backward passes")
-        fix = CHECKPOINT_FIX if any(e.checkpoint for e in errors) else READY_TWICE_FIX
-        why = ("DDP reduces each parameter's gradient once per iteration; a second "
-               "gradient for the same parameter in that iteration (reentrant activation "
-               "checkpointing, a shared parameter, or two backward calls) breaks its count.")
+        summary, why, fix = _ready_twice(errors, ranks_text(ranks), when, where)
+        summary = f"DDP's reducer: {summary}"
     else:
         some = 0 < len(ranks) < job.world_size
         summary = (f"{_ticked(names) or 'some parameters'} got no gradient on "
@@ -132,18 +236,23 @@ def reducer_finding(errors: list[ReducerError], base: Finding, job: JobView,
             summary += "; the other ranks used them"
         if where:
             summary += f" (raised by the next forward, at {where})"
-        fix = CHECKPOINT_FIX if any(e.checkpoint for e in errors) else \
-            (UNUSED_FIX_SOME if some else UNUSED_FIX_ALL)
+        fix = CHECKPOINT_FIX if checkpoint else (UNUSED_FIX_SOME if some else UNUSED_FIX_ALL)
         why = ("Without find_unused_parameters=True, DDP's reducer waits for every "
                "parameter's gradient before it all-reduces the bucket that holds it; a "
                "parameter the forward did not use never gets one, the bucket is never "
                "reduced, and the next forward raises.")
     detail = f"{why}\n{base.detail}"
+    states = {e.checkpoint for e in errors}
     evidence = {**base.evidence, "parameters": list(names),
                 "indices": sorted({i for e in errors for i in e.indices}),
                 "ranks": list(ranks), "iteration": iters[0] if len(iters) == 1 else
                 (iters or None), "mechanism": first.mechanism,
-                "checkpoint": any(e.checkpoint for e in errors)}
+                "checkpoint": True if checkpoint else
+                (None if Checkpointed.UNKNOWN in states else False)}
+    if first.module:
+        evidence.update(module=first.module, module_parameters=list(first.module_params))
+    if first.find_unused is not None:
+        evidence["find_unused_parameters"] = first.find_unused
     return Finding("rank_failed", Severity.ERROR, ranks, base.seq, summary, detail, fix,
                    evidence)
 
