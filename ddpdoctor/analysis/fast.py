@@ -17,7 +17,7 @@ per rank 12 bytes a collective.  ``Recorder``/``TraceWriter`` layout: see trace/
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -137,8 +137,8 @@ def _key_call(raw: bytes) -> Call:
     record[72:] = raw[16:]
     rec = decode_record(bytes(record), 0, 0)
     if rec is None:  # an unknown kind cannot happen for a collective row; be safe
-        return Call(-1, "", 0, "unknown", "", (), (), (), -1, 0, "", 0, 0, 0)
-    return Call.from_record(-1, "", rec)
+        return Call(op="unknown", group="")
+    return rec
 
 
 def _row_hashes(keys: np.ndarray) -> np.ndarray:
@@ -290,8 +290,8 @@ def _call_at(rf: RankFile, group: str, seq: int) -> Call | None:
         raw = f.read(L.RECORD_SIZE)
     if len(raw) < L.RECORD_SIZE:
         return None
-    rec = decode_record(raw, 0, index)
-    return Call.from_record(h.rank, group, rec) if rec is not None else None
+    rec = decode_record(raw, 0, index, h.rank)
+    return replace(rec, group=group) if rec is not None else None
 
 
 def scan(run_dirs: list[Path], tail: int | None = None) -> FastScan:

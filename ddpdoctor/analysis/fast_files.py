@@ -14,8 +14,9 @@ import numpy as np
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.meta_line import parse_meta_line
 from ddpdoctor.trace.reader import (MAX_META_BYTES, RankTrace, TraceError, TraceHeader,
-                                    decode_record, meta_path_for, read_header,
+                                    decode_slots, meta_path_for, read_header,
                                     runtime_errors)
+from ddpdoctor.trace.record import group_names as meta_group_names
 
 RECORD_DTYPE = np.dtype({
     "names": list(L.RECORD_FIELDS),
@@ -171,12 +172,6 @@ def load_words(rf: RankFile, buf: Buffer) -> tuple[np.ndarray, np.ndarray | None
     return words[valid], slot[valid]
 
 
-def meta_group_names(meta: list[dict]) -> dict[int, str]:
-    """Local group index -> name, from parsed meta events (as ``group_names``)."""
-    return {ev["index"]: str(ev.get("name", ev["index"])) for ev in meta
-            if ev.get("event") == "group" and type(ev.get("index")) is int}
-
-
 def tail_trace(rf: RankFile, raw: memoryview, tail: int, also: list[int],
                meta: list[dict], meta_problems: list[str]) -> RankTrace:
     """The rank as ``read_trace(path, tail)`` reads it, from the bytes the scan read: its
@@ -184,14 +179,7 @@ def tail_trace(rf: RankFile, raw: memoryview, tail: int, also: list[int],
     h = rf.header
     cap, count = h.capacity, h.count
     first = max(0, count - cap)
-    avail = len(raw) // L.RECORD_SIZE
     wanted = set(range(max(first, count - tail), count))
     wanted.update(i for i in also if first <= i < count)
-    records = []
-    for index in sorted(wanted):
-        slot = index % cap
-        if slot < avail:
-            rec = decode_record(raw, slot * L.RECORD_SIZE, index)
-            if rec is not None:
-                records.append(rec)
+    records, _ = decode_slots(raw, 0, sorted(wanted), cap, h.rank, meta_group_names(meta))
     return RankTrace(rf.path, h, records, meta, 0, meta_problems + runtime_errors(h, meta))

@@ -154,9 +154,11 @@ def entry_call(rank: int, entry: dict[str, Any], last_completed: int) -> tuple[s
     dtypes = tuple(DTYPES.get(str(d), str(d).lower())
                    for d in entry.get("input_dtypes") or [] if isinstance(d, str))
     kind = L.RecordKind.P2P if p2p else L.RecordKind.COLLECTIVE
-    call = Call(rank, group, max(seq_id - 1, 0), op, "", _shapes(entry.get("input_sizes")),
-                _shapes(entry.get("output_sizes")), dtypes, peer, 0, NO_CALLSITE, t_start,
-                t_end if done else 0, _int(entry.get("record_id"), -1), kind)
+    call = Call(rank=rank, group=group, seq=max(seq_id - 1, 0), op=op,
+                in_shapes=_shapes(entry.get("input_sizes")),
+                out_shapes=_shapes(entry.get("output_sizes")), dtypes=dtypes, peer=peer,
+                callsite=NO_CALLSITE, t_start=t_start, t_end=t_end if done else 0,
+                aux=_int(entry.get("record_id"), -1), kind=kind)
     return group, call
 
 

@@ -10,7 +10,6 @@ batches, so skips among those are seen.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
 from ddpdoctor.analysis.model import Call, JobView, RankRun
@@ -25,7 +24,7 @@ class Iteration:
     loader: int
     epoch: int
     batch: int
-    index: int  # the rank's iteration number, counted from 0 over its recorded batches
+    index: int  # the rank's iteration (CallRecord.iteration: its recorded batches, from 0)
     calls: tuple[Call, ...]
 
 
@@ -55,18 +54,20 @@ def _loader_of(batch_text: str) -> int | None:
 
 def iterations(run: RankRun, buckets: bool) -> list[Iteration]:
     """The rank's closed iterations (a batch followed by another of the same loader
-    epoch), in order; ``buckets``: count only DDP gradient buckets as the step's calls."""
-    calls = _step_calls(run, buckets)
-    starts = [c.t_start for c in calls]
-    batches = sorted((b for b in run.batches if _loader_of(b.callsite) is not None),
-                     key=lambda b: b.t_start)
+    epoch), in order; ``buckets``: count only DDP gradient buckets as the step's calls.
+    A call belongs to the iteration its record carries (trace/record.py: the batches the
+    rank drew before it)."""
+    by_iteration: dict[int, list[Call]] = {}
+    for c in _step_calls(run, buckets):
+        by_iteration.setdefault(c.iteration, []).append(c)
+    batches = sorted((b for b in run.batches if b.iteration >= 0), key=lambda b: b.iteration)
     out = []
-    for n, (b, nxt) in enumerate(zip(batches, batches[1:])):
+    for b, nxt in zip(batches, batches[1:]):
         loader = _loader_of(b.callsite)
         if (loader, b.aux) != (_loader_of(nxt.callsite), nxt.aux) or nxt.seq != b.seq + 1:
             continue
-        lo, hi = bisect.bisect_left(starts, b.t_start), bisect.bisect_left(starts, nxt.t_start)
-        out.append(Iteration(run.rank, loader or 0, b.aux, b.seq, n, tuple(calls[lo:hi])))
+        out.append(Iteration(run.rank, loader or 0, b.aux, b.seq, b.iteration,
+                             tuple(by_iteration.get(b.iteration, ()))))
     return out
 
 

@@ -50,31 +50,29 @@ def _members(value: Any) -> list[int] | None:
     return shared
 
 
-def _group_names(trace: RankTrace) -> tuple[dict[int, str], dict[str, list[int]]]:
-    names: dict[int, str] = {}
+def _group_ranks(trace: RankTrace) -> dict[str, list[int]]:
+    """Group name -> its member ranks, from the trace's meta log."""
     ranks: dict[str, list[int]] = {}
     for idx, g in trace.groups().items():
-        name = str(g.get("name", idx))
-        names[idx] = name
         members = _members(g.get("ranks"))
         if members is not None:
-            ranks[name] = members
-    return names, ranks
+            ranks[str(g.get("name", idx))] = members
+    return ranks
 
 
 def rank_run(trace: RankTrace) -> RankRun:
-    """Split a rank's trace into calls by group, p2p calls, ring steps and batches."""
-    names, group_ranks = _group_names(trace)
+    """Split a rank's trace (its records as the reader gives them: rank, group name and
+    iteration known) into calls by group, p2p calls, ring steps and batches."""
+    group_ranks = _group_ranks(trace)
     rank = trace.header.rank
     calls: dict[str, list[Call]] = {}
     p2p: list[Call] = []
     ring, batches, marks = [], [], []
     for rec in trace.records:
         if rec.kind == L.RecordKind.COLLECTIVE:
-            group = names.get(rec.group, str(rec.group))
-            calls.setdefault(group, []).append(Call.from_record(rank, group, rec))
+            calls.setdefault(rec.group, []).append(rec)
         elif rec.kind == L.RecordKind.P2P:
-            p2p.append(Call.from_record(rank, names.get(rec.group, str(rec.group)), rec))
+            p2p.append(rec)
         elif rec.kind == L.RecordKind.RING_STEP:
             ring.append(rec)
         elif rec.kind == L.RecordKind.BATCH:

@@ -1,16 +1,15 @@
-"""The job as analysis sees it: Call, RankRun, JobView, Finding."""
+"""The job as analysis sees it: RankRun, JobView, Finding (and Call: the trace's CallRecord)."""
 
 from __future__ import annotations
 
 import enum
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.origin import Origin
-from ddpdoctor.trace.reader import RankTrace, TraceRecord
+from ddpdoctor.trace.reader import RankTrace
+from ddpdoctor.trace.record import CallRecord
 
 NS = 1_000_000_000
 # exit statuses of a rank whose launcher signalled it after its program had returned
@@ -60,67 +59,7 @@ class Finding:
                 "fix": self.fix, "evidence": self.evidence, "caused_by": self.caused_by}
 
 
-@dataclass(frozen=True)
-class Call:
-    """One collective or p2p call of one rank."""
-
-    rank: int
-    group: str
-    seq: int
-    op: str
-    reduce_op: str
-    in_shapes: tuple[tuple[int, ...], ...]
-    out_shapes: tuple[tuple[int, ...], ...]
-    dtypes: tuple[str, ...]
-    peer: int
-    flags: int
-    callsite: str
-    t_start: int
-    t_end: int
-    aux: int
-    kind: L.RecordKind = L.RecordKind.COLLECTIVE
-    framework_site: str = ""  # the framework/torch frame that made the call (pkg/path:line)
-    origin: Origin = Origin.USER  # the API that issued it (trace/origin.py)
-
-    @property
-    def open(self) -> bool:
-        return self.t_end == 0
-
-    @property
-    def short_site(self) -> str:
-        path, _, line = self.callsite.rpartition(":")
-        return f"{os.path.basename(path)}:{line}" if path else self.callsite
-
-    def where(self) -> str:
-        """``all_gather at lightning/.../distributed.py:247, called from train.py:30``, or
-        ``all_reduce at train.py:30`` when the user called torch directly."""
-        if not self.framework_site:
-            return f"{self.op} at {self.short_site}"
-        path, _, line = self.framework_site.rpartition(":")
-        parts = path.split("/")
-        short = f"{parts[0]}/.../{parts[-1]}" if len(parts) > 2 else path
-        return f"{self.op} at {short}:{line}, called from {self.short_site}"
-
-    def describe(self) -> str:
-        """``all_reduce(float32[10], sum)`` at a glance."""
-        tensors = ", ".join(
-            f"{dt}[{'x'.join(map(str, s))}]" for dt, s in zip(self.dtypes or ("?",) *
-                                                          len(self.in_shapes), self.in_shapes))
-        extra = [self.reduce_op] if self.reduce_op else []
-        if self.op in ("broadcast", "reduce", "gather", "scatter", "broadcast_object_list",
-                       "gather_object", "scatter_object_list") and self.peer >= 0:
-            extra.append(f"root {self.peer}")
-        if self.flags & L.RecordFlag.BUCKET:
-            extra.append(f"DDP bucket {self.aux}")
-        inner = ", ".join(x for x in [tensors, *extra] if x)
-        return f"{self.op}({inner})"
-
-    @staticmethod
-    def from_record(rank: int, group: str, rec: TraceRecord) -> "Call":
-        return Call(rank, group, rec.seq, rec.op, rec.reduce_op, rec.in_shapes,
-                    rec.out_shapes, rec.dtypes, rec.peer, rec.flags, rec.callsite,
-                    rec.t_start, rec.t_end, rec.aux, rec.kind, rec.framework_site,
-                    rec.origin)
+Call = CallRecord  # the analysis's name for the one record type of an event (trace/record.py)
 
 
 @dataclass
@@ -131,8 +70,8 @@ class RankRun:
     trace: RankTrace
     calls: dict[str, list[Call]]  # group name -> collectives in seq order
     p2p: list[Call]
-    ring_steps: list[TraceRecord]
-    batches: list[TraceRecord]
+    ring_steps: list[CallRecord]
+    batches: list[CallRecord]
     group_ranks: dict[str, list[int]]
     alive: bool | None = None  # None: not known (offline)
     proc_state: str = ""  # kernel state letter when alive (T = stopped)
@@ -141,7 +80,7 @@ class RankRun:
     fault: str = ""  # faulthandler's dump after a fatal signal
     stack: list[dict[str, Any]] | None = None
     stack_error: str | None = None
-    marks: list[TraceRecord] = field(default_factory=list)  # init / new_group / destroy
+    marks: list[CallRecord] = field(default_factory=list)  # init / new_group / destroy
     progress_ns: int | None = None  # live: wall time of the last observed progress
     cpu_busy: bool | None = None  # live: CPU time advanced in the last sampling window
     stop_ns: int | None = None  # when ddpdoctor stopped this rank's node (its own clock)

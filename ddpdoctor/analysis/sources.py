@@ -8,23 +8,25 @@ from typing import Any
 
 from ddpdoctor.analysis.model import Call, RankRun
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import RankTrace, TraceHeader, TraceRecord
+from ddpdoctor.trace.origin import Origin
+from ddpdoctor.trace.reader import RankTrace, TraceHeader
+from ddpdoctor.trace.record import CallRecord
 
 DEFAULT_GROUP = "0"
 
 
-def mark_record(op: str, t_start: int, t_end: int, callsite: str = "") -> TraceRecord:
+def mark_record(op: str, t_start: int, t_end: int, callsite: str = "") -> CallRecord:
     """A MARK record such as ``init`` (init_process_group) or ``new_group``; ``t_end`` 0
     while the call is still running."""
-    return TraceRecord(0, L.RecordKind.MARK, op, "", 0, 0, 0, t_start, t_end, 0, -1, 0, 0,
-                       -1, (), (), (), callsite)
+    return CallRecord(kind=L.RecordKind.MARK, op=op, t_start=t_start, t_end=t_end,
+                      callsite=callsite)
 
 
 def external_run(rank: int, world_size: int, pid: int, host: str, path: Path,
                  calls: dict[str, list[Call]], group_ranks: dict[str, list[int]],
                  started_ns: int = 0, local_rank: int = -1,
                  meta: list[dict[str, Any]] | None = None,
-                 marks: list[TraceRecord] | None = None,
+                 marks: list[CallRecord] | None = None,
                  state: L.RankState = L.RankState.COMPUTING) -> RankRun:
     """A rank known only from outside (no ddpdoctor trace): a header with ``state``, its
     calls by group (seq order), MARK records (init, new_group) and the groups' members;
@@ -56,7 +58,9 @@ def _call_dict(c: Call) -> dict[str, Any]:
             "in_shapes": [list(s) for s in c.in_shapes],
             "out_shapes": [list(s) for s in c.out_shapes], "dtypes": list(c.dtypes),
             "peer": c.peer, "flags": c.flags, "callsite": c.callsite, "t_start": c.t_start,
-            "t_end": c.t_end, "aux": c.aux, "kind": int(c.kind)}
+            "t_end": c.t_end, "aux": c.aux, "kind": int(c.kind),
+            "framework_site": c.framework_site, "origin": c.origin.value,
+            "iteration": c.iteration}
 
 
 def facts_of(runs: dict[int, RankRun], relative: set[int] | None = None) -> dict[str, Any]:
@@ -84,11 +88,15 @@ def _shapes(value: Any) -> tuple[tuple[int, ...], ...]:
 
 
 def _call_from(rank: int, d: dict[str, Any]) -> Call:
-    return Call(rank, str(d["group"]), int(d["seq"]), str(d["op"]), str(d["reduce_op"]),
-                _shapes(d["in_shapes"]), _shapes(d["out_shapes"]),
-                tuple(str(x) for x in d["dtypes"]), int(d["peer"]), int(d["flags"]),
-                str(d["callsite"]), int(d["t_start"]), int(d["t_end"]), int(d["aux"]),
-                L.RecordKind(int(d["kind"])))
+    return Call(rank=rank, group=str(d["group"]), seq=int(d["seq"]), op=str(d["op"]),
+                reduce_op=str(d["reduce_op"]), in_shapes=_shapes(d["in_shapes"]),
+                out_shapes=_shapes(d["out_shapes"]), dtypes=tuple(str(x) for x in d["dtypes"]),
+                peer=int(d["peer"]), flags=int(d["flags"]), callsite=str(d["callsite"]),
+                t_start=int(d["t_start"]), t_end=int(d["t_end"]), aux=int(d["aux"]),
+                kind=L.RecordKind(int(d["kind"])),
+                framework_site=str(d.get("framework_site", "")),
+                origin=Origin(d.get("origin", Origin.USER.value)),
+                iteration=int(d.get("iteration", -1)))
 
 
 def _run_from(path: Path, d: dict[str, Any]) -> RankRun:

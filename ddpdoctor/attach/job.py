@@ -23,7 +23,7 @@ def process_state(pid: int) -> tuple[bool, str]:
     up = alive(pid)
     return up, proc_state(pid) if up else ""
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import TraceRecord
+from ddpdoctor.trace.record import CallRecord
 
 
 # A main thread blocked in a collective neither switches nor burns CPU (measured: 0 and 0
@@ -120,8 +120,9 @@ def _stack_call(facts: RankFacts, seq: int) -> Call | None:
     place = facts.places[-1] if facts.places else None
     if place is None or not place.in_call or place.kind == L.RecordKind.MARK:
         return None
-    return Call(facts.process.rank, DEFAULT_GROUP, seq, place.op, "", (), (), (), -1, 0,
-                place.callsite, facts.since_ns, 0, -1, place.kind)
+    return Call(rank=facts.process.rank, group=DEFAULT_GROUP, seq=seq, op=place.op,
+                callsite=place.callsite, t_start=facts.since_ns, t_end=0, aux=-1,
+                kind=place.kind)
 
 
 def _merge_dump(facts: RankFacts, dump: FlightRecorderDump) -> dict[str, list[Call]]:
@@ -147,7 +148,7 @@ def _start_ns(pid: int) -> int:
 
 
 
-def _rendezvous(facts: RankFacts) -> tuple[list[TraceRecord], L.RankState]:
+def _rendezvous(facts: RankFacts) -> tuple[list[CallRecord], L.RankState]:
     """MARK records as the runtime writes them: a rank inside init_process_group (or
     new_group) now has an open ``init`` (``new_group``) mark and, in init, has not started;
     a rank inside a collective is past init."""

@@ -66,11 +66,25 @@ def iso(ns: int | None) -> str | None:
         return None
 
 
-def _entry(c: Call) -> dict[str, Any]:
+def timeline_entry(c: Call) -> dict[str, Any]:
+    """A ``timeline`` (and ``recent``) entry: the call, which API issued it (``origin``: an
+    Origin value, "user" for the user's own call) and the rank's iteration (null: unknown)."""
     return {"seq": c.seq, "group": c.group, "op": c.op,
             "shapes": [list(s) for s in c.in_shapes], "dtypes": list(c.dtypes),
             "callsite": c.short_site, "start": c.t_start / NS,
-            "end": None if c.open else c.t_end / NS}
+            "end": None if c.open else c.t_end / NS, "origin": c.origin.value,
+            "iteration": c.iteration if c.iteration >= 0 else None}
+
+
+def current_entry(c: Call | None) -> dict[str, Any] | None:
+    """A rank's ``current`` entry: the call it is in (as ``timeline_entry``, with ``since``
+    as ISO 8601 for its start), or None."""
+    if c is None:
+        return None
+    return {"seq": c.seq, "op": c.op, "shapes": [list(s) for s in c.in_shapes],
+            "dtypes": list(c.dtypes), "since": iso(c.t_start), "callsite": c.short_site,
+            "group": c.group, "origin": c.origin.value,
+            "iteration": c.iteration if c.iteration >= 0 else None}
 
 
 def _membership(job: JobView) -> dict[str, Any]:
@@ -119,15 +133,6 @@ def _exit_code(run: RankRun) -> int | None:
     return None
 
 
-def _current(run: RankRun) -> dict[str, Any] | None:
-    c = run.open_call()
-    if c is None:
-        return None
-    return {"seq": c.seq, "op": c.op, "shapes": [list(s) for s in c.in_shapes],
-            "dtypes": list(c.dtypes), "since": iso(c.t_start), "callsite": c.short_site,
-            "group": c.group}
-
-
 def _calls(run: RankRun) -> list[Call]:
     calls = [c for group in run.calls.values() for c in group[-TIMELINE_LEN:]]
     return sorted(calls, key=lambda c: c.t_start)[-TIMELINE_LEN:]
@@ -152,9 +157,10 @@ def rank_entry(run: RankRun, job: JobView) -> dict[str, Any]:
         "exit_code": _exit_code(run), "step": max(h.step, 0),
         "epoch": h.epoch if h.epoch >= 0 else None,
         "last_seq": run.last_seq(),
-        "current": _current(run), "stack": run.stack, "stack_error": run.stack_error,
+        "current": current_entry(run.open_call()), "stack": run.stack,
+        "stack_error": run.stack_error,
         "blocked_on": _blocked_on(run, job),
-        "recent": [_entry(c) for c in calls[-(RECENT_LEN if len(job.ranks) <= MANY_RANKS
+        "recent": [timeline_entry(c) for c in calls[-(RECENT_LEN if len(job.ranks) <= MANY_RANKS
                                                else TIMELINE_LEN_MANY // 2):]],
     }
 
@@ -190,7 +196,7 @@ def build(job: JobView, findings: list[Finding], outcome: str,
         "run_dir": str(job.run_dirs[0]) if len(job.run_dirs) == 1 else
         [str(p) for p in job.run_dirs],
         "live": job.live,
-        "timeline": {str(r.rank): [_entry(c) for c in _calls(r)[-timeline_len:]]
+        "timeline": {str(r.rank): [timeline_entry(c) for c in _calls(r)[-timeline_len:]]
                      for r in ranks},
         "profile": {str(r.rank): profile(r, host_now(job, r.rank)) for r in ranks},
         "problems": list(dict.fromkeys(job.problems)),

@@ -19,21 +19,13 @@ from typing import Any
 
 from ddpdoctor.analysis.model import NS, Call
 from ddpdoctor.redact import redact_argv
-from ddpdoctor.report.schema import iso
+from ddpdoctor.report.schema import current_entry, iso
 from ddpdoctor.rundir.layout import LIVE_STATE_FILE
 from ddpdoctor.supervisor.watch import LiveJob, LiveRank
 from ddpdoctor.trace import layout as L
 
 SCHEMA = "ddpdoctor.live/1"
 PUBLISH_EVERY_S = 0.25  # the live UI polls at 4 Hz
-
-
-def _current(call: Call | None) -> dict[str, Any] | None:
-    if call is None:
-        return None
-    return {"seq": call.seq, "op": call.op, "shapes": [list(s) for s in call.in_shapes],
-            "dtypes": list(call.dtypes), "since": iso(call.t_start),
-            "callsite": call.short_site, "group": call.group}
 
 
 def lowest_seq(ranks: dict[int, LiveRank], group: str, members: list[int]) -> int:
@@ -79,7 +71,7 @@ def _rank_entry(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
             "exit_code": 0 if h.state == L.RankState.EXITED else h.exit_code,
             "step": max(h.step, 0), "epoch": h.epoch if h.epoch >= 0 else None,
             "last_seq": h.last_seq if h.last_seq >= 0 else None,
-            "current": _current(call)}
+            "current": current_entry(call)}
 
 
 def _blocked_bucket(live: LiveJob) -> int:

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import functools
-import json
 import mmap
 import os
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.meta_line import parse_meta_line
 from ddpdoctor.trace.origin import Origin
+from ddpdoctor.trace.record import CallRecord, group_name, group_names, starts_iteration
 
 MAX_META_BYTES = 64 << 20  # a meta log larger than this is read only up to here
 MAX_META_LINE = 1 << 20
@@ -57,43 +57,13 @@ class TraceHeader:
     loaders: tuple[LoaderCount, ...] = ()  # the loader epochs counted in the header
 
 
-@dataclass(frozen=True)
-class TraceRecord:
-    """One decoded record (see ``layout.RECORD``)."""
-
-    index: int
-    kind: L.RecordKind
-    op: str
-    reduce_op: str
-    flags: int
-    group: int
-    seq: int
-    t_start: int
-    t_end: int  # 0 while the call has not returned
-    numel: int
-    peer: int
-    aux: int
-    nbytes: int
-    parent: int
-    in_shapes: tuple[tuple[int, ...], ...]
-    out_shapes: tuple[tuple[int, ...], ...]
-    dtypes: tuple[str, ...]
-    callsite: str
-    framework_site: str = ""  # the framework/torch frame that made the call, if any
-    origin: Origin = Origin.USER  # the API that issued it (trace/origin.py)
-
-    @property
-    def open(self) -> bool:
-        return self.t_end == 0
-
-
 @dataclass
 class RankTrace:
     """Everything one process recorded."""
 
     path: Path
     header: TraceHeader
-    records: list[TraceRecord]
+    records: list[CallRecord]
     meta: list[dict[str, Any]] = field(default_factory=list)
     dropped: int = 0  # records lost to ring wrap-around or torn writes
     problems: list[str] = field(default_factory=list)
@@ -105,6 +75,10 @@ class RankTrace:
         """Local group index -> {"name", "ranks"} from this process's meta log."""
         return {g["index"]: g for g in self.meta_events("group")
                 if type(g.get("index")) is int and 0 <= g["index"] < 1 << 31}
+
+    def group_names(self) -> dict[int, str]:
+        """Local group index -> name from this process's meta log."""
+        return group_names(self.meta)
 
 
 def parse_shapes(text: str) -> tuple[tuple[int, ...], ...]:
@@ -142,6 +116,10 @@ def decode_fields(raw: bytes) -> tuple[tuple, tuple, tuple, str, str, str]:
 def decode_text(raw: bytes) -> tuple[tuple, tuple, tuple, str, str]:
     """(in_shapes, out_shapes, dtypes, callsite, framework_site) of a record's text."""
     return decode_fields(raw)[:5]
+
+
+_new_record = object.__new__
+_NO_NAMES: dict[int, str] = {}
 
 
 def _name(table: tuple[str, ...], code: int) -> str:
@@ -182,8 +160,12 @@ def read_loader_counts(buf: bytes | mmap.mmap) -> tuple[LoaderCount, ...]:
     return tuple(sorted(out, key=lambda c: (c.loader, c.epoch)))
 
 
-def decode_record(buf: bytes | mmap.mmap, off: int, index: int) -> TraceRecord | None:
-    """The record of ``index`` at ``off``, or None when the slot holds another (torn/reused)."""
+def decode_record(buf: bytes | mmap.mmap, off: int, index: int, rank: int = -1,
+                  names: dict[int, str] | None = None, iteration: int = -1
+                  ) -> CallRecord | None:
+    """The record of ``index`` at ``off``, or None when the slot holds another (torn/reused);
+    ``rank``, ``names`` (local group index -> name) and ``iteration`` as the caller knows
+    them (a BATCH that starts an iteration gets the next one: see ``read_records``)."""
     v = L.RECORD.unpack_from(buf, off)
     if v[0] != index + 1:
         return None
@@ -193,38 +175,55 @@ def decode_record(buf: bytes | mmap.mmap, off: int, index: int) -> TraceRecord |
         return None
     ins, outs, dtypes, callsite, framework_site, code = decode_fields(v[14])
     op = _name(L.OPS, v[2])
-    return TraceRecord(
-        index=index, kind=kind, op=op, reduce_op=_name(L.REDUCE_OPS, v[3]),
-        flags=v[4], group=v[5], seq=v[6], t_start=v[7], t_end=v[8], numel=v[9], peer=v[10],
-        aux=v[11], nbytes=v[12], parent=v[13], in_shapes=ins, out_shapes=outs,
-        dtypes=dtypes, callsite=callsite, framework_site=framework_site,
+    # Every field is filled here, as CallRecord(...) would: its frozen __init__ sets each
+    # one through object.__setattr__, twice the cost of the whole decode besides
+    # (tests/unit/test_record.py checks the two agree).
+    rec = _new_record(CallRecord)
+    rec.__dict__.update(
+        rank=rank, group=group_name(v[5], names or _NO_NAMES), group_index=v[5], seq=v[6],
+        op=op, reduce_op=_name(L.REDUCE_OPS, v[3]), in_shapes=ins, out_shapes=outs,
+        dtypes=dtypes, peer=v[10], flags=v[4], callsite=callsite, t_start=v[7], t_end=v[8],
+        aux=v[11], kind=kind, framework_site=framework_site,
         origin=Origin.of(code, op, v[4]) if kind <= L.RecordKind.P2P else Origin.USER,
-    )
+        index=index, numel=v[9], nbytes=v[12], parent=v[13], iteration=iteration)
+    return rec
 
 
-def read_records(buf: bytes | mmap.mmap, header: TraceHeader,
-                 last: int | None = None) -> tuple[list[TraceRecord], int]:
-    """Decode the ring's records oldest first (only the newest ``last`` if given).
-    Returns the records and how many were lost."""
-    cap = header.capacity
-    avail = max(0, (len(buf) - L.HEADER_SIZE) // L.RECORD_SIZE)
+def decode_slots(buf: bytes | mmap.mmap | memoryview, base: int, indices: Iterable[int],
+                 cap: int, rank: int, names: dict[int, str]) -> tuple[list[CallRecord], int]:
+    """The records of ``indices`` (ascending) from a ring whose slot 0 is at ``base`` in
+    ``buf``, with ``rank``, the groups' ``names`` and each record's iteration: a BATCH
+    record that starts one (``record.starts_iteration``) begins the next, counted from 0
+    over the records decoded.  Returns them and how many slots held no such record."""
+    avail = max(0, (len(buf) - base) // L.RECORD_SIZE)
+    records: list[CallRecord] = []
+    lost, iteration = 0, -1
+    for index in indices:
+        slot = index % cap
+        rec = decode_record(buf, base + slot * L.RECORD_SIZE, index, rank, names,
+                            iteration) if slot < avail else None
+        if rec is None:
+            lost += 1
+            continue
+        if rec.kind == L.RecordKind.BATCH and starts_iteration(rec.kind, rec.callsite):
+            iteration += 1
+            rec = replace(rec, iteration=iteration)
+        records.append(rec)
+    return records, lost
+
+
+def read_records(buf: bytes | mmap.mmap, header: TraceHeader, last: int | None = None,
+                 names: dict[int, str] | None = None) -> tuple[list[CallRecord], int]:
+    """Decode the ring's records oldest first (only the newest ``last`` if given), with the
+    header's rank and the groups' ``names`` (see ``decode_slots``).  Returns the records
+    and how many were lost."""
     count = header.count
-    first = max(0, count - cap)
+    first = max(0, count - header.capacity)
     if last is not None:
         first = max(first, count - last)
-    records: list[TraceRecord] = []
-    dropped = first
-    for index in range(first, count):
-        slot = index % cap
-        if slot >= avail:
-            dropped += 1
-            continue
-        rec = decode_record(buf, L.HEADER_SIZE + slot * L.RECORD_SIZE, index)
-        if rec is None:
-            dropped += 1
-        else:
-            records.append(rec)
-    return records, dropped if last is None else 0
+    records, lost = decode_slots(buf, L.HEADER_SIZE, range(first, count), header.capacity,
+                                 header.rank, names or {})
+    return records, first + lost if last is None else 0
 
 
 def read_meta(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
@@ -304,9 +303,10 @@ class TraceFile:
         self._check_size()
         return read_header(self._map, self.path)
 
-    def tail(self, last: int) -> tuple[TraceHeader, list[TraceRecord]]:
+    def tail(self, last: int, names: dict[int, str] | None = None
+             ) -> tuple[TraceHeader, list[CallRecord]]:
         h = self.header()
-        return h, read_records(self._map, h, last)[0]
+        return h, read_records(self._map, h, last, names)[0]
 
     def close(self) -> None:
         self._map.close()
@@ -327,15 +327,15 @@ def read_trace(ring_path: Path, last: int | None = None) -> RankTrace:
                 buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as e:
         raise TraceError(f"{ring_path}: {e.strerror or e}") from None
+    meta, problems = read_meta(meta_path_for(ring_path))
     try:
         header = read_header(buf, ring_path)
-        records, dropped = read_records(buf, header, last)
+        records, dropped = read_records(buf, header, last, group_names(meta))
     except struct.error as e:
         raise TraceError(f"{ring_path}: damaged trace ({e})") from None
     finally:
         if isinstance(buf, mmap.mmap):
             buf.close()
-    meta, problems = read_meta(meta_path_for(ring_path))
     problems += runtime_errors(header, meta)
     if dropped:
         problems.append(f"{ring_path.name}: {dropped} record(s) lost to wrap-around or damage")

@@ -19,7 +19,9 @@ from typing import Any, Callable
 
 from ddpdoctor.rundir.layout import LIVE_STATE_FILE
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import (TraceError, TraceFile, TraceRecord, decode_record,
+from ddpdoctor.report.schema import timeline_entry
+from ddpdoctor.trace.record import CallRecord
+from ddpdoctor.trace.reader import (TraceError, TraceFile, decode_record,
                                     meta_path_for, read_meta)
 
 LIVE_SCHEMA = "ddpdoctor.live/1"
@@ -34,13 +36,9 @@ _TIMELINE_KINDS = (L.RecordKind.COLLECTIVE, L.RecordKind.P2P)
 NS = 1_000_000_000
 
 
-def _entry(rec: TraceRecord, group: str) -> dict[str, Any]:
-    """A timeline entry as report.json writes it."""
-    path, _, line = rec.callsite.rpartition(":")
-    return {"seq": rec.seq, "group": group, "op": rec.op,
-            "shapes": [list(s) for s in rec.in_shapes], "dtypes": list(rec.dtypes),
-            "callsite": f"{os.path.basename(path)}:{line}" if path else rec.callsite,
-            "start": rec.t_start / NS, "end": rec.t_end / NS if rec.t_end else None}
+def _entry(rec: CallRecord, group: str) -> dict[str, Any]:
+    """A timeline entry as report.json writes it (the iteration is not followed live)."""
+    return {**timeline_entry(rec), "group": group}
 
 
 class RankTail:
@@ -71,7 +69,7 @@ class RankTail:
             rec = decode_record(buf, L.HEADER_SIZE + (index % cap) * L.RECORD_SIZE, index)
             if rec is None or rec.kind not in _TIMELINE_KINDS:
                 continue
-            entry = _entry(rec, self._group(rec.group))
+            entry = _entry(rec, self._group(rec.group_index))
             self.entries.append(entry)
             if entry["end"] is None:
                 self.open[index] = entry

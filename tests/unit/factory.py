@@ -9,7 +9,9 @@ from typing import Any
 from ddpdoctor.analysis.load import rank_run
 from ddpdoctor.analysis.model import NS, JobView, RankRun
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import RankTrace, TraceHeader, TraceRecord
+from ddpdoctor.trace.origin import Origin
+from ddpdoctor.trace.reader import RankTrace, TraceHeader
+from ddpdoctor.trace.record import CallRecord, group_names, placed
 
 T0 = 1_700_000_000 * NS
 NOW = T0 + 1000 * NS
@@ -18,38 +20,42 @@ NOW = T0 + 1000 * NS
 def rec(seq: int, op: str = "all_reduce", group: int = 0, t: float = 0.0,
         dur: float | None = 0.001, site: str = "train.py:10", shape: tuple[int, ...] = (4,),
         peer: int = -1, flags: int = 0, kind: L.RecordKind = L.RecordKind.COLLECTIVE,
-        dtype: str = "float32", aux: int = 0, framework: str = "") -> TraceRecord:
-    """One record at ``t`` seconds after T0; ``dur=None``: still open."""
+        dtype: str = "float32", aux: int = 0, framework: str = "",
+        origin: Origin | None = None) -> CallRecord:
+    """One record at ``t`` seconds after T0; ``dur=None``: still open; its origin, unless
+    given, as the reader tells it from the op and flags (a DDP bucket: DDP's backward)."""
     start = T0 + int(t * NS)
     end = 0 if dur is None else start + max(1, int(dur * NS))
-    return TraceRecord(index=0, kind=kind, op=op, reduce_op="sum" if op == "all_reduce" else "",
-                       flags=flags, group=group, seq=seq, t_start=start, t_end=end,
-                       numel=1, peer=peer, aux=aux, nbytes=0, parent=-1, in_shapes=(shape,),
-                       out_shapes=(), dtypes=(dtype,), callsite=site,
-                       framework_site=framework)
+    return CallRecord(kind=kind, op=op, reduce_op="sum" if op == "all_reduce" else "",
+                      flags=flags, group=str(group), group_index=group, seq=seq,
+                      t_start=start, t_end=end, numel=1, peer=peer, aux=aux,
+                      in_shapes=(shape,), dtypes=(dtype,), callsite=site,
+                      framework_site=framework,
+                      origin=origin if origin is not None else Origin.of("", op, flags)
+                      if kind <= L.RecordKind.P2P else Origin.USER)
 
 
 def steps(n: int, t0: float = 0.0, group: int = 0, site: str = "train.py:10",
-          seq0: int = 0) -> list[TraceRecord]:
+          seq0: int = 0) -> list[CallRecord]:
     """``n`` completed all_reduces, one a second."""
     return [rec(seq0 + i, group=group, t=t0 + i, site=site) for i in range(n)]
 
 
-def send(seq: int, peer: int, t: float = 0.0, dur: float | None = None) -> TraceRecord:
+def send(seq: int, peer: int, t: float = 0.0, dur: float | None = None) -> CallRecord:
     return rec(seq, "send", t=t, dur=dur, peer=peer, flags=int(L.RecordFlag.SEND),
                kind=L.RecordKind.P2P, site="pipe.py:20")
 
 
-def recv(seq: int, peer: int, t: float = 0.0, dur: float | None = None) -> TraceRecord:
+def recv(seq: int, peer: int, t: float = 0.0, dur: float | None = None) -> CallRecord:
     return rec(seq, "recv", t=t, dur=dur, peer=peer, flags=int(L.RecordFlag.RECV),
                kind=L.RecordKind.P2P, site="pipe.py:19")
 
 
-def mark(op: str, t: float = 0.0, dur: float | None = 0.01) -> TraceRecord:
+def mark(op: str, t: float = 0.0, dur: float | None = 0.01) -> CallRecord:
     return rec(0, op, t=t, dur=dur, kind=L.RecordKind.MARK, site="")
 
 
-def rank(r: int, records: list[TraceRecord] = (), state: L.RankState = L.RankState.COMPUTING,
+def rank(r: int, records: list[CallRecord] = (), state: L.RankState = L.RankState.COMPUTING,
          step: int = 0, exception: dict[str, Any] | None = None, fault: str = "",
          returncode: int | None = None, stack: list[dict[str, Any]] | None = None,
          cpu_busy: bool | None = None, world: int = 2, meta: list[dict[str, Any]] = (),
@@ -74,6 +80,7 @@ def rank(r: int, records: list[TraceRecord] = (), state: L.RankState = L.RankSta
                          heartbeat_ns=NOW - NS + int(shift * NS), last_seq=0,
                          started_ns=T0 + int(shift * NS), host=host,
                          run_id="x", capacity=4096)
+    records = placed(records, r, group_names(events + list(meta)))
     run = rank_run(RankTrace(Path(f"/nonexistent/pid-{1000 + r}.ring"), header, records,
                              events + list(meta)))
     run.fault, run.returncode, run.stack, run.cpu_busy = fault, returncode, stack, cpu_busy

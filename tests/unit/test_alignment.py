@@ -5,6 +5,7 @@ make no finding."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from ddpdoctor.analysis.alignment import first_gap, out_of_step
 from ddpdoctor.analysis.causal.diagnose import diagnose
@@ -22,8 +23,8 @@ def calls(r: int, specs: list[tuple[str, tuple[int, ...], str]], group: str = "0
     out = []
     for i, (op, shape, site) in enumerate(specs):
         last = open_last and i == len(specs) - 1
-        out.append(Call.from_record(r, group, rec(i, op, t=i, shape=shape, site=site,
-                                                  dur=None if last else 0.001)))
+        out.append(replace(rec(i, op, t=i, shape=shape, site=site,
+                               dur=None if last else 0.001), rank=r, group=group))
     return out
 
 

@@ -72,8 +72,9 @@ def test_record_text_round_trips_and_keeps_sites_when_long() -> None:
 
 
 def _call(callsite: str, framework_site: str = "") -> Call:
-    return Call(0, "0", 3, "all_gather", "", ((4,),), (), ("float32",), -1, 0, callsite,
-                1, 0, 0, L.RecordKind.COLLECTIVE, framework_site)
+    return Call(rank=0, group="0", seq=3, op="all_gather", in_shapes=((4,),),
+                dtypes=("float32",), callsite=callsite, t_start=1, t_end=0,
+                kind=L.RecordKind.COLLECTIVE, framework_site=framework_site)
 
 
 def test_where_names_framework_and_user_line() -> None:

@@ -16,7 +16,7 @@ from ddpdoctor.analysis.detectors import straggler
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.model import NS, Finding, JobView, RankRun
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import TraceRecord
+from ddpdoctor.trace.record import CallRecord
 from tests.unit.factory import NOW, T0, frame, job, rank, rec
 
 SKEW_S = 30.0
@@ -24,13 +24,13 @@ HOST = {0: "a", 1: "a", 2: "b", 3: "b"}
 FAILED = int(L.RecordFlag.FAILED)
 
 
-def _shift(records: list[TraceRecord], skew: float) -> list[TraceRecord]:
+def _shift(records: list[CallRecord], skew: float) -> list[CallRecord]:
     ns = int(skew * NS)
     return [replace(r, t_start=r.t_start + ns, t_end=r.t_end + ns if r.t_end else 0)
             for r in records]
 
 
-def on_host(r: int, records: list[TraceRecord], skew: float = 0.0, **kw: Any) -> RankRun:
+def on_host(r: int, records: list[CallRecord], skew: float = 0.0, **kw: Any) -> RankRun:
     """Rank ``r`` on its host; host "b"'s stamps shifted by ``skew`` seconds."""
     s = skew if HOST[r] == "b" else 0.0
     if "exception" in kw:
@@ -56,7 +56,7 @@ def facts(found: list[Finding]) -> list[tuple]:
     return [(f.kind, f.ranks, f.severity, f.seq, f.caused_by, f.summary) for f in found]
 
 
-def lockstep(r: int, n: int, late_s: float = 0.0) -> list[TraceRecord]:
+def lockstep(r: int, n: int, late_s: float = 0.0) -> list[CallRecord]:
     """``n`` all_reduces one a second; a rank ``late_s`` late makes the others wait."""
     wait = 0.001 + late_s
     return [rec(i, t=i + (late_s if r == 3 else 0.0),

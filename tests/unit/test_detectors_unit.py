@@ -10,7 +10,8 @@ from ddpdoctor.analysis.detectors import duplicate, seeds, shuffle, straggler, u
 from ddpdoctor.analysis.load import rank_run
 from ddpdoctor.analysis.model import NS, JobView
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import LoaderCount, RankTrace, TraceHeader, TraceRecord
+from ddpdoctor.trace.reader import LoaderCount, RankTrace, TraceHeader
+from ddpdoctor.trace.record import CallRecord, placed
 
 MS = NS // 1000
 
@@ -23,14 +24,13 @@ def header(rank: int, step: int = 0) -> TraceHeader:
 
 
 def record(kind: L.RecordKind, seq: int, t: int, op: str = "all_reduce", aux: int = 0,
-           callsite: str = "train.py:1", t_end: int | None = None) -> TraceRecord:
-    return TraceRecord(index=0, kind=kind, op=op, reduce_op="sum", flags=0, group=0, seq=seq,
-                       t_start=t, t_end=t + MS if t_end is None else t_end, numel=4, peer=-1,
-                       aux=aux, nbytes=0, parent=-1, in_shapes=((4,),), out_shapes=(),
-                       dtypes=("float32",), callsite=callsite)
+           callsite: str = "train.py:1", t_end: int | None = None) -> CallRecord:
+    return CallRecord(kind=kind, op=op, reduce_op="sum", seq=seq, t_start=t,
+                      t_end=t + MS if t_end is None else t_end, numel=4, aux=aux,
+                      in_shapes=((4,),), dtypes=("float32",), callsite=callsite)
 
 
-def batch(i: int, epoch: int, idx: str, content: str, t: int = 0) -> TraceRecord:
+def batch(i: int, epoch: int, idx: str, content: str, t: int = 0) -> CallRecord:
     return record(L.RecordKind.BATCH, i, t, op="batch", aux=epoch,
                   callsite=f"0:{idx}:{content}")
 
@@ -43,7 +43,7 @@ def job(ranks: dict[int, dict[str, Any]], outcome: str = "completed") -> JobView
                 *spec.get("meta", [])]
         head = replace(header(rank, spec.get("step", 0)), loaders=tuple(spec.get("loaders", ())))
         trace = RankTrace(Path(f"/nonexistent/pid-{rank}.ring"), head,
-                          list(spec.get("records", [])), meta)
+                          placed(spec.get("records", []), rank, {0: "0"}), meta)
         runs[rank] = rank_run(trace)
     return JobView([Path("/nonexistent")], runs, len(runs), 10**19, 60.0, False,
                    outcome=outcome)
@@ -192,7 +192,7 @@ def test_predict_uneven_reads_a_live_run_dir(tmp_path: Path) -> None:
 
 # -- straggler ---------------------------------------------------------------------------------
 def _collectives(lag_ms: int, n: int = 20, step_ms: int = 100) -> dict[int, dict[str, Any]]:
-    def recs(offset: int) -> list[TraceRecord]:
+    def recs(offset: int) -> list[CallRecord]:
         return [record(L.RecordKind.COLLECTIVE, s, s * step_ms * MS + offset * MS)
                 for s in range(n)]
     return {0: {"records": recs(0), "step": n}, 1: {"records": recs(lag_ms), "step": n}}

@@ -74,8 +74,9 @@ def test_dump_without_rank_in_its_name_is_refused(tmp_path):
 
 
 def call(seq: int, op: str, site: str = "train.py:1", open_: bool = False) -> Call:
-    return Call(0, "0", seq, op, "sum", ((10,),), ((10,),), ("float32",), -1, 0, site,
-                10 + seq, 0 if open_ else 11 + seq, -1)
+    return Call(rank=0, group="0", seq=seq, op=op, reduce_op="sum", in_shapes=((10,),),
+                out_shapes=((10,),), dtypes=("float32",), callsite=site, t_start=10 + seq,
+                t_end=0 if open_ else 11 + seq, aux=-1)
 
 
 def test_align_adds_collectives_the_patches_missed_and_keeps_call_sites():

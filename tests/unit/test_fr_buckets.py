@@ -137,8 +137,9 @@ def test_a_call_another_rank_traced_is_that_call_not_a_bucket() -> None:
 
     def call(rank: int, seq: int, callsite: str, reduce_op: str = "", flags: int = 0,
              op: str = "all_reduce") -> Call:
-        return Call(rank, "0", seq, op, reduce_op, ((),), ((),), ("float32",), -1,
-                    flags, callsite, T0 + seq, T0 + seq + 1, 0)
+        return Call(rank=rank, group="0", seq=seq, op=op, reduce_op=reduce_op,
+                    in_shapes=((),), out_shapes=((),), dtypes=("float32",), flags=flags,
+                    callsite=callsite, t_start=T0 + seq, t_end=T0 + seq + 1)
 
     def runs(failed: bool) -> dict:
         meta = [{"event": "runtime_error", "where": "begin"}] if failed else []

@@ -15,8 +15,9 @@ from ddpdoctor.analysis.source import rank_condition
 def make_call(rank: int = 0, seq: int = 0, op: str = "all_reduce", shapes=((10,),),
               dtype: str = "float32", reduce_op: str = "sum", peer: int = -1,
               out_shapes=(), callsite: str = "train.py:1", t_end: int = 2) -> Call:
-    return Call(rank, "0", seq, op, reduce_op, tuple(shapes), tuple(out_shapes),
-                (dtype,), peer, 0, callsite, 1, t_end, 0)
+    return Call(rank=rank, group="0", seq=seq, op=op, reduce_op=reduce_op,
+                in_shapes=tuple(shapes), out_shapes=tuple(out_shapes), dtypes=(dtype,),
+                peer=peer, callsite=callsite, t_start=1, t_end=t_end)
 
 
 @pytest.mark.parametrize("a,b,state", [

@@ -68,7 +68,7 @@ def test_seq_threads_group_reinit_and_recorded_call(tmp_path: Path) -> None:
     assert len(calls) == 901
     seqs = sorted(r.seq for r in calls)
     assert seqs == list(range(901))  # no seq given twice by the three threads
-    assert {r.group for r in calls} == {0}  # the re-created default group is the same
+    assert {r.group_index for r in calls} == {0}  # the re-created default group is the same
     assert calls[-1].seq == 900  # ... and its seq goes on
     ok, failed, still_open = [r for r in trace.records if r.op == "broadcast"]
     line = SCRIPT.splitlines().index('with recorder.recorded_call("broadcast", None, [t]):') + 1

@@ -22,8 +22,9 @@ def evaluate(rank, x):
 
 
 def open_call(rank: int, op: str, site: str, shapes=(), dtypes=()) -> Call:
-    return Call(rank, "0", 0, op, "sum" if op == "all_reduce" else "", shapes, (), dtypes, -1,
-                0, site, 1_000 + rank, 0, 0, L.RecordKind.COLLECTIVE)
+    return Call(rank=rank, group="0", seq=0, op=op,
+                reduce_op="sum" if op == "all_reduce" else "", in_shapes=shapes, dtypes=dtypes,
+                callsite=site, t_start=1_000 + rank, t_end=0, kind=L.RecordKind.COLLECTIVE)
 
 
 def attached_run_dir(tmp_path: Path) -> Path:

@@ -87,11 +87,13 @@ def test_a_rank_that_left_the_loop_alone_is_named_with_its_break(tmp_path) -> No
 
 
 def test_implicit_collectives_are_told_by_their_api() -> None:
-    call = Call(0, "0", 3, "broadcast", "", ((16,),), (), ("float32",), 0, 0, "t.py:4", 1,
-                0, 0, L.RecordKind.COLLECTIVE, "torch/nn/parallel/distributed.py:2363",
-                Origin.DDP_FORWARD)
+    call = Call(rank=0, group="0", seq=3, op="broadcast", in_shapes=((16,),),
+                dtypes=("float32",), peer=0, callsite="t.py:4", t_start=1,
+                kind=L.RecordKind.COLLECTIVE,
+                framework_site="torch/nn/parallel/distributed.py:2363",
+                origin=Origin.DDP_FORWARD)
     text = mechanism(call)
     assert "DDP's forward" in text and "broadcasts the module's buffers" in text
-    user = Call(0, "0", 3, "all_reduce", "sum", ((1,),), (), ("float32",), -1, 0, "t.py:4",
-                1, 0, 0)
+    user = Call(rank=0, group="0", seq=3, op="all_reduce", reduce_op="sum", in_shapes=((1,),),
+                dtypes=("float32",), callsite="t.py:4", t_start=1)
     assert mechanism(user) == ""

@@ -12,7 +12,7 @@ from dataclasses import replace
 from ddpdoctor.analysis.model import Call, JobView, RankRun
 from ddpdoctor.analysis.causal.state import Death, RankState, StateKind
 from ddpdoctor.trace import layout as L
-from ddpdoctor.trace.reader import TraceRecord
+from ddpdoctor.trace.record import CallRecord
 
 # Errors a rank gets because a peer is absent (gone, or not answering in time).
 PEER_ABSENCE = re.compile(
@@ -181,7 +181,7 @@ def _on_its_way_out(run: RankRun) -> bool:
     return any(w in run.fault for w in TEARDOWN_WORDS)
 
 
-def _open_mark(run: RankRun) -> TraceRecord | None:
+def _open_mark(run: RankRun) -> CallRecord | None:
     opened = [m for m in run.marks if m.open and m.op in ("init", "new_group")]
     return opened[-1] if opened else None
 
