@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ddpdoctor.report.transports import transport_line
+from ddpdoctor.trace.origin import Origin
+from ddpdoctor.trace.record import NS, CallRecord
 from ddpdoctor.tui.styles import SEVERITY_ORDER
-from ddpdoctor.tui.values import (as_dict, as_float, as_int, as_list, as_str, format_shapes,
-                                   parse_time)
+from ddpdoctor.tui.values import as_dict, as_float, as_int, as_list, as_str, parse_time
 
 
 @dataclass(frozen=True)
@@ -38,35 +39,44 @@ class Frame:
         return f"{self.filename}:{self.line}" if self.line is not None else self.filename
 
 
-@dataclass(frozen=True)
-class Collective:
-    """One collective a rank called (a timeline entry or a rank's current op)."""
+# How the UI names the API that issued a collective the user never wrote.
+ORIGIN_LABELS = {Origin.DDP_FORWARD: "DDP forward", Origin.DDP_BACKWARD: "DDP backward",
+                 Origin.DDP_INIT: "DDP construction", Origin.ZERO: "ZeRO",
+                 Origin.SYNC_BN: "SyncBatchNorm", Origin.OBJECT: "object collective",
+                 Origin.JOIN: "Join", Origin.FRAMEWORK: "framework helper"}
 
-    seq: int | None
-    op: str
-    group: str = "0"
-    shapes: str = ""
-    dtypes: str = ""
-    callsite: str = ""
-    start: float | None = None
-    end: float | None = None
 
-    @property
-    def in_flight(self) -> bool:
-        return self.start is not None and self.end is None
+def origin_label(entry: CallRecord) -> str:
+    """``DDP forward`` for a collective an API issued; "" for the user's own call."""
+    return ORIGIN_LABELS.get(entry.origin, "")
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Collective:
-        return cls(
-            seq=as_int(data.get("seq")),
-            op=as_str(data.get("op")) or "?",
-            group=str(data.get("group")) if data.get("group") is not None else "0",
-            shapes=format_shapes(data.get("shapes")),
-            dtypes=",".join(str(d) for d in as_list(data.get("dtypes"))),
-            callsite=as_str(data.get("callsite")) or "",
-            start=parse_time(data.get("start", data.get("since"))),
-            end=parse_time(data.get("end")),
-        )
+
+def in_flight(entry: CallRecord) -> bool:
+    """Started and not returned."""
+    return entry.t_start != 0 and entry.t_end == 0
+
+
+def seq_of(entry: CallRecord) -> int | None:
+    return entry.seq if entry.seq >= 0 else None
+
+
+def start_of(entry: CallRecord) -> float | None:
+    """When it started, unix seconds (None: not known)."""
+    return entry.t_start / NS if entry.t_start else None
+
+
+def end_of(entry: CallRecord) -> float | None:
+    """When it returned, unix seconds (None: not yet, or not known)."""
+    return entry.t_end / NS if entry.t_end else None
+
+
+def shapes_text(entry: CallRecord) -> str:
+    """`10x4,3`; a 0-d tensor is `scalar`; empty when unknown."""
+    return ",".join("x".join(map(str, s)) if s else "scalar" for s in entry.in_shapes)
+
+
+def dtypes_text(entry: CallRecord) -> str:
+    return ",".join(entry.dtypes)
 
 
 @dataclass(frozen=True)
@@ -81,10 +91,10 @@ class RankView:
     step: int | None = None
     epoch: int | None = None
     last_seq: int | None = None
-    current: Collective | None = None
+    current: CallRecord | None = None
     stack: tuple[Frame, ...] | None = None
     stack_error: str = ""
-    recent: tuple[Collective, ...] = ()
+    recent: tuple[CallRecord, ...] = ()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], index: int, parser: CollectiveParser | None = None) -> RankView:
@@ -111,7 +121,7 @@ class RankView:
             step=as_int(data.get("step")),
             epoch=as_int(data.get("epoch")),
             last_seq=as_int(data.get("last_seq")),
-            current=Collective.from_dict(current) if isinstance(current, dict) else None,
+            current=CallRecord.from_report_dict(current) if isinstance(current, dict) else None,
             stack=frames,
             stack_error=as_str(data.get("stack_error")) or "",
             recent=(parser or CollectiveParser()).entries(as_list(data.get("recent"))),
@@ -202,7 +212,7 @@ class ReportView:
     live: bool = False
     ranks: tuple[RankView, ...] = ()
     findings: tuple[FindingView, ...] = ()
-    timeline: Mapping[int, tuple[Collective, ...]] = field(default_factory=dict)
+    timeline: Mapping[int, tuple[CallRecord, ...]] = field(default_factory=dict)
     profile: Mapping[int, ProfileView] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     waits: tuple[WaitEdge, ...] = ()
@@ -287,12 +297,12 @@ class CollectiveParser:
     """
 
     def __init__(self) -> None:
-        self._previous: dict[tuple[Any, ...], Collective] = {}
-        self._current: dict[tuple[Any, ...], Collective] = {}
-        self._previous_rows: dict[tuple[Any, ...], tuple[Collective, ...]] = {}
-        self._current_rows: dict[tuple[Any, ...], tuple[Collective, ...]] = {}
+        self._previous: dict[tuple[Any, ...], CallRecord] = {}
+        self._current: dict[tuple[Any, ...], CallRecord] = {}
+        self._previous_rows: dict[tuple[Any, ...], tuple[CallRecord, ...]] = {}
+        self._current_rows: dict[tuple[Any, ...], tuple[CallRecord, ...]] = {}
 
-    def entries(self, raw: list[Any]) -> tuple[Collective, ...]:
+    def entries(self, raw: list[Any]) -> tuple[CallRecord, ...]:
         """The collectives of one list; the same tuple object as last poll when nothing changed."""
         if not raw:
             return ()
@@ -304,16 +314,16 @@ class CollectiveParser:
         self._current_rows[signature] = row
         return row
 
-    def _entry(self, raw: dict[str, Any]) -> Collective:
+    def _entry(self, raw: dict[str, Any]) -> CallRecord:
         key = _entry_key(raw)
         entry = self._previous.get(key) or self._current.get(key)
         if entry is None:
-            entry = Collective.from_dict(raw)
+            entry = CallRecord.from_report_dict(raw)
         self._current[key] = entry
         return entry
 
-    def timeline(self, data: Mapping[str, Any]) -> dict[int, tuple[Collective, ...]]:
-        out: dict[int, tuple[Collective, ...]] = {}
+    def timeline(self, data: Mapping[str, Any]) -> dict[int, tuple[CallRecord, ...]]:
+        out: dict[int, tuple[CallRecord, ...]] = {}
         for key, raw in data.items():
             rank = as_int(key)
             if rank is not None and isinstance(raw, list):
@@ -338,6 +348,8 @@ def _entry_key(raw: Any) -> tuple[Any, ...]:
         raw.get("callsite"),
         str(raw.get("shapes")),
         str(raw.get("dtypes")),
+        raw.get("origin"),
+        raw.get("iteration"),
     )
 
 

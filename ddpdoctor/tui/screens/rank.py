@@ -10,7 +10,8 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from ddpdoctor.tui.model import RankView, ReportView
+from ddpdoctor.tui.model import (RankView, ReportView, dtypes_text, origin_label, shapes_text,
+                                 start_of)
 from ddpdoctor.tui.styles import STATE_STYLES, format_duration
 from ddpdoctor.tui.widgets.recent_table import RecentTable
 from ddpdoctor.tui.widgets.stack_view import StackView
@@ -84,12 +85,15 @@ def rank_header(rank: RankView, view: ReportView, now: float) -> Text:
     if current is not None:
         text.append("\n in ")
         text.append(current.op, style="bold red" if rank.rank in view.faulty_ranks else "bold")
-        text.append(f" seq {current.seq}" if current.seq is not None else "")
-        text.append(f" [{current.shapes}] {current.dtypes}", style="dim")
+        text.append(f" seq {current.seq}" if current.seq >= 0 else "")
+        if origin_label(current):
+            text.append(f" [{origin_label(current)}]", style="magenta")
+        text.append(f" [{shapes_text(current)}] {dtypes_text(current)}", style="dim")
         if current.callsite:
             text.append(f" at {current.callsite}", style="cyan")
-        if current.start is not None:
-            text.append(f" for {format_duration(view.reference_time(now) - current.start)}", style="yellow")
+        start = start_of(current)
+        if start is not None:
+            text.append(f" for {format_duration(view.reference_time(now) - start)}", style="yellow")
     profile = view.profile.get(rank.rank)
     if profile is not None:
         text.append(

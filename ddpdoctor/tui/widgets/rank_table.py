@@ -6,7 +6,8 @@ from rich.text import Text
 from textual.binding import Binding
 
 from ddpdoctor.tui.messages import RankSelected
-from ddpdoctor.tui.model import RankView, ReportView
+from ddpdoctor.tui.model import (RankView, ReportView, dtypes_text, origin_label, shapes_text,
+                                 start_of)
 from ddpdoctor.tui.styles import STATE_STYLES, format_duration
 from ddpdoctor.tui.rank_filter import iter_ranks
 from ddpdoctor.tui.widgets.synced_table import Cell, SyncedTable
@@ -48,7 +49,7 @@ class RankTable(SyncedTable):
 
     def _row(self, key: str, rank: RankView, at_fault: bool, reference: float) -> tuple[Cell, ...]:
         """The cells of a rank, reused when nothing shown about it changed (cheap at 256 ranks)."""
-        start = rank.current.start if rank.current else None
+        start = start_of(rank.current) if rank.current else None
         elapsed = format_duration(reference - start) if start is not None else ""
         signature = (rank.host, rank.pid, rank.state, rank.step, rank.epoch, rank.last_seq,
                      rank.exit_code, rank.current, elapsed, at_fault)
@@ -79,15 +80,18 @@ def rank_cells(rank: RankView, at_fault: bool, reference: float) -> tuple[Cell, 
     elapsed: float | None = None
     if current is not None:
         op.append(current.op, style="bold red" if at_fault else "bold")
-        if current.shapes:
-            op.append(f" {current.shapes}", style="dim")
+        if origin_label(current):
+            op.append(f" [{origin_label(current)}]", style="magenta")
+        if current.in_shapes:
+            op.append(f" {shapes_text(current)}", style="dim")
         if current.dtypes:
-            op.append(f" {current.dtypes}", style="dim")
-        if current.start is not None:
-            elapsed = max(0.0, reference - current.start)
+            op.append(f" {dtypes_text(current)}", style="dim")
+        start = start_of(current)
+        if start is not None:
+            elapsed = max(0.0, reference - start)
     elif rank.state in ("exited", "failed", "killed") and rank.exit_code is not None:
         op.append(f"exit code {rank.exit_code}", style="dim")
-    seq = current.seq if current and current.seq is not None else rank.last_seq
+    seq = current.seq if current and current.seq >= 0 else rank.last_seq
     return (
         Text(f"{'!' if at_fault else ' '}{rank.rank}", style="bold red" if at_fault else ""),
         rank.host,

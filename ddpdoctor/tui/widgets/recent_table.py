@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ddpdoctor.tui.model import Collective, RankView, ReportView
+from ddpdoctor.trace.record import CallRecord
+from ddpdoctor.tui.model import (RankView, ReportView, dtypes_text, end_of, in_flight,
+                                 origin_label, seq_of, shapes_text, start_of)
 from ddpdoctor.tui.styles import format_duration
 from ddpdoctor.tui.widgets.synced_table import Cell, SyncedTable
 
@@ -31,23 +33,28 @@ class RecentTable(SyncedTable):
         self.sync([(f"{c.group}:{c.seq}:{i}", recent_cells(c, reference)) for i, c in enumerate(latest)])
 
 
-def _order(entry: Collective) -> tuple[float, int]:
-    return (entry.start or 0.0, entry.seq or 0)
+def _order(entry: CallRecord) -> tuple[float, int]:
+    return (start_of(entry) or 0.0, seq_of(entry) or 0)
 
 
-def recent_cells(entry: Collective, reference: float) -> tuple[Cell, ...]:
-    if entry.in_flight and entry.start is not None:
-        took = Text(f"{format_duration(reference - entry.start)}…", style="bold yellow", justify="right")
-    elif entry.start is not None and entry.end is not None:
-        took = Text(f"{(entry.end - entry.start) * 1000:.0f}ms", justify="right")
+def recent_cells(entry: CallRecord, reference: float) -> tuple[Cell, ...]:
+    start, end, running = start_of(entry), end_of(entry), in_flight(entry)
+    if running and start is not None:
+        took = Text(f"{format_duration(reference - start)}…", style="bold yellow", justify="right")
+    elif start is not None and end is not None:
+        took = Text(f"{(end - start) * 1000:.0f}ms", justify="right")
     else:
         took = Text("")
+    op = Text(entry.op, style="bold" if running else "")
+    if origin_label(entry):
+        op.append(f" [{origin_label(entry)}]", style="magenta")
+    seq = seq_of(entry)
     return (
-        "" if entry.seq is None else str(entry.seq),
+        "" if seq is None else str(seq),
         entry.group,
-        Text(entry.op, style="bold" if entry.in_flight else ""),
-        entry.shapes,
-        entry.dtypes,
+        op,
+        shapes_text(entry),
+        dtypes_text(entry),
         entry.callsite,
         took,
     )

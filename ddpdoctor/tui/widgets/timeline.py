@@ -15,7 +15,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ddpdoctor.tui.messages import RankSelected
-from ddpdoctor.tui.model import Collective, ReportView
+from ddpdoctor.trace.record import CallRecord
+from ddpdoctor.tui.model import ReportView, in_flight
 from ddpdoctor.tui.styles import abbreviate_op
 from ddpdoctor.tui.rank_filter import iter_ranks
 
@@ -39,7 +40,7 @@ class TimelineGrid:
 
     ranks: list[int] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)
-    cells: dict[tuple[int, int], Collective] = field(default_factory=dict)
+    cells: dict[tuple[int, int], CallRecord] = field(default_factory=dict)
     majority: dict[int, str] = field(default_factory=dict)
     faulty: frozenset[int] = frozenset()
     divergent_seq: int | None = None
@@ -47,11 +48,11 @@ class TimelineGrid:
     @classmethod
     def build(cls, view: ReportView, group: str, query: str) -> TimelineGrid:
         ranks = [r.rank for r in iter_ranks(view, query)] if view.ranks else sorted(view.timeline)
-        cells: dict[tuple[int, int], Collective] = {}
+        cells: dict[tuple[int, int], CallRecord] = {}
         ops_by_seq: dict[int, Counter[str]] = {}
         for rank in ranks:
             for entry in view.timeline.get(rank, ()):
-                if entry.group != group or entry.seq is None:
+                if entry.group != group or entry.seq < 0:
                     continue
                 cells[(rank, entry.seq)] = entry
                 ops_by_seq.setdefault(entry.seq, Counter())[entry.op] += 1
@@ -244,13 +245,13 @@ class CollectiveTimeline(ScrollView, can_focus=True):
             segments.append(Segment(" "))
         return label, Strip(segments)
 
-    def _cell_style(self, rank: int, seq: int, entry: Collective) -> Style:
+    def _cell_style(self, rank: int, seq: int, entry: CallRecord) -> Style:
         grid = self.grid
         if seq == grid.divergent_seq:
             return STYLE_FAULT if rank in grid.faulty else STYLE_DIVERGENT
         if entry.op != grid.majority.get(seq):
             return STYLE_ODD
-        return STYLE_IN_FLIGHT if entry.in_flight else STYLE_DONE
+        return STYLE_IN_FLIGHT if in_flight(entry) else STYLE_DONE
 
     def on_focus(self) -> None:
         self.refresh()

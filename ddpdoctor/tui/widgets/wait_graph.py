@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ddpdoctor.tui.model import FindingView, RankView, ReportView, WaitEdge
+from ddpdoctor.tui.model import FindingView, RankView, ReportView, WaitEdge, seq_of
 from ddpdoctor.tui.styles import SEVERITY_STYLES, STATE_STYLES
 
 
@@ -111,7 +111,7 @@ def _root_text(rank: int, view: ReportView) -> Text:
         return text.append(" (no trace: it never started or was never seen)", style="yellow")
     text.append(f" {info.state}", style=STATE_STYLES.get(info.state, ""))
     if info.current is not None and info.state not in ("exited", "failed", "killed"):
-        text.append(f" in {info.current.op} #{info.current.seq}", style="cyan")
+        text.append(f" in {info.current.op} #{seq_of(info.current)}", style="cyan")
     text.append(_user_frame(info))
     if info.exit_code is not None:
         text.append(f" (exit code {info.exit_code})", style="dim")
