@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from ddpdoctor.analysis.causal.verdict import report_grace_s
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.host import host_name
 from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
@@ -22,7 +23,6 @@ from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore, this_node_id
 from ddpdoctor.supervisor.stacks import capture_stacks
 
 STACKS_WAIT_S = 15.0  # py-spy on the other nodes, then their copy
-MIN_LOST_S = 5.0
 
 
 class NodesMixin:
@@ -52,7 +52,8 @@ class NodesMixin:
             self._alone(f"no nodes' store ({problem})")
             return
         assert secret is not None
-        lost_after = max(MIN_LOST_S, self.config.hang_timeout / 2)  # type: ignore[attr-defined]
+        # a node silent this long is lost; a node never heard of gets as long (the verdict)
+        lost_after = report_grace_s(self.config.hang_timeout)  # type: ignore[attr-defined]
         lead = setup.leader
         seal = Seal(secret, "0", new_session())
         if lead is None:  # no node rank: whoever binds the port first leads

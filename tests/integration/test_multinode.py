@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,16 +33,19 @@ def _free_port() -> int:
 
 
 def _start_nodes(tmp_path: Path, env: dict[str, str], hang_timeout: str = "6",
-                 shift: str = SHIFT_S, store: int | None = None) -> list[subprocess.Popen]:
+                 shift: str = SHIFT_S, store: int | None = None, job: Path = JOB,
+                 relay: int | None = None) -> list[subprocess.Popen]:
+    """Node 0 and node 1; ``relay``: the port node 1 reaches node 0's store through."""
     port, store = _free_port(), store or _free_port()
     procs = []
     for node in (0, 1):
+        reach = relay if node == 1 and relay is not None else store
         argv = [sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir",
                 str(tmp_path / f"node{node}"), "--hang-timeout", hang_timeout,
-                "--doctor-store", f"127.0.0.1:{store}",
+                "--doctor-store", f"127.0.0.1:{reach}",
                 "--nnodes", "2", "--node-rank", str(node), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"mn-{port}",
-                "--nproc-per-node", "2", str(JOB)]
+                "--nproc-per-node", "2", str(job)]
         node_env = {**os.environ, SECRET_ENV: SECRET, **env,
                     "DDPDOCTOR_TEST_HOSTNAME": HOSTS[node]}
         if node == 1:
@@ -107,6 +111,125 @@ def test_two_nodes_healthy_one_report(tmp_path):
     merged = _analyze(tmp_path)
     assert merged["outcome"] == "completed" and not _errors(merged)
     assert [r["rank"] for r in merged["ranks"]] == [0, 1, 2, 3]
+
+
+class _Relay:
+    """A TCP relay to node 0's store that passes nothing on until opened: node 1's
+    supervisor connects at once but cannot report to node 0 until then (a loaded or slow
+    node's first report, late)."""
+
+    def __init__(self, port: int, to: int):
+        self.to = to
+        self.opened = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def open(self) -> None:
+        self.opened.set()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                near, _ = self.server.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._relay, args=(near,), daemon=True).start()
+
+    def _relay(self, near: socket.socket) -> None:
+        self.opened.wait()
+        try:
+            far = socket.create_connection(("127.0.0.1", self.to))
+        except OSError:
+            near.close()
+            return
+        threading.Thread(target=self._pump, args=(far, near), daemon=True).start()
+        self._pump(near, far)
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass  # the other side closed: the pump in the other direction ends it too
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+
+    def close(self) -> None:
+        self.opened.set()
+        self.server.close()
+
+
+def _ranks_in_init(run_dir: Path) -> int:
+    """How many ranks node ``run_dir``'s supervisor shows inside init_process_group."""
+    try:
+        state = json.loads((run_dir / "live.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    return sum(1 for r in state.get("ranks", []) if (r.get("current") or {}).get("op") == "init")
+
+
+def _wait_for(what, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not what():
+        assert time.monotonic() < deadline, f"timed out waiting for {what.__name__}"
+        time.sleep(0.2)
+
+
+LATE_TIMEOUT = 16.0  # the hang timeout of the late-node test (its grace: 8 s)
+
+
+def test_a_node_whose_ranks_start_late_is_starting_not_hung(tmp_path):
+    """Node 0's ranks wait in init_process_group longer than the hang timeout while node 1's
+    ranks are still on their way: first not seen at all (node 1 has not reported yet: its
+    way to node 0's store opens a timeout after node 0's ranks entered init), then seen
+    starting (computing, as a slow `import torch`), then arriving a moment before the
+    rendezvous completes.  Slow is not hung: the job ends as without ddpdoctor.  A node that
+    never comes is still a hang (tests/unit/test_slow_start.py)."""
+    go, store, relay_port = tmp_path / "go", _free_port(), _free_port()
+    relay = _Relay(relay_port, store)
+    procs = _start_nodes(tmp_path, {"BUG": "none", "GO_FILE": str(go)},
+                         hang_timeout=str(LATE_TIMEOUT), store=store,
+                         job=JOB.with_name("late_node.py"), relay=relay_port)
+    try:
+        def node0_ranks_in_init() -> bool:
+            return _ranks_in_init(tmp_path / "node0") >= 2 or any(
+                p.poll() is not None for p in procs)
+
+        _wait_for(node0_ranks_in_init)
+        time.sleep(LATE_TIMEOUT + 1.5)  # past the timeout: a hang if unseen ranks were absent
+        relay.open()
+
+        def node1_ranks_seen() -> bool:
+            return len(list((tmp_path / "node0" / "nodes" / "1" / "traces").glob(
+                "pid-*.ring"))) >= 2 or any(p.poll() is not None for p in procs)
+
+        _wait_for(node1_ranks_seen)
+        time.sleep(2.0)  # seen computing before init
+        go.touch()
+        results = _finish(procs)
+    finally:
+        go.touch()
+        relay.close()
+    for node, (code, out, err) in enumerate(results):
+        assert code == 0, f"node {node}: {err[-3000:]}"
+    report = _report(tmp_path)
+    assert report["outcome"] == "completed" and not _errors(report), report["findings"]
+    assert sorted(r["host"] for r in report["ranks"]) == ["node-a"] * 2 + ["node-b"] * 2
+    late = sorted(r["rank"] for r in report["ranks"] if r["host"] == "node-b")
+    events = [json.loads(line) for line in
+              (tmp_path / "node0" / "supervisor.jsonl").read_text().splitlines()]
+    said = [e for e in events if e.get("event") == "straggler"]
+    assert any(e["ranks"] == late and "not seen yet" in e["message"] for e in said), said
+    from ddpdoctor.analysis.load import load_job
+
+    job = load_job([tmp_path / "node0"])
+    for r in late:  # node 1's stamps are all on its own (shifted) clock, records included
+        run = job.ranks[r]
+        assert run.marks and run.marks[0].t_start >= run.header.started_ns
 
 
 def test_a_barrier_on_node_1_with_its_clock_shifted(tmp_path):

@@ -10,12 +10,21 @@ from ddpdoctor.analysis.causal.graph import Wait, reachable, wait_for_graph
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.clocks import host_now
 from ddpdoctor.analysis.model import NS, JobView
+from ddpdoctor.trace import layout as L
 
 WORKING = (StateKind.COMPUTING, StateKind.DATA_LOADING, StateKind.NOT_ARRIVED,
            StateKind.OS_BLOCKED)  # (a blocked rank's I/O may still be progress)
 
 
 MISMATCH_SETTLE_S = 0.25  # a rank inside a mismatched collective this long: it never returns
+MIN_REPORT_GRACE_S = 5.0
+
+
+def report_grace_s(hang_timeout: float) -> float:
+    """How long past the hang timeout a rank that was never seen (no trace: its process, or
+    its node, has not reported it yet) is taken to be starting: as long as node 0 lets a
+    node that reported before stay silent before it calls it lost."""
+    return max(MIN_REPORT_GRACE_S, hang_timeout / 2)
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,8 @@ class HangVerdict:
 
 @dataclass(frozen=True)
 class Straggling:
-    """Ranks wait past the timeout on ranks that still make progress (not a hang)."""
+    """Ranks wait past the timeout on ranks that still make progress, or that were never
+    seen yet and are within the report grace (not a hang)."""
 
     message: str
     ranks: tuple[int, ...]
@@ -46,6 +56,55 @@ def progressing(s: RankState, now_ns: int, window_ns: int) -> bool:
     if s.kind not in WORKING:
         return False
     return bool(s.cpu_busy) or (s.progress_ns is not None and now_ns - s.progress_ns < window_ns)
+
+
+def _arrived_ages(job: JobView, w: Wait, states: dict[int, RankState]) -> list[int]:
+    """How long ago each rank taking part in ``w``'s call entered it, each on its own clock:
+    the rendezvous (the same init, or the same new_group call), the collective at the same
+    seq of the group (whether it still waits in it or already returned), the p2p peer."""
+    if w.group == "rendezvous":
+        nth = states[w.rank].mark_count if w.op == "new_group" else 0  # 0: the last init
+        ages = []
+        for r, run in job.ranks.items():
+            marks = [m for m in run.marks if m.op == w.op]
+            if marks and len(marks) >= nth:
+                ages.append(host_now(job, r) - marks[nth - 1].t_start)
+        return ages
+    call = states[w.rank].call
+    if call is None:
+        return []
+    if call.kind == L.RecordKind.P2P:
+        peer = states.get(call.peer)
+        return [host_now(job, call.peer) - peer.since_ns] \
+            if peer is not None and peer.since_ns is not None else []
+    ages = []
+    for m in job.group_members(call.group):
+        run = job.ranks.get(m)
+        entered = next((c.t_start for c in reversed(run.calls.get(call.group, []))
+                        if c.seq <= call.seq), None) if run is not None else None
+        if entered is not None:
+            ages.append(host_now(job, m) - entered)
+    return ages
+
+
+def wait_age_ns(job: JobView, w: Wait, states: dict[int, RankState],
+                cache: dict[tuple, int] | None = None) -> int:
+    """How long ``w`` has been a wait worth judging.  While it waits on ranks, since the rank
+    entered the call; once nobody is missing, since the last of its call's ranks arrived:
+    until then it waited on ranks that were still on their way (judged by their own
+    progress), and a call every rank has just entered is not a hung call."""
+    since = states[w.rank].since_ns
+    own = host_now(job, w.rank) - since if since is not None else 0
+    if w.waits_for:
+        return own
+    cache = {} if cache is None else cache
+    s = states[w.rank]
+    key = (w.group, w.seq, w.op, s.mark_count if w.group == "rendezvous" else
+           (s.call.peer, w.rank) if s.call is not None and s.call.kind == L.RecordKind.P2P
+           else 0)
+    if key not in cache:
+        cache[key] = min(_arrived_ages(job, w, states), default=own)
+    return min(own, cache[key])
 
 
 def _mismatched(job: JobView, states: dict[int, RankState],
@@ -103,15 +162,21 @@ def judge(job: JobView, hang_timeout: float,
         if found is not None:
             return found
     live = {r for r, s in states.items() if progressing(s, host_now(job, r), limit)}
-    hopeless, behind = [], set()
+    grace = int(report_grace_s(job.hang_timeout or hang_timeout) * NS)
+    hopeless, behind, unseen = [], set(), set()
+    ages: dict[tuple, int] = {}
     for w in waits:
-        since = states[w.rank].since_ns
-        if states[w.rank].kind == StateKind.PEER_FAILED or since is None or \
-                host_now(job, w.rank) - since < limit:
+        if states[w.rank].kind == StateKind.PEER_FAILED or states[w.rank].since_ns is None:
+            continue
+        age = wait_age_ns(job, w, states, ages)
+        if age < limit:
             continue
         ahead = reachable(w.rank, waits) & live
+        idle = set(w.waits_for) - live
         if ahead:
             behind |= ahead
+        elif idle and not any(r in job.ranks for r in idle) and age < limit + grace:
+            unseen |= idle  # never seen yet: starting, their node has not reported them
         else:
             hopeless.append(w)
     if hopeless:
@@ -126,15 +191,18 @@ def judge(job: JobView, hang_timeout: float,
             msg += "; every rank is inside it"
         return HangVerdict(msg, tuple(hopeless), tuple(absent))
     failed = _failed_and_left(job, states, limit)
-    if failed is not None or not behind:
+    if failed is not None or not (behind or unseen):
         return failed
     parts = []
     for r in sorted(behind):
         at = frame_text(states[r])
-        parts.append(f"rank {r} is computing" + (f" at {at}" if at else ""))
+        doing = "is starting" if states[r].kind == StateKind.NOT_ARRIVED else "is computing"
+        parts.append(f"rank {r} {doing}" + (f" at {at}" if at else ""))
+    if unseen:
+        parts.append(f"{ranks_text(sorted(unseen))} not seen yet (starting)")
     waiting = sorted({w.rank for w in waits})
     return Straggling("; ".join(parts) + f"; {ranks_text(waiting)} wait"
-                      + ("s" if len(waiting) == 1 else ""), tuple(sorted(behind)))
+                      + ("s" if len(waiting) == 1 else ""), tuple(sorted(behind | unseen)))
 
 
 def hang_verdict(job: JobView, hang_timeout: float) -> HangVerdict | None:

@@ -9,20 +9,21 @@ def _activate() -> None:
         return
     try:
         try:
-            from ddpdoctor.runtime import activate
+            from ddpdoctor.host import apply_clock_shift
         except ImportError:
             parent = os.environ.get("DDPDOCTOR_PACKAGE_PARENT")
             if not parent:
                 raise
             sys.path.append(parent)  # last, so it shadows nothing of the user's
-            from ddpdoctor.runtime import activate
+            from ddpdoctor.host import apply_clock_shift
+        # tests of skewed hosts only: before the runtime's modules keep time.time_ns
+        # (the recorder stamps with its own reference to it)
+        apply_clock_shift()
+        from ddpdoctor.runtime import activate
     except ImportError as e:  # ddpdoctor not importable in this interpreter
         print(f"ddpdoctor: cannot instrument {sys.executable} ({e})", file=sys.stderr)
         return
     try:
-        from ddpdoctor.host import apply_clock_shift
-
-        apply_clock_shift()  # tests of skewed hosts only; before any stamp is taken
         activate()
     except Exception as e:  # noqa: BLE001 - the user's program must start regardless
         print(f"ddpdoctor: instrumentation failed ({type(e).__name__}: {e}); the job "

@@ -1,0 +1,17 @@
+"""collectives.py, whose ranks on the node started with NODE_TAG=1 start late: they compute
+(as a slow ``import torch`` on a loaded machine does) until the file GO_FILE exists."""
+
+import os
+import runpy
+import time
+from pathlib import Path
+
+if os.environ.get("NODE_TAG") == "1":
+    go = Path(os.environ["GO_FILE"])
+    spun = 0
+    while not go.exists():
+        end = time.monotonic() + 0.05
+        while time.monotonic() < end:
+            spun += 1  # CPU, not sleep: a process on its way, not a stuck one
+
+runpy.run_path(str(Path(__file__).with_name("collectives.py")), run_name="__main__")
