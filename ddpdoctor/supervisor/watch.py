@@ -15,6 +15,7 @@ from ddpdoctor.proc.table import alive, proc_state
 from ddpdoctor.rundir.nodes import node_dirs
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.origin import Origin
+from ddpdoctor.trace.record import filled
 from ddpdoctor.trace.reader import (TraceError, TraceFile, TraceHeader, decode_fields,
                                     meta_path_for, read_meta)
 
@@ -47,11 +48,11 @@ def live_call(rank: int, group: str, v: tuple) -> Call:
         known = (op, reduce_op, ins, outs, dtypes, callsite, L.RecordKind(v[1]),
                  framework_site, Origin.of(code, op, v[4]), None)
     op, reduce_op, ins, outs, dtypes, callsite, kind, framework_site, origin, fp = known
-    call = Call(rank=rank, group=group, group_index=v[5], seq=v[6], op=op,
-                reduce_op=reduce_op, in_shapes=ins, out_shapes=outs, dtypes=dtypes, peer=v[10],
-                flags=v[4], callsite=callsite, t_start=v[7], t_end=v[8], aux=v[11], kind=kind,
-                framework_site=framework_site, origin=origin, numel=v[9], nbytes=v[12],
-                parent=v[13], index=v[0] - 1)
+    call = filled(rank=rank, group=group, group_index=v[5], seq=v[6], op=op,
+                  reduce_op=reduce_op, in_shapes=ins, out_shapes=outs, dtypes=dtypes,
+                  peer=v[10], flags=v[4], callsite=callsite, t_start=v[7], t_end=v[8],
+                  aux=v[11], kind=kind, framework_site=framework_site, origin=origin,
+                  index=v[0] - 1, numel=v[9], nbytes=v[12], parent=v[13], iteration=-1)
     if fp is None:
         if len(_decoded) > 4096:
             _decoded.clear()

@@ -13,7 +13,8 @@ from typing import Any, Iterable, NamedTuple
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.meta_line import parse_meta_line
 from ddpdoctor.trace.origin import Origin
-from ddpdoctor.trace.record import CallRecord, group_name, group_names, starts_iteration
+from ddpdoctor.trace.record import (CallRecord, filled, group_name, group_names,
+                                    starts_iteration)
 
 MAX_META_BYTES = 64 << 20  # a meta log larger than this is read only up to here
 MAX_META_LINE = 1 << 20
@@ -118,7 +119,6 @@ def decode_text(raw: bytes) -> tuple[tuple, tuple, tuple, str, str]:
     return decode_fields(raw)[:5]
 
 
-_new_record = object.__new__
 _NO_NAMES: dict[int, str] = {}
 
 
@@ -175,18 +175,13 @@ def decode_record(buf: bytes | mmap.mmap, off: int, index: int, rank: int = -1,
         return None
     ins, outs, dtypes, callsite, framework_site, code = decode_fields(v[14])
     op = _name(L.OPS, v[2])
-    # Every field is filled here, as CallRecord(...) would: its frozen __init__ sets each
-    # one through object.__setattr__, twice the cost of the whole decode besides
-    # (tests/unit/test_record.py checks the two agree).
-    rec = _new_record(CallRecord)
-    rec.__dict__.update(
+    return filled(
         rank=rank, group=group_name(v[5], names or _NO_NAMES), group_index=v[5], seq=v[6],
         op=op, reduce_op=_name(L.REDUCE_OPS, v[3]), in_shapes=ins, out_shapes=outs,
         dtypes=dtypes, peer=v[10], flags=v[4], callsite=callsite, t_start=v[7], t_end=v[8],
         aux=v[11], kind=kind, framework_site=framework_site,
         origin=Origin.of(code, op, v[4]) if kind <= L.RecordKind.P2P else Origin.USER,
         index=index, numel=v[9], nbytes=v[12], parent=v[13], iteration=iteration)
-    return rec
 
 
 def decode_slots(buf: bytes | mmap.mmap | memoryview, base: int, indices: Iterable[int],

@@ -104,6 +104,19 @@ class CallRecord:
             origin=_origin(data.get("origin")), iteration=_int(data.get("iteration"), -1))
 
 
+_new = object.__new__
+
+
+def filled(**fields: Any) -> CallRecord:
+    """``CallRecord(**fields)`` with EVERY field given, at half the cost: the frozen
+    ``__init__`` sets each field through ``object.__setattr__``, and the reader and the
+    supervisor make a record per traced call (tests/unit/test_record.py checks both agree
+    with the constructor)."""
+    rec = _new(CallRecord)
+    rec.__dict__.update(fields)
+    return rec
+
+
 def group_name(index: int, names: Mapping[int, str]) -> str:
     """A group's name from its local index: as the meta log names it, else the index."""
     name = names.get(index)

@@ -10,6 +10,7 @@ from ddpdoctor.analysis.load import rank_run
 from ddpdoctor.analysis.model import Call
 from ddpdoctor.analysis.iterations import iterations
 from ddpdoctor.report.schema import rank_entry, timeline_entry
+from ddpdoctor.supervisor.watch import live_call
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.origin import Origin
 from ddpdoctor.trace.reader import read_trace
@@ -62,6 +63,20 @@ def test_a_decoded_record_equals_one_made_by_its_constructor(tmp_path: Path) -> 
         assert vars(rec).keys() == vars(made).keys()
         assert rec == made and hash(rec) == hash(made) and repr(rec) == repr(made)
         assert dataclasses.replace(rec, rank=7).rank == 7
+
+
+def test_the_supervisor_makes_the_same_records(tmp_path: Path) -> None:
+    """The supervisor's live records (raw fields, filled directly) are whole records too."""
+    w = _job_trace(tmp_path)
+    with open(w.ring_path, "rb") as f:
+        buf = f.read()
+    for rec in read_trace(w.ring_path).records:
+        if rec.kind != L.RecordKind.COLLECTIVE:
+            continue
+        v = L.RECORD.unpack_from(buf, L.HEADER_SIZE + rec.index * L.RECORD_SIZE)
+        live = live_call(2, rec.group, v)
+        assert vars(live).keys() - {"fingerprint"} == {f.name for f in dataclasses.fields(rec)}
+        assert live == dataclasses.replace(rec, iteration=-1)
 
 
 def test_the_analysis_uses_the_same_records(tmp_path: Path) -> None:
