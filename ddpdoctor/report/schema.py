@@ -35,10 +35,12 @@ import datetime as dt
 from typing import Any
 
 import ddpdoctor
-from ddpdoctor.analysis.causal.facts import os_wait_of
+from ddpdoctor.analysis.causal.facts import os_wait_of, state_of
+from ddpdoctor.analysis.causal.state import StateKind
 from ddpdoctor.analysis.clocks import host_now
 from ddpdoctor.analysis.model import NS, Call, Finding, JobView, RankRun
 from ddpdoctor.redact import redact_argv
+from ddpdoctor.report.shown_state import IN_CALL, ShownFacts, shown_state
 from ddpdoctor.report.transports import transports
 from ddpdoctor.trace import layout as L
 
@@ -96,33 +98,36 @@ def _membership(job: JobView) -> dict[str, Any]:
 
 
 def rank_state(run: RankRun, job: JobView) -> str:
-    """The rank's state as the report shows it (see the module docstring)."""
-    h = run.header
-    failed_main = any(e.get("thread") == "main" for e in run.trace.meta_events("exception"))
-    if run.fault or h.state == L.RankState.FAILED or failed_main:
-        return "failed"
-    if h.state == L.RankState.EXITED:
-        return "exited" if run.returncode in (None, 0) else "failed"
-    node = job.nodes.get(str(h.host))
-    if node is not None and node.lost:
-        return "unreachable"  # its node was lost: what it last did is stale
-    if run.returncode is not None and run.returncode < 0 or (job.live and run.alive is False):
-        return "killed"
-    if run.proc_state == "T":
-        return "stopped"
-    current = run.open_call()
-    if current is not None:
-        if job.outcome == "hung" or (host_now(job, run.rank) - current.t_start) >= job.hang_timeout * NS:
-            return "hung"
-        members = job.group_members(current.group)
-        behind = any((job.ranks[r].last_call(current.group) or current).seq < current.seq
-                     for r in members if r in job.ranks and r != run.rank)
-        return "waiting" if behind else "in_collective"
-    if os_wait_of(run, job) is not None:
-        return "blocked"  # outside any call, no CPU: see blocked_on
-    if h.state == L.RankState.STARTING:
-        return "starting"
-    return "computing"
+    """The rank's state as the report shows it: the causal model's state of the rank, shown
+    by the one rule the live view uses too (report/shown_state.py)."""
+    s = state_of(run, job)
+    call = s.call if s.kind == StateKind.BLOCKED else None
+    return shown_state(ShownFacts(
+        s.kind, killed=s.death is not None and s.death.signal is not None and not run.fault,
+        waited_ns=host_now(job, run.rank) - s.since_ns if s.kind in IN_CALL and
+        s.since_ns is not None else 0,
+        peers_behind=_peers_behind(run, job, call) if s.kind in IN_CALL else False,
+        p2p=call is not None and call.kind == L.RecordKind.P2P,
+        job_hung=job.outcome == "hung"), job.hang_timeout)
+
+
+def _peers_behind(run: RankRun, job: JobView, call: Call | None) -> bool:
+    """Has a peer not reached the rank's call yet: a member of the collective's group whose
+    last call on it is older (or who has no trace), or, in init_process_group, a rank of
+    the world that has not entered it."""
+    if call is None:
+        if not any(m.op == "init" and m.open for m in run.marks):
+            return False  # new_group: shown as inside its call
+        return any(r not in job.ranks or (
+            job.ranks[r].header.state == L.RankState.STARTING and
+            not any(m.op == "init" for m in job.ranks[r].marks))
+            for r in range(job.world_size) if r != run.rank)
+    for r in job.group_members(call.group):
+        peer = job.ranks.get(r)
+        last = peer.last_call(call.group) if peer is not None else None
+        if r != run.rank and (last is None or last.seq < call.seq):
+            return True
+    return False
 
 
 def _exit_code(run: RankRun) -> int | None:

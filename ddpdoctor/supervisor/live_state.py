@@ -14,12 +14,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis.model import NS, Call
+from ddpdoctor.analysis.causal.state import StateKind
+from ddpdoctor.analysis.model import Call
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.report.schema import current_entry, iso
+from ddpdoctor.report.shown_state import IN_CALL, ShownFacts, shown_state
 from ddpdoctor.rundir.layout import LIVE_STATE_FILE
 from ddpdoctor.supervisor.watch import LiveJob, LiveRank
 from ddpdoctor.trace import layout as L
@@ -29,49 +32,100 @@ PUBLISH_EVERY_S = 0.25  # the live UI polls at 4 Hz
 
 
 def lowest_seq(ranks: dict[int, LiveRank], group: str, members: list[int]) -> int:
-    """The lowest seq the members of ``group`` have reached (-1: one has not called it)."""
-    return min((ranks[r].hi.get(group, -1) for r in members if r in ranks), default=-1)
+    """The lowest seq the members of ``group`` have reached (-1: one has not called it, or
+    has no trace yet)."""
+    return min((ranks[r].hi.get(group, -1) if r in ranks else -1 for r in members),
+               default=-1)
+
+
+def _arrived(p: LiveRank | None) -> bool:
+    """Has the rank entered init_process_group (it is inside, or past it)?"""
+    return p is not None and (p.header.state != L.RankState.STARTING or any(
+        c.kind == L.RecordKind.MARK and c.op == "init" for c in p.open.values()))
+
+
+@dataclass(frozen=True)
+class LiveFacts:
+    """What the supervisor knows of the job beyond a rank's own trace: each other node's
+    clock skew (host -> ns, to time a wait on the rank's own clock), and the pids that the
+    OS said wait idle (pid -> records read when said: no call since, see os_wait)."""
+
+    skews: dict[str, int] = field(default_factory=dict)
+    idle: dict[int, int] = field(default_factory=dict)
+
+
+def causal_kind(p: LiveRank, call: Call | None, facts: LiveFacts) -> tuple[StateKind, bool]:
+    """The causal model's state kind of a rank from what the supervisor follows live, and
+    whether it was killed (ended by a signal without last words)."""
+    state = p.header.state
+    if state == L.RankState.FAILED:
+        return StateKind.DIED, False
+    if state == L.RankState.EXITED:
+        return StateKind.EXITED, False
+    if p.gone:
+        return (StateKind.EXITED, False) if p.exited_clean else (StateKind.DIED, True)
+    if p.stop_logged:
+        return StateKind.STOPPED, False
+    if call is not None:
+        return (StateKind.RENDEZVOUS if call.kind == L.RecordKind.MARK else
+                StateKind.BLOCKED), False
+    if facts.idle.get(p.header.pid) == p.read_upto:
+        return StateKind.OS_BLOCKED, False
+    return (StateKind.NOT_ARRIVED if state == L.RankState.STARTING else
+            StateKind.COMPUTING), False
 
 
 def rank_state(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
                hang_timeout: float, lowest: dict[str, int] | None = None,
-               call: Call | None = None) -> str:
-    """The rank's state from what the supervisor follows live (the report's states: a
-    rank inside a call that peers of its group have not reached yet is waiting; the rank
-    itself has reached the call, so the group's lowest seq below it means a peer is
-    behind).  ``lowest`` caches each group's lowest seq across the ranks of one look."""
-    state = p.header.state
-    if state == L.RankState.FAILED:
-        return "failed"
-    if state == L.RankState.EXITED:
-        return "exited"
-    if p.gone:
-        return "exited" if p.exited_clean else "killed"
-    if p.stop_logged:
-        return "stopped"
+               call: Call | None = None, facts: LiveFacts | None = None) -> str:
+    """The rank's state from what the supervisor follows live, shown by the report's one
+    rule (report/shown_state.py): a rank inside a call that peers of its group have not
+    reached yet is waiting; the rank itself has reached the call, so the group's lowest
+    seq below it means a peer is behind.  ``lowest`` caches each group's lowest seq across
+    the ranks of one look."""
+    facts = facts or LiveFacts()
     call = call if call is not None else p.oldest_open()
-    if call is not None:
-        if now_ns - call.t_start >= hang_timeout * NS:
-            return "hung"
+    kind, killed = causal_kind(p, call, facts)
+    behind = False
+    if kind == StateKind.RENDEZVOUS and call is not None and call.op == "init":
+        behind = not all(_arrived(ranks.get(r)) for r in range(p.header.world_size))
+    elif kind == StateKind.BLOCKED and call is not None:
         lowest = {} if lowest is None else lowest
         if call.group not in lowest:
             members = p.group_ranks.get(call.group) or list(ranks)
             lowest[call.group] = lowest_seq(ranks, call.group, members)
         behind = lowest[call.group] < call.seq
-        return "waiting" if behind and call.kind == L.RecordKind.COLLECTIVE else \
-            "in_collective"
-    return "starting" if state == L.RankState.STARTING else "computing"
+    here = now_ns + facts.skews.get(str(p.header.host), 0)
+    waited = here - call.t_start if kind in IN_CALL and call is not None else 0
+    return shown_state(ShownFacts(kind, killed=killed, waited_ns=waited, peers_behind=behind,
+                                  p2p=call is not None and call.kind == L.RecordKind.P2P),
+                       hang_timeout)
 
 
 def _rank_entry(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
-                hang_timeout: float, lowest: dict[str, int]) -> dict[str, Any]:
+                hang_timeout: float, lowest: dict[str, int],
+                facts: LiveFacts) -> dict[str, Any]:
     h, call = p.header, p.oldest_open()
     return {"rank": h.rank, "host": h.host, "pid": h.pid,
-            "state": rank_state(p, ranks, now_ns, hang_timeout, lowest, call),
+            "state": rank_state(p, ranks, now_ns, hang_timeout, lowest, call, facts),
             "exit_code": 0 if h.state == L.RankState.EXITED else h.exit_code,
             "step": max(h.step, 0), "epoch": h.epoch if h.epoch >= 0 else None,
             "last_seq": h.last_seq if h.last_seq >= 0 else None,
             "current": current_entry(call)}
+
+
+def live_facts(sup: Any) -> LiveFacts:
+    """The supervisor's facts beyond the traces (see LiveFacts)."""
+    leader = getattr(sup, "leader", None)
+    skews = {v.host: v.skew_ns for v in list(leader.nodes.values())
+             if v.host and v.skew_ns is not None} if leader is not None else {}
+    progress = getattr(sup, "progress", None)
+    idle = {}
+    for pid, said in dict(getattr(sup, "_os_waits", {})).items():
+        prog = progress.by_pid.get(pid) if progress is not None else None
+        if prog is not None and not prog.cpu_busy:
+            idle[pid] = said[1]
+    return LiveFacts(skews, idle)
 
 
 def _blocked_bucket(live: LiveJob) -> int:
@@ -124,7 +178,7 @@ class LiveStateWriter:
         if facts != self._facts:
             self._facts = facts
             self.revision += 1
-        findings, lowest = [], {}
+        findings, lowest, facts = [], {}, live_facts(sup)
         if sup._warned_mismatch:
             div = live.divergence()
             if div is not None:
@@ -135,7 +189,7 @@ class LiveStateWriter:
             "schema": SCHEMA, "supervisor_pid": os.getpid(), "revision": self.revision, "command": redact_argv(sup.config.command),
             "world_size": max((p.header.world_size for p in ranks.values()), default=None),
             "started_at": iso(sup.started_ns), "hang_timeout": timeout,
-            "ranks": [_rank_entry(ranks[r], ranks, now_ns, timeout, lowest)
+            "ranks": [_rank_entry(ranks[r], ranks, now_ns, timeout, lowest, facts)
                       for r in sorted(ranks)],
             "findings": findings, "problems": list(dict.fromkeys(live.problems)),
         }

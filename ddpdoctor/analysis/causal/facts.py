@@ -267,6 +267,12 @@ def _last_call(run: RankRun) -> Call | None:
     return max(calls, key=lambda c: c.t_start) if calls else None
 
 
+def state_of(run: RankRun, job: JobView) -> RankState:
+    """One rank's typed state by itself (what rank_states gives it, less the teardown
+    reading, which compares it with its peers): the report's shown state starts here."""
+    return rank_state(run, job, _stop_of(run, job))
+
+
 def rank_states(job: JobView) -> dict[int, RankState]:
     """Every rank of the world: its state; a rank with no trace has not arrived."""
     states = {r: rank_state(run, job, _stop_of(run, job)) for r, run in job.ranks.items()}
