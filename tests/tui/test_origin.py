@@ -10,6 +10,7 @@ from ddpdoctor.tui.app import make_app
 from ddpdoctor.tui.model import ReportView
 from ddpdoctor.tui.screens.rank import RankScreen, rank_header
 from ddpdoctor.tui.widgets.rank_table import RankTable
+from ddpdoctor.tui.widgets.timeline import CollectiveTimeline
 from conftest import fixed_clock
 from tui_reports import make_hang_report
 
@@ -56,3 +57,16 @@ def test_the_rank_header_names_the_issuing_api(tmp_path: Path) -> None:
     assert (current.origin, current.iteration) == (Origin.DDP_FORWARD, 6)
     assert "in broadcast seq 7 [DDP forward]" in rank_header(view.rank(2), view, 0.0).plain
     assert "in all_reduce seq 7 [4096x1024] float32" in rank_header(view.rank(0), view, 0.0).plain
+
+
+async def test_the_timeline_marks_cells_an_api_issued(tmp_path: Path) -> None:
+    app = make_app(_report(tmp_path), clock=fixed_clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("t")
+        await pilot.pause()
+        timeline = app.screen.query_one(CollectiveTimeline)
+        grid = timeline.grid
+        assert grid.origins == ("DDP forward",)
+        assert timeline.border_subtitle == "italic: issued by DDP forward"
+        assert timeline._cell_style(2, 7, grid.cells[(2, 7)]).italic
+        assert not timeline._cell_style(0, 7, grid.cells[(0, 7)]).italic

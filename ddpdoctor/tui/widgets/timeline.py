@@ -16,7 +16,7 @@ from textual.strip import Strip
 
 from ddpdoctor.tui.messages import RankSelected
 from ddpdoctor.trace.record import CallRecord
-from ddpdoctor.tui.model import ReportView, in_flight
+from ddpdoctor.tui.model import ReportView, in_flight, origin_label
 from ddpdoctor.tui.styles import abbreviate_op
 from ddpdoctor.tui.rank_filter import iter_ranks
 
@@ -31,6 +31,7 @@ STYLE_IN_FLIGHT = Style(color="bright_white", bold=True, underline=True)
 STYLE_ODD = Style(color="red", bold=True)
 STYLE_FAULT = Style(color="bright_white", bgcolor="red", bold=True)
 STYLE_DIVERGENT = Style(color="black", bgcolor="yellow")
+STYLE_IMPLICIT = Style(italic=True)  # a collective an API issued (DDP, ZeRO, ...), not the user
 STYLE_DIVERGENT_HEADER = Style(color="bright_white", bgcolor="red", bold=True)
 
 
@@ -44,6 +45,8 @@ class TimelineGrid:
     majority: dict[int, str] = field(default_factory=dict)
     faulty: frozenset[int] = frozenset()
     divergent_seq: int | None = None
+    origins: tuple[str, ...] = ()  # the APIs that issued cells the user never wrote
+
 
     @classmethod
     def build(cls, view: ReportView, group: str, query: str) -> TimelineGrid:
@@ -57,6 +60,7 @@ class TimelineGrid:
                 cells[(rank, entry.seq)] = entry
                 ops_by_seq.setdefault(entry.seq, Counter())[entry.op] += 1
         divergent = view.divergent
+        origins = sorted({origin_label(c) for c in cells.values()} - {""})
         return cls(
             ranks=ranks,
             seqs=sorted(ops_by_seq),
@@ -64,6 +68,7 @@ class TimelineGrid:
             majority={seq: counts.most_common(1)[0][0] for seq, counts in ops_by_seq.items()},
             faulty=view.faulty_ranks,
             divergent_seq=divergent.seq if divergent is not None and group == _finding_group(view) else None,
+            origins=tuple(origins),
         )
 
     @property
@@ -128,6 +133,7 @@ class CollectiveTimeline(ScrollView, can_focus=True):
         if grid == self.grid:
             return
         self.grid = grid
+        self.border_subtitle = f"italic: issued by {', '.join(grid.origins)}" if grid.origins else ""
         self.cursor_row = min(self.cursor_row, max(0, len(grid.ranks) - 1))
         self.virtual_size = Size(LABEL_WIDTH + len(grid.seqs) * grid.cell_width, len(grid.ranks) + 1)
         self.refresh()
@@ -246,12 +252,15 @@ class CollectiveTimeline(ScrollView, can_focus=True):
         return label, Strip(segments)
 
     def _cell_style(self, rank: int, seq: int, entry: CallRecord) -> Style:
+        """The cell's state (divergent, odd, in flight, done), italic when an API issued it."""
         grid = self.grid
         if seq == grid.divergent_seq:
-            return STYLE_FAULT if rank in grid.faulty else STYLE_DIVERGENT
-        if entry.op != grid.majority.get(seq):
-            return STYLE_ODD
-        return STYLE_IN_FLIGHT if in_flight(entry) else STYLE_DONE
+            style = STYLE_FAULT if rank in grid.faulty else STYLE_DIVERGENT
+        elif entry.op != grid.majority.get(seq):
+            style = STYLE_ODD
+        else:
+            style = STYLE_IN_FLIGHT if in_flight(entry) else STYLE_DONE
+        return style + STYLE_IMPLICIT if entry.origin.implicit else style
 
     def on_focus(self) -> None:
         self.refresh()
