@@ -17,8 +17,10 @@ notices: [{"text", "ranks"}]: what ddpdoctor could not honour in this job (e.g. 
   set-up its ring cannot reduce), each said once, with the ranks that said it.
 
 ranks[i]:
-  rank, host, pid; state: starting | computing | in_collective | waiting | exited | failed |
-  hung | stopped | killed | unreachable (its node was lost) | blocked (outside any call,
+  rank, host, pid; state (report/shown_state.py, the live view's too): starting |
+  computing | in_collective | waiting (inside a call or init_process_group that a peer has
+  not reached) | exited | failed | hung | stopped | killed | unreachable (its node was lost)
+  | blocked (outside any call,
   using no CPU: blocked_on says in what: {syscall, wchan, meaning}, else null); exit_code: the process's status
   when known (negative: signal);
   step: optimizer steps taken; epoch; last_seq: last collective seq on the default group;
