@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.analysis import fr_buckets
+from ddpdoctor.analysis.iterations import with_iterations
 from ddpdoctor.analysis.model import Call, RankRun
 from ddpdoctor.analysis.sources import DEFAULT_GROUP, external_run
 from ddpdoctor.errors import UserError
@@ -341,7 +342,7 @@ def join_run_dir_dumps(run_dir: Path, ranks: dict[int, RankRun]) -> list[str]:
     for rank, merged in merges.items():
         run = ranks[rank]
         group = run.default_group()
-        run.calls[group] = merged
+        run.calls[group] = with_iterations(run, merged)
         # (--ddp torch left its buckets and its reducer's own calls to the recorder: not news)
         if added[rank] and not fr_buckets.bucketed(run, group):
             notes.append(f"rank {rank}: {added[rank]} collective(s) on group {group} seen "

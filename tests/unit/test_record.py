@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ddpdoctor.analysis.load import rank_run
 from ddpdoctor.analysis.model import Call
-from ddpdoctor.analysis.iterations import iterations
+from ddpdoctor.analysis.iterations import iterations, with_iterations
 from ddpdoctor.report.schema import rank_entry, timeline_entry
 from ddpdoctor.supervisor.watch import live_call
 from ddpdoctor.trace import layout as L
@@ -131,3 +131,13 @@ def test_the_report_entries_carry_origin_and_iteration() -> None:
     assert (back.origin, back.iteration, back.open) == (Origin.DDP_FORWARD, 0, True)
     before = timeline_entry(dataclasses.replace(j.ranks[0].calls["0"][0], iteration=-1))
     assert before["iteration"] is None and before["origin"] == "ddp_backward"
+
+
+def test_a_call_only_the_flight_recorder_saw_gets_the_iteration_of_its_time() -> None:
+    from tests.unit.factory import rank, rec
+
+    run = rank(0, [rec(0, "batch", kind=L.RecordKind.BATCH, site="0:0:x", t=1),
+                   rec(1, "batch", kind=L.RecordKind.BATCH, site="0:1:x", t=3)], world=1)
+    untraced = [dataclasses.replace(rec(s, t=t), rank=0) for s, t in ((0, 0.5), (1, 2), (2, 4))]
+    assert [c.iteration for c in untraced] == [-1, -1, -1]
+    assert [c.iteration for c in with_iterations(run, untraced)] == [-1, 0, 1]
