@@ -34,11 +34,18 @@ def py_spy_path() -> str | None:
     return shutil.which("py-spy")
 
 
-def _main_thread(threads: list[dict[str, Any]]) -> dict[str, Any] | None:
+def main_thread(threads: list[dict[str, Any]], pid: int) -> dict[str, Any] | None:
+    """The main thread of py-spy's dump of ``pid``: the thread whose OS id is the pid, else
+    the one named MainThread (py-spy names threads only when it could read them from the
+    process), else the oldest: py-spy lists the newest thread first (here ddpdoctor's own
+    threads, whose frames say nothing of the user's code)."""
+    for t in threads:
+        if t.get("os_thread_id") == pid:
+            return t
     for t in threads:
         if t.get("thread_name") == "MainThread":
             return t
-    return threads[0] if threads else None
+    return threads[-1] if threads else None
 
 
 def _frames(thread: dict[str, Any]) -> list[dict[str, Any]]:
@@ -70,7 +77,7 @@ def dump_stack(pid: int, exe: str | None) -> dict[str, Any]:
         return {"pid": pid, "error": "py-spy printed no JSON"}
     if not isinstance(threads, list):
         return {"pid": pid, "error": "py-spy printed unexpected JSON"}
-    main = _main_thread([t for t in threads if isinstance(t, dict)])
+    main = main_thread([t for t in threads if isinstance(t, dict)], pid)
     return {"pid": pid, "frames": _frames(main) if main else [],
             "threads": [{"name": t.get("thread_name"), "frames": _frames(t)}
                         for t in threads if isinstance(t, dict)]}
