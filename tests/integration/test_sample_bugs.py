@@ -6,17 +6,13 @@ from __future__ import annotations
 import pytest
 
 from ddpdoctor import bugs
+from tests.integration.sample_runs import sample_run
 from tests.integration.test_repro_catalogue import check_repro
 
 pytestmark = pytest.mark.slow
 
 SAMPLE_BUGS = bugs.sample_bugs_dir()
 ENTRIES = pytest.mark.parametrize("bug", bugs.CATALOGUE, ids=lambda b: b.name)
-
-
-def run_sample(doctor, bug: bugs.Bug, fixed: bool):
-    args = ["run", "--hang-timeout", str(bug.hang_timeout), *bugs.job_command(bug, fixed)]
-    return doctor(args, cwd=SAMPLE_BUGS, timeout=300)
 
 
 def describe(findings: list[dict]) -> str:
@@ -48,8 +44,8 @@ def check_root_cause_first(bug: bugs.Bug, findings: list[dict]) -> None:
 
 
 @HANGS_AND_FAILURES
-def test_bug_is_named_with_its_culprits(doctor, bug, tmp_path):
-    run = run_sample(doctor, bug, fixed=False)
+def test_bug_is_named_with_its_culprits(tmp_path_factory, bug, tmp_path):
+    run = sample_run(tmp_path_factory, bug, fixed=False)
     report = run.report
     findings = report["findings"]
     named = [f for f in findings if f["kind"] == bug.finding_kind]
@@ -64,8 +60,8 @@ def test_bug_is_named_with_its_culprits(doctor, bug, tmp_path):
 
 
 @FINISHES
-def test_slow_healthy_job_runs_to_its_end(doctor, bug):
-    run = run_sample(doctor, bug, fixed=False)
+def test_slow_healthy_job_runs_to_its_end(tmp_path_factory, bug):
+    run = sample_run(tmp_path_factory, bug, fixed=False)
     assert run.returncode == 0, f"{bug.name}: the job was stopped\n{run.stderr[-3000:]}"
     report = run.report
     assert report["outcome"] == "completed"
@@ -90,8 +86,8 @@ def teardown_abort_only(report: dict) -> bool:
 
 
 @ENTRIES
-def test_fixed_twin_runs_clean(doctor, bug, tmp_path):
-    run = run_sample(doctor, bug, fixed=True)
+def test_fixed_twin_runs_clean(tmp_path_factory, bug, tmp_path):
+    run = sample_run(tmp_path_factory, bug, fixed=True)
     report = run.report
     if run.returncode != 0 and teardown_abort_only(report):
         return  # the abort is gloo's, named as such; the twin's own work was clean

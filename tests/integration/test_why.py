@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import pytest
 
 from ddpdoctor import bugs
-from tests.integration.test_sample_bugs import check_root_cause_first, describe, run_sample
+from tests.integration.sample_runs import sample_run
+from tests.integration.test_sample_bugs import check_root_cause_first, describe
 
 pytestmark = pytest.mark.slow
 
@@ -46,9 +47,10 @@ def line_of(script: str, marker: str) -> int:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.bug)
-def test_first_error_says_where_the_ranks_went_out_of_step_and_why(doctor, case: Why):
+def test_first_error_says_where_the_ranks_went_out_of_step_and_why(tmp_path_factory,
+                                                                    case: Why):
     bug = bugs.find_bug(case.bug)
-    run = run_sample(doctor, bug, fixed=False)
+    run = sample_run(tmp_path_factory, bug, fixed=False)
     findings = run.report["findings"]
     check_root_cause_first(bug, findings)
     first = [f for f in findings if f["severity"] == "error"][0]
