@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO, run_doctor
+from tests.integration.sample_runs import once
 
 pytestmark = pytest.mark.slow
 
@@ -50,12 +51,10 @@ def load(out: Path) -> list[dict]:
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
-_plain: dict[str, list[dict]] = {}
-
-
 def plain_run(job: str, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    if job not in _plain:
-        out = tmp_path_factory.mktemp(f"plain_{job}")
+    """The job's final parameters without ddpdoctor: one plain run per session, which every
+    mode's test compares with."""
+    def make(out: Path) -> None:
         for _ in range(2):  # gloo itself now and then aborts a rank at teardown (SIGABRT,
             # pytorch/gloo#155), with or without ddpdoctor: this test is about the doctored job
             proc = subprocess.run(command(job, out), cwd=out, capture_output=True, text=True,
@@ -63,8 +62,8 @@ def plain_run(job: str, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
             if "SIGABRT" not in proc.stderr and proc.returncode != -6:
                 break
         assert proc.returncode == 0, proc.stderr[-3000:]
-        _plain[job] = load(out)
-    return _plain[job]
+
+    return load(once(tmp_path_factory, f"plain_{job}", make))
 
 
 def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

@@ -1,11 +1,13 @@
-"""Each catalogued bug's run (and its fixed twin's) under `ddpdoctor run`, made once per test
-session and shared by every test and every xdist worker that checks it."""
+"""Work that several tests check, done once per test session: each catalogued bug's run
+(and its fixed twin's) under `ddpdoctor run`, a framework job's plain run; shared by every
+test and every xdist worker under a lock."""
 
 from __future__ import annotations
 
 import fcntl
 import json
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -22,20 +24,28 @@ def session_dir(factory: pytest.TempPathFactory) -> Path:
     return base.parent if base.name.startswith("popen-gw") else base
 
 
-def sample_run(factory: pytest.TempPathFactory, bug: bugs.Bug, fixed: bool) -> DoctorRun:
-    """The session's one run of ``bug`` (or its twin): the first test to ask makes it, while
-    holding the run's lock; the others wait for it and read what it left."""
-    where = session_dir(factory) / "sample-runs" / f"{bug.name}{'-fixed' if fixed else ''}"
+def once(factory: pytest.TempPathFactory, key: str, make: Callable[[Path], None]) -> Path:
+    """The session's directory for ``key``, filled by ``make`` the first time it is asked
+    for, while its lock is held; later askers wait for it.  A ``make`` that raised left no
+    mark, so the next asker tries again (and fails as it did)."""
+    where = session_dir(factory) / "shared" / key
     where.mkdir(parents=True, exist_ok=True)
     with open(where / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        result = where / "result.json"
-        if result.exists():
-            done = json.loads(result.read_text())
-            return DoctorRun(done["returncode"], done["stdout"], done["stderr"], where / "run")
+        if not (where / "done").exists():
+            make(where)
+            (where / "done").touch()
+    return where
+
+
+def sample_run(factory: pytest.TempPathFactory, bug: bugs.Bug, fixed: bool) -> DoctorRun:
+    """The session's one run of ``bug`` (or its twin) under ``ddpdoctor run``."""
+    def make(where: Path) -> None:
         args = ["run", "--hang-timeout", str(bug.hang_timeout), *bugs.job_command(bug, fixed)]
         run = run_doctor(args, where, cwd=SAMPLE_BUGS, timeout=300)
-        result.write_text(json.dumps({"returncode": run.returncode, "stdout": run.stdout,
-                                      "stderr": run.stderr}))
-        return run
+        (where / "result.json").write_text(json.dumps(
+            {"returncode": run.returncode, "stdout": run.stdout, "stderr": run.stderr}))
 
+    where = once(factory, f"{bug.name}{'-fixed' if fixed else ''}", make)
+    done = json.loads((where / "result.json").read_text())
+    return DoctorRun(done["returncode"], done["stdout"], done["stderr"], where / "run")
