@@ -116,20 +116,34 @@ def rank_state(run: RankRun, job: JobView) -> str:
 def _peers_behind(run: RankRun, job: JobView, call: Call | None) -> bool:
     """Has a peer not reached the rank's call yet: a member of the collective's group whose
     last call on it is older (or who has no trace), or, in init_process_group, a rank of
-    the world that has not entered it."""
+    the world that has not entered it.  Each group's lowest seq is found once per view."""
     if call is None:
         if not any(m.op == "init" and m.open for m in run.marks):
             return False  # new_group: shown as inside its call
-        return any(r not in job.ranks or (
-            job.ranks[r].header.state == L.RankState.STARTING and
-            not any(m.op == "init" for m in job.ranks[r].marks))
-            for r in range(job.world_size) if r != run.rank)
-    for r in job.group_members(call.group):
-        peer = job.ranks.get(r)
-        last = peer.last_call(call.group) if peer is not None else None
-        if r != run.rank and (last is None or last.seq < call.seq):
-            return True
-    return False
+        return not _all_arrived(job)
+    return _lowest_seq(job, call.group) < call.seq
+
+
+def _lowest_seq(job: JobView, group: str) -> int:
+    """The lowest last seq the members of ``group`` reached (-1: one has none)."""
+    cache = job.__dict__.setdefault("_lowest_seqs", {})
+    if group not in cache:
+        lows = []
+        for r in job.group_members(group):
+            last = job.ranks[r].last_call(group) if r in job.ranks else None
+            lows.append(last.seq if last is not None else -1)
+        cache[group] = min(lows, default=-1)
+    return cache[group]
+
+
+def _all_arrived(job: JobView) -> bool:
+    """Has every rank of the world entered init_process_group (inside it, or past it)?"""
+    if "_all_arrived" not in job.__dict__:
+        job.__dict__["_all_arrived"] = all(
+            r in job.ranks and (job.ranks[r].header.state != L.RankState.STARTING or
+                                any(m.op == "init" for m in job.ranks[r].marks))
+            for r in range(job.world_size))
+    return bool(job.__dict__["_all_arrived"])
 
 
 def _exit_code(run: RankRun) -> int | None:

@@ -44,6 +44,11 @@ def _arrived(p: LiveRank | None) -> bool:
         c.kind == L.RecordKind.MARK and c.op == "init" for c in p.open.values()))
 
 
+def all_arrived(ranks: dict[int, LiveRank], world_size: int) -> bool:
+    """Has every rank of the world entered init_process_group?"""
+    return all(_arrived(ranks.get(r)) for r in range(world_size))
+
+
 @dataclass(frozen=True)
 class LiveFacts:
     """What the supervisor knows of the job beyond a rank's own trace: each other node's
@@ -52,6 +57,7 @@ class LiveFacts:
 
     skews: dict[str, int] = field(default_factory=dict)
     idle: dict[int, int] = field(default_factory=dict)
+    all_arrived: bool | None = None  # every rank of the world entered init (None: not known)
 
 
 def causal_kind(p: LiveRank, call: Call | None, facts: LiveFacts) -> tuple[StateKind, bool]:
@@ -88,7 +94,8 @@ def rank_state(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
     kind, killed = causal_kind(p, call, facts)
     behind = False
     if kind == StateKind.RENDEZVOUS and call is not None and call.op == "init":
-        behind = not all(_arrived(ranks.get(r)) for r in range(p.header.world_size))
+        behind = not (facts.all_arrived if facts.all_arrived is not None else
+                      all_arrived(ranks, p.header.world_size))
     elif kind == StateKind.BLOCKED and call is not None:
         lowest = {} if lowest is None else lowest
         if call.group not in lowest:
@@ -114,8 +121,8 @@ def _rank_entry(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
             "current": current_entry(call)}
 
 
-def live_facts(sup: Any) -> LiveFacts:
-    """The supervisor's facts beyond the traces (see LiveFacts)."""
+def live_facts(sup: Any, ranks: dict[int, LiveRank]) -> LiveFacts:
+    """The supervisor's facts beyond the traces (see LiveFacts), once per look."""
     leader = getattr(sup, "leader", None)
     skews = {v.host: v.skew_ns for v in list(leader.nodes.values())
              if v.host and v.skew_ns is not None} if leader is not None else {}
@@ -125,7 +132,8 @@ def live_facts(sup: Any) -> LiveFacts:
         prog = progress.by_pid.get(pid) if progress is not None else None
         if prog is not None and not prog.cpu_busy:
             idle[pid] = said[1]
-    return LiveFacts(skews, idle)
+    world = max((p.header.world_size for p in ranks.values()), default=0)
+    return LiveFacts(skews, idle, all_arrived(ranks, world))
 
 
 def _blocked_bucket(live: LiveJob) -> int:
@@ -178,7 +186,7 @@ class LiveStateWriter:
         if facts != self._facts:
             self._facts = facts
             self.revision += 1
-        findings, lowest, facts = [], {}, live_facts(sup)
+        findings, lowest, facts = [], {}, live_facts(sup, ranks)
         if sup._warned_mismatch:
             div = live.divergence()
             if div is not None:
