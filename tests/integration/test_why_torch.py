@@ -7,16 +7,18 @@ from __future__ import annotations
 import pytest
 
 from ddpdoctor import bugs
+from tests.integration.sample_runs import sample_run
 
 pytestmark = pytest.mark.slow
 
 SAMPLE_BUGS = bugs.sample_bugs_dir()
 
 
-def run_bug(doctor, name: str, fixed: bool = False):
+def run_bug(tmp_path_factory, name: str):
+    """The session's run of a catalogued bug (test_sample_bugs checks the same run, and
+    each fixed twin's)."""
     bug = bugs.find_bug(name)
-    args = ["run", "--hang-timeout", str(bug.hang_timeout), *bugs.job_command(bug, fixed)]
-    return bug, doctor(args, cwd=SAMPLE_BUGS, timeout=300)
+    return bug, sample_run(tmp_path_factory, bug, fixed=False)
 
 
 def line_of(script: str, text: str) -> str:
@@ -34,8 +36,8 @@ def first_error(bug: bugs.Bug, report: dict) -> dict:
     return errors[0]
 
 
-def test_a_parameter_skipped_on_one_rank_is_named_with_its_rank_and_iteration(doctor):
-    bug, run = run_bug(doctor, "aux_loss_skipped_one_rank")
+def test_a_parameter_skipped_on_one_rank_is_named_with_its_rank_and_iteration(tmp_path_factory):
+    bug, run = run_bug(tmp_path_factory, "aux_loss_skipped_one_rank")
     f = first_error(bug, run.report)
     assert f["kind"] == "rank_failed"
     assert f["evidence"]["parameters"] == ["aux.weight", "aux.bias"]
@@ -46,8 +48,8 @@ def test_a_parameter_skipped_on_one_rank_is_named_with_its_rank_and_iteration(do
     assert "ddpdoctor/" not in f["detail"]
 
 
-def test_parameters_unused_on_every_rank_are_named(doctor):
-    bug, run = run_bug(doctor, "unused_parameters")
+def test_parameters_unused_on_every_rank_are_named(tmp_path_factory):
+    bug, run = run_bug(tmp_path_factory, "unused_parameters")
     f = first_error(bug, run.report)
     assert f["evidence"]["parameters"] == ["aux_head.weight", "aux_head.bias"]
     assert f["evidence"]["iteration"] == 0
@@ -55,8 +57,8 @@ def test_parameters_unused_on_every_rank_are_named(doctor):
     assert f["fix"].startswith("Pass find_unused_parameters=True")
 
 
-def test_a_layer_under_two_reentrant_checkpoints_is_named_with_use_reentrant_false(doctor):
-    bug, run = run_bug(doctor, "checkpoint_reentrant_ddp")
+def test_a_layer_under_two_reentrant_checkpoints_is_named_with_use_reentrant_false(tmp_path_factory):
+    bug, run = run_bug(tmp_path_factory, "checkpoint_reentrant_ddp")
     errors = [f for f in run.report["findings"] if f["severity"] == "error"]
     assert len(errors) == 1, errors  # one finding naming both ranks, not one per rank
     f = first_error(bug, run.report)
@@ -98,8 +100,8 @@ def test_a_reentrant_checkpoint_under_find_unused_parameters_names_that_option(d
     assert "drop find_unused_parameters=True" in f["fix"]
 
 
-def test_a_model_frozen_on_one_rank_is_one_finding_on_that_rank(doctor):
-    bug, run = run_bug(doctor, "frozen_on_one_rank")
+def test_a_model_frozen_on_one_rank_is_one_finding_on_that_rank(tmp_path_factory):
+    bug, run = run_bug(tmp_path_factory, "frozen_on_one_rank")
     errors = [f for f in run.report["findings"] if f["severity"] == "error"]
     assert len(errors) == 1, errors
     f = first_error(bug, run.report)
@@ -109,8 +111,8 @@ def test_a_model_frozen_on_one_rank_is_one_finding_on_that_rank(doctor):
     assert "ddpdoctor/ddp/swap.py" not in f["detail"]
 
 
-def test_a_taken_rendezvous_port_is_a_known_failure_not_the_users_code(doctor):
-    bug, run = run_bug(doctor, "store_port_taken")
+def test_a_taken_rendezvous_port_is_a_known_failure_not_the_users_code(tmp_path_factory):
+    bug, run = run_bug(tmp_path_factory, "store_port_taken")
     f = first_error(bug, run.report)
     assert f["evidence"]["known_failure"] == "store_port_in_use"
     assert "pytorch/pytorch#73320" in f["evidence"]["upstream"]
@@ -119,8 +121,8 @@ def test_a_taken_rendezvous_port_is_a_known_failure_not_the_users_code(doctor):
     assert "--rdzv-endpoint localhost:0" in f["fix"]
 
 
-def test_a_rank_blocked_in_a_file_lock_is_blocked_not_computing(doctor):
-    bug, run = run_bug(doctor, "lock_held_across_barrier")
+def test_a_rank_blocked_in_a_file_lock_is_blocked_not_computing(tmp_path_factory):
+    bug, run = run_bug(tmp_path_factory, "lock_held_across_barrier")
     f = first_error(bug, run.report)
     assert f["kind"] == "missing_collective"
     at = line_of("lock_held_across_barrier.py", "fcntl.flock(lock, fcntl.LOCK_EX)  # waits")
@@ -128,12 +130,3 @@ def test_a_rank_blocked_in_a_file_lock_is_blocked_not_computing(doctor):
     assert f["fix"].startswith("Rank 0 holds the lock rank 1 waits for")
     blocked = next(r for r in run.report["ranks"] if r["rank"] == 1)
     assert blocked["state"] == "blocked" and blocked["blocked_on"]["syscall"] == "flock"
-
-
-@pytest.mark.parametrize("name", ["aux_loss_skipped_one_rank", "frozen_on_one_rank",
-                                  "store_port_taken", "lock_held_across_barrier"])
-def test_fixed_twin_runs_clean(doctor, name):
-    _, run = run_bug(doctor, name, fixed=True)
-    assert run.returncode == 0, run.stderr[-3000:]
-    serious = [f for f in run.report["findings"] if f["severity"] in ("error", "warning")]
-    assert serious == []
