@@ -154,17 +154,22 @@ def placed(records: Iterable[CallRecord], rank: int,
     return out
 
 
-def _int(value: Any, default: int) -> int:
-    """An int, a finite float or a numeral as an int, else ``default``."""
+def as_int(value: Any) -> int | None:
+    """A report value as an int: an int, a finite float or a numeral; else None (unknown)."""
     if isinstance(value, bool):
-        return default
+        return None
     if isinstance(value, int):
         return value
     if isinstance(value, float) and math.isfinite(value):
         return int(value)
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
-    return default
+    return None
+
+
+def _int(value: Any, default: int) -> int:
+    found = as_int(value)
+    return default if found is None else found
 
 
 def _shapes(value: Any) -> tuple[tuple[int, ...], ...]:

@@ -6,17 +6,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-
-def as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value):
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    return None
+from ddpdoctor.trace.record import as_int  # noqa: F401  (the TUI's reader of ints)
 
 
 def as_float(value: Any) -> float | None:
