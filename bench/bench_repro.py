@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -33,9 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from ddpdoctor import bugs  # noqa: E402
 from ddpdoctor.repro.command import write_repro  # noqa: E402
-
-REPLAY_LINE = re.compile(r"^Replay: ddpdoctor run (.+)$", re.M)
-
+from ddpdoctor.repro.emit import replay_args  # noqa: E402
 
 def first_error(run_dir: Path) -> str:
     try:
@@ -66,7 +62,7 @@ def replay(run_dir: Path, where: Path) -> tuple[Path, int, float]:
     where.mkdir(parents=True, exist_ok=True)
     script = write_repro(run_dir, where / "repro.py")
     text = script.read_text()
-    args = shlex.split(REPLAY_LINE.search(text)[1])
+    args = replay_args(text) or []
     out = where / "run"
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir", str(out),

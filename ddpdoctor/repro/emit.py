@@ -307,6 +307,16 @@ def replay_command(job: ReplayJob, script: str) -> str:
             f"{job.world_size} {script}")
 
 
+REPLAY_LINE = re.compile(r"^Replay: ddpdoctor run (.+)$", re.M)
+
+
+def replay_args(script: str) -> list[str] | None:
+    """The ``ddpdoctor run`` arguments a repro's header gives (the inverse of
+    ``replay_command``; its last is the script), None when the header has no such line."""
+    found = REPLAY_LINE.search(script)
+    return shlex.split(found[1]) if found else None
+
+
 def _wrap(text: str, indent: str) -> str:
     words, out, line = text.replace('"""', "'''").split(), [], ""
     for w in words:

@@ -5,8 +5,6 @@ tests calls ``check_repro`` on the run it made (no bug is run twice)."""
 from __future__ import annotations
 
 import json
-import re
-import shlex
 import subprocess
 import sys
 import time
@@ -15,10 +13,10 @@ from typing import Any, Callable
 
 from ddpdoctor import bugs
 from ddpdoctor.repro.command import write_repro
+from ddpdoctor.repro.emit import replay_args
 
 MAX_LINES = 200
 SLACK_SECONDS = 90  # beyond the hang timeout: the goal is ~10 s, the rest is room for load
-REPLAY_LINE = re.compile(r"^Replay: ddpdoctor run (.+)$", re.M)
 
 
 def first_error(report: dict[str, Any]) -> tuple[str, list[int], int | None] | None:
@@ -35,10 +33,9 @@ def run_repro(bug: bugs.Bug, run_dir: Path, where: Path) -> tuple[subprocess.Com
     script = write_repro(run_dir, where / "repro.py")
     lines = script.read_text().count("\n")
     start = time.monotonic()
-    replay = REPLAY_LINE.search(script.read_text())
-    assert replay, "the repro's header gives no `Replay: ddpdoctor run ...` line"
-    args = shlex.split(replay[1])  # the command the header tells the user to run
-    assert args[-1] == script.name, replay[0]
+    args = replay_args(script.read_text())  # the command the header tells the user to run
+    assert args, "the repro's header gives no `Replay: ddpdoctor run ...` line"
+    assert args[-1] == script.name, args
     proc = subprocess.run(
         [sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir", str(where / "run"),
          *args[:-1], str(script)],
