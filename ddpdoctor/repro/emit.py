@@ -37,6 +37,24 @@ class End:
         return ("end", self.ending, self.message, self.busy, self.destroys)
 
 
+# A stand-in for the job's optimizer: its step() runs torch's step hooks (which mark the
+# iteration) and updates nothing.  torch's own optimizers import torch._dynamo as they are
+# built (about 2 s of CPU in every rank of a replay that otherwise needs a second).
+STEPS_CLASS = '''class ReplayedSteps(torch.optim.Optimizer):
+    """An optimizer with nothing to update: step() only runs torch's step hooks."""
+
+    def __init__(self):  # no Optimizer.__init__: it would import torch._dynamo
+        self.defaults, self.state, self.param_groups = {}, {}, []
+        self._optimizer_step_pre_hooks, self._optimizer_step_post_hooks = {}, {}
+        self._patch_step_function()
+
+    def step(self, closure=None):
+        return None
+
+
+OPTIMIZER = ReplayedSteps()'''
+
+
 def program(plan: RankPlan) -> list[Any]:
     """A rank's steps followed by its End (whose message counts where the replay raises it)."""
     message = plan.message if plan.ending == Ending.RAISES else ""
@@ -342,8 +360,7 @@ def script_text(job: ReplayJob) -> str:
                                   "from torch.utils.data import DataLoader\n")
     out = _header(job) + [prelude]
     if any(st.op == OPTIMIZER_STEP for plan in job.plans for st in plan.steps):
-        out += ["", "", "PARAMETER = torch.nn.Parameter(torch.zeros(1))",
-                "OPTIMIZER = torch.optim.SGD([PARAMETER], lr=0.0)", "", "",
+        out += ["", "", *STEPS_CLASS.splitlines(), "", "",
                 "def optimizer_step():", f'{INDENT}"""An optimizer step, as the job took one '
                 'after its gradients were reduced."""', f"{INDENT}OPTIMIZER.step()"]
     for name, site in job.loaders:
