@@ -20,6 +20,7 @@ from ddpdoctor.rundir.nodes import read_node_file, with_mirrors
 from ddpdoctor.proc.table import alive, proc_state
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace, TraceError, read_meta, read_trace
+from ddpdoctor.trace.world import world_size
 
 SUPERVISOR_LOG = "supervisor.jsonl"
 MAX_STACK_BYTES = 8 << 20
@@ -201,7 +202,8 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
         for rank, run in sources.load_facts(run_dir, problems).items():
             ranks.setdefault(rank, run)  # ranks ddpdoctor attach saw
         problems += flight_recorder.join_run_dir_dumps(run_dir, ranks)
-    world = max([r.header.world_size for r in ranks.values()] + [len(ranks)]) if ranks else 0
+    world = max(world_size((rank, r.header.world_size) for rank, r in ranks.items()),
+                len(ranks))
     outcome = next((e.get("outcome") for e in reversed(sup_events)
                     if e.get("event") == "outcome"), None)
     job = JobView(list(run_dirs), ranks, world, time.time_ns(), timeout or 60.0, live,

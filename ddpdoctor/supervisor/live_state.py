@@ -26,6 +26,7 @@ from ddpdoctor.report.shown_state import IN_CALL, ShownFacts, shown_state
 from ddpdoctor.rundir.layout import LIVE_STATE_FILE
 from ddpdoctor.supervisor.watch import LiveJob, LiveRank
 from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.world import world_size
 
 SCHEMA = "ddpdoctor.live/1"
 PUBLISH_EVERY_S = 0.25  # the live UI polls at 4 Hz
@@ -44,9 +45,14 @@ def _arrived(p: LiveRank | None) -> bool:
         c.kind == L.RecordKind.MARK and c.op == "init" for c in p.open.values()))
 
 
-def all_arrived(ranks: dict[int, LiveRank], world_size: int) -> bool:
+def live_world(ranks: dict[int, LiveRank]) -> int:
+    """The job's world size as its live ranks' headers say it (trace/world.py's rule)."""
+    return world_size((rank, p.header.world_size) for rank, p in ranks.items())
+
+
+def all_arrived(ranks: dict[int, LiveRank], world: int) -> bool:
     """Has every rank of the world entered init_process_group?"""
-    return all(_arrived(ranks.get(r)) for r in range(world_size))
+    return all(_arrived(ranks.get(r)) for r in range(world))
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,7 @@ def rank_state(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
     behind = False
     if kind == StateKind.RENDEZVOUS and call is not None and call.op == "init":
         behind = not (facts.all_arrived if facts.all_arrived is not None else
-                      all_arrived(ranks, p.header.world_size))
+                      all_arrived(ranks, live_world(ranks)))
     elif kind == StateKind.BLOCKED and call is not None:
         lowest = {} if lowest is None else lowest
         if call.group not in lowest:
@@ -132,8 +138,7 @@ def live_facts(sup: Any, ranks: dict[int, LiveRank]) -> LiveFacts:
         prog = progress.by_pid.get(pid) if progress is not None else None
         if prog is not None and not prog.cpu_busy:
             idle[pid] = said[1]
-    world = max((p.header.world_size for p in ranks.values()), default=0)
-    return LiveFacts(skews, idle, all_arrived(ranks, world))
+    return LiveFacts(skews, idle, all_arrived(ranks, live_world(ranks)))
 
 
 def _blocked_bucket(live: LiveJob) -> int:
@@ -195,7 +200,7 @@ class LiveStateWriter:
                 findings.append(finding_for(div).to_dict())
         return {
             "schema": SCHEMA, "supervisor_pid": os.getpid(), "revision": self.revision, "command": redact_argv(sup.config.command),
-            "world_size": max((p.header.world_size for p in ranks.values()), default=None),
+            "world_size": live_world(ranks) or None,
             "started_at": iso(sup.started_ns), "hang_timeout": timeout,
             "ranks": [_rank_entry(ranks[r], ranks, now_ns, timeout, lowest, facts)
                       for r in sorted(ranks)],

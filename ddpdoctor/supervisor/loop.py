@@ -28,6 +28,7 @@ from ddpdoctor.supervisor.progress import ProgressTracker
 from ddpdoctor.supervisor.stacks import capture_stacks
 from ddpdoctor.supervisor.watch import LiveJob
 from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.world import world_size
 
 # While every rank of a one-node job runs and none waits, the loop looks 4 times a second
 # instead of 10: on a machine whose cores the ranks fill, each look takes a core from a rank
@@ -225,7 +226,7 @@ class Supervisor(JobEnding, NodesMixin):
         ranks = [p for p in self.live.ranks().values() if not p.gone]
         if not ranks and final and self._membership is None:
             ranks = list(self.live.ranks().values())
-        world = max((p.header.world_size for p in ranks), default=0)
+        world = world_size((p.header.rank, p.header.world_size) for p in ranks)
         if world <= 0:
             return
         members = self.leader.members() if self.leader is not None else None

@@ -1,0 +1,27 @@
+"""The job's world size, from what its ranks' trace headers claim."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+MAX_WORLD_SIZE = 1 << 20  # more ranks than any job has had: a header claiming more is damaged
+
+
+def plausible_world(rank: int, world: int) -> bool:
+    """A header's claim can be true: its world holds its own rank and is below the cap."""
+    return 0 <= rank < world <= MAX_WORLD_SIZE
+
+
+def world_size(claims: Iterable[tuple[int, int]]) -> int:
+    """The world size from each rank's ``(rank, world_size)`` header: what most plausible
+    claims say (on a tie, the smaller: damage more often inflates a number than shrinks it
+    to another rank's), never fewer than the highest rank seen plus one.  0 with no claim.
+
+    A damaged header (a world size of 2**31 in one trace) so counts for nothing, where the
+    largest claim would have had the analysis hold state for two billion ranks."""
+    pairs = list(claims)
+    ranks = [rank for rank, _ in pairs if 0 <= rank < MAX_WORLD_SIZE]
+    votes = Counter(world for rank, world in pairs if plausible_world(rank, world))
+    said = min(votes, key=lambda w: (-votes[w], w)) if votes else 0
+    return max([said, *(rank + 1 for rank in ranks)])

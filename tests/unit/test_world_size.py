@@ -1,0 +1,31 @@
+"""The job's world size from its ranks' headers: a damaged claim counts for nothing."""
+
+from __future__ import annotations
+
+from ddpdoctor.trace.world import MAX_WORLD_SIZE, plausible_world, world_size
+
+
+def test_the_ranks_agree():
+    assert world_size([(0, 4), (1, 4), (2, 4), (3, 4)]) == 4
+
+
+def test_a_damaged_claim_is_outvoted_and_a_huge_one_ignored():
+    assert world_size([(0, 2**31 - 1), (1, 2)]) == 2  # past the cap: not a claim at all
+    assert world_size([(0, 3), (1, 3), (2, 40)]) == 3  # the majority
+    assert world_size([(0, 2), (1, 6)]) == 2  # a tie: the smaller
+
+
+def test_never_fewer_than_the_ranks_seen():
+    assert world_size([(0, 2), (1, 2), (5, 2)]) == 6  # rank 5 exists, whatever they say
+    assert world_size([(3, 3)]) == 4  # a world that does not hold its own rank is damage
+
+
+def test_no_claim_is_zero():
+    assert world_size([]) == 0
+    assert world_size([(-1, -7)]) == 0
+
+
+def test_plausible_claims():
+    assert plausible_world(0, 1) and plausible_world(7, MAX_WORLD_SIZE)
+    assert not plausible_world(0, MAX_WORLD_SIZE + 1)
+    assert not plausible_world(2, 2) and not plausible_world(-1, 4)
