@@ -37,9 +37,10 @@ class ShownFacts:
 def shown_state(f: ShownFacts, hang_timeout: float) -> str:
     """The rule.  died: killed (a signal, no last words) or failed; raised of a peer's
     absence: failed; exited; unreachable (its node was lost); stopped (SIGSTOP); inside a
-    call or the rendezvous: hung once the job is hung or it has been inside for the hang
-    timeout, else waiting while a peer has not reached it (never for p2p), else
-    in_collective; blocked (outside any call, no CPU, the OS says in what); starting (not
+    call or the rendezvous: hung once the job is judged hung, or once it has been inside for
+    the hang timeout with every peer there; else waiting while a peer has not reached it
+    (never for p2p: slow is not hung, and only the causal model says a late peer is stuck
+    rather than straggling), else in_collective; blocked (outside any call, no CPU, the OS says in what); starting (not
     in the rendezvous yet); computing (its own code, or its DataLoader)."""
     k = f.kind
     if k == StateKind.DIED:
@@ -47,9 +48,10 @@ def shown_state(f: ShownFacts, hang_timeout: float) -> str:
     if k == StateKind.PEER_FAILED:
         return "failed"
     if k in IN_CALL:
-        if f.job_hung or f.waited_ns >= hang_timeout * NS:
+        behind = f.peers_behind and not f.p2p
+        if f.job_hung or (f.waited_ns >= hang_timeout * NS and not behind):
             return "hung"
-        return "waiting" if f.peers_behind and not f.p2p else "in_collective"
+        return "waiting" if behind else "in_collective"
     return {StateKind.EXITED: "exited", StateKind.UNREACHABLE: "unreachable",
             StateKind.STOPPED: "stopped", StateKind.OS_BLOCKED: "blocked",
             StateKind.NOT_ARRIVED: "starting"}.get(k, "computing")

@@ -53,6 +53,7 @@ class AttemptSupervisor(Supervisor):
         self._last_counts = ()
         self._uneven_said = False
         self._stacks_early = False
+        self.judged_hung = False
         self._stragglers_said = set()
         self._next_judge = 0.0
 

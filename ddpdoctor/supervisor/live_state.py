@@ -64,6 +64,7 @@ class LiveFacts:
     skews: dict[str, int] = field(default_factory=dict)
     idle: dict[int, int] = field(default_factory=dict)
     all_arrived: bool | None = None  # every rank of the world entered init (None: not known)
+    job_hung: bool = False  # the causal model judged the job hung (the supervisor stops it)
 
 
 def causal_kind(p: LiveRank, call: Call | None, facts: LiveFacts) -> tuple[StateKind, bool]:
@@ -111,8 +112,8 @@ def rank_state(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
     here = now_ns + facts.skews.get(str(p.header.host), 0)
     waited = here - call.t_start if kind in IN_CALL and call is not None else 0
     return shown_state(ShownFacts(kind, killed=killed, waited_ns=waited, peers_behind=behind,
-                                  p2p=call is not None and call.kind == L.RecordKind.P2P),
-                       hang_timeout)
+                                  p2p=call is not None and call.kind == L.RecordKind.P2P,
+                                  job_hung=facts.job_hung), hang_timeout)
 
 
 def _rank_entry(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
@@ -138,7 +139,8 @@ def live_facts(sup: Any, ranks: dict[int, LiveRank]) -> LiveFacts:
         prog = progress.by_pid.get(pid) if progress is not None else None
         if prog is not None and not prog.cpu_busy:
             idle[pid] = said[1]
-    return LiveFacts(skews, idle, all_arrived(ranks, live_world(ranks)))
+    return LiveFacts(skews, idle, all_arrived(ranks, live_world(ranks)),
+                     bool(getattr(sup, "judged_hung", False)))
 
 
 def _blocked_bucket(live: LiveJob) -> int:

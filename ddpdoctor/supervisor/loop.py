@@ -72,6 +72,7 @@ class Supervisor(JobEnding, NodesMixin):
         self.progress = ProgressTracker()
         self._next_judge = 0.0
         self._stacks_early = False
+        self.judged_hung = False  # the causal model's hang rule has spoken (see _judge)
         self._stragglers_said: set[tuple[int, ...]] = set()
         self._membership: tuple[int, int] | None = None
         self._os_waits: dict[int, tuple] = {}  # pid -> what its last os_wait event said
@@ -299,6 +300,7 @@ class Supervisor(JobEnding, NodesMixin):
                 self.log("straggler", ranks=list(found.ranks), message=found.message)
             return None
         if isinstance(found, HangVerdict):
+            self.judged_hung = True  # live.json shows its waiting ranks hung from now on
             if not self._stacks_early and found.reason == "hang":
                 self._capture_absent(found.absent)
             self.log("progress", ranks=self.progress.event())

@@ -121,10 +121,17 @@ def test_computing_waiting_in_collective_and_hung(ranks: Ranks) -> None:
     agree(ranks, {0: "in_collective", 1: "in_collective"})
 
 
-def test_a_call_past_the_hang_timeout_is_hung(ranks: Ranks) -> None:
+def test_past_the_timeout_a_rank_waits_for_a_computing_peer_until_the_job_is_judged_hung(
+        ranks: Ranks) -> None:
+    """Slow is not hung: rank 1 still computes (a straggler, for all anyone knows yet), so
+    rank 0, past the hang timeout in a call rank 1 has not reached, is waiting; once the
+    causal model judges the job hung, the live view says hung."""
     ranks.running(0, 1)
     ranks.call(0, 0, returns=False, ago_s=TIMEOUT + 1)
-    agree(ranks, {0: "hung", 1: "computing"})
+    agree(ranks, {0: "waiting", 1: "computing"})
+    ranks.sup.judged_hung = True
+    live, _ = ranks.look()
+    assert live == {0: "hung", 1: "computing"}
 
 
 def test_the_rendezvous_waits_for_ranks_still_starting(ranks: Ranks) -> None:
@@ -181,6 +188,13 @@ def test_the_rule_on_its_own() -> None:
     assert shown_state(ShownFacts(StateKind.PEER_FAILED), TIMEOUT) == "failed"
     assert shown_state(ShownFacts(StateKind.BLOCKED, waited_ns=timeout_ns), TIMEOUT) == "hung"
     assert shown_state(ShownFacts(StateKind.BLOCKED, job_hung=True), TIMEOUT) == "hung"
+    # past the timeout while a peer is still on its way: a straggler's, until judged hung
+    assert shown_state(ShownFacts(StateKind.BLOCKED, waited_ns=timeout_ns, peers_behind=True),
+                       TIMEOUT) == "waiting"
+    assert shown_state(ShownFacts(StateKind.BLOCKED, waited_ns=timeout_ns, peers_behind=True,
+                                  job_hung=True), TIMEOUT) == "hung"
+    assert shown_state(ShownFacts(StateKind.BLOCKED, waited_ns=timeout_ns, peers_behind=True,
+                                  p2p=True), TIMEOUT) == "hung"
     assert shown_state(ShownFacts(StateKind.BLOCKED, peers_behind=True, p2p=True),
                        TIMEOUT) == "in_collective"
     assert shown_state(ShownFacts(StateKind.DATA_LOADING), TIMEOUT) == "computing"
