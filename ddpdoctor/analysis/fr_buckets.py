@@ -14,6 +14,7 @@ import dataclasses
 
 from ddpdoctor.analysis.model import Call, RankRun
 from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.meta_line import traceback_frames
 from ddpdoctor.trace.origin import Origin
 
 EVENT = "ddp_buckets"  # the trace's word that a DDP's buckets are left to the recorder
@@ -54,8 +55,8 @@ def backward_site(run: RankRun) -> tuple[str, bool]:
     from ddpdoctor.analysis.causal.facts import INTERNAL_PARTS, peer_absence
 
     exc = run.exception() or {}
-    raised = not run.stack and bool(exc.get("traceback"))
-    frames = list(run.stack or []) or list(reversed(exc.get("traceback") or []))
+    raised = not run.stack and bool(traceback_frames(exc))
+    frames = list(run.stack or []) or list(reversed(traceback_frames(exc)))
     if not any(any(b in str(f.get("filename", "")) for b in BACKWARD_FILES) for f in frames):
         return "", False
     for frame in frames:

@@ -36,3 +36,10 @@ def parse_meta_line(line: bytes) -> Any:
         _MEMBERS[key] = members
     obj["ranks"] = members
     return obj
+
+
+def traceback_frames(event: dict[str, Any]) -> list[dict[str, Any]]:
+    """The frames of an exception event's ``traceback``, outermost first: the frame dicts of
+    its list; anything else there (a damaged line's ``true`` or text) is no frame."""
+    frames = event.get("traceback")
+    return [f for f in frames if isinstance(f, dict)] if isinstance(frames, list) else []

@@ -310,6 +310,7 @@ def test_analyze_of_the_intact_job_names_the_mismatch(tmp_path):
     ("text", 0, 3, b"99999999999999999999x99999999999999|||"),
     ("text", 1, 3, b"|||" + b"\xff" * 150),
     ("meta_replace", 0, [deep(100_000)]), ("meta_replace", 1, [b"\xff\xfe" * 1000]),
+    ("meta_replace", 1, [b'{"event": "exception", "traceback": true}']),
     ("supervisor", 0, [b'{"event": "outcome", "outcome": [1], "exit_code": "x"}']),
     ("stack", 0, deep(50_000)), ("run_json", 0, b'{"command": {"a": 1}, "hang_timeout": "x"}'),
     ("run_json", 0, b'{"hang_timeout": 1e999}'), ("run_json", 0, b'{"hang_timeout": -1}'),

@@ -14,6 +14,7 @@ from typing import Any
 
 from ddpdoctor.analysis.causal.state import RankState
 from ddpdoctor.analysis.model import Finding, JobView, RankRun, Severity
+from ddpdoctor.trace.meta_line import traceback_frames
 
 UNFINISHED = re.compile(r"^Expected to have finished reduction in the prior iteration")
 INDICES = re.compile(r"^Parameter indices which did not receive grad for rank (\d+): "
@@ -102,7 +103,7 @@ class ReducerError:
 
 def _message(run: RankRun) -> tuple[str, list[dict[str, Any]]]:
     exc = run.exception() or {}
-    frames = [f for f in exc.get("traceback") or [] if isinstance(f, dict)]
+    frames = traceback_frames(exc)
     return str(exc.get("message") or ""), frames
 
 

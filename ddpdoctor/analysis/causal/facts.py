@@ -12,6 +12,7 @@ from dataclasses import replace
 from ddpdoctor.analysis.model import Call, JobView, RankRun
 from ddpdoctor.analysis.causal.state import Death, RankState, StateKind
 from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.meta_line import traceback_frames
 from ddpdoctor.trace.record import CallRecord
 
 # Errors a rank gets because a peer is absent (gone, or not answering in time).
@@ -103,7 +104,7 @@ def without_own_frames(dump: str) -> str:
 
 
 def _exception_death(run: RankRun, exc: dict) -> Death:
-    frames = [f for f in exc.get("traceback") or [] if isinstance(f, dict) and
+    frames = [f for f in traceback_frames(exc) if
               not ddpdoctor_frame(str(f.get("filename", "")))]
     user = [f for f in frames if isinstance(f, dict)
             and not any(p in str(f.get("filename", "")) for p in INTERNAL_PARTS)]
