@@ -1,6 +1,6 @@
 """Work that several tests check, done once per test session: each catalogued bug's run
-(and its fixed twin's) under `ddpdoctor run`, a framework job's plain run; shared by every
-test and every xdist worker under a lock."""
+(and its fixed twin's) under `ddpdoctor run`, a detector job's run, a framework job's plain
+run; shared by every test and every xdist worker under a lock."""
 
 from __future__ import annotations
 
@@ -38,14 +38,22 @@ def once(factory: pytest.TempPathFactory, key: str, make: Callable[[Path], None]
     return where
 
 
-def sample_run(factory: pytest.TempPathFactory, bug: bugs.Bug, fixed: bool) -> DoctorRun:
-    """The session's one run of ``bug`` (or its twin) under ``ddpdoctor run``."""
+def shared_run(factory: pytest.TempPathFactory, key: str, args: list[str],
+               cwd: Path | None = None, env: dict[str, str] | None = None,
+               timeout: float = 300) -> DoctorRun:
+    """The session's one ``ddpdoctor ARGS`` run under ``key`` (its run dir, exit status and
+    output kept for every later asker)."""
     def make(where: Path) -> None:
-        args = ["run", "--hang-timeout", str(bug.hang_timeout), *bugs.job_command(bug, fixed)]
-        run = run_doctor(args, where, cwd=SAMPLE_BUGS, timeout=300)
+        run = run_doctor(args, where, env=env, cwd=cwd, timeout=timeout)
         (where / "result.json").write_text(json.dumps(
             {"returncode": run.returncode, "stdout": run.stdout, "stderr": run.stderr}))
 
-    where = once(factory, f"{bug.name}{'-fixed' if fixed else ''}", make)
+    where = once(factory, key, make)
     done = json.loads((where / "result.json").read_text())
     return DoctorRun(done["returncode"], done["stdout"], done["stderr"], where / "run")
+
+
+def sample_run(factory: pytest.TempPathFactory, bug: bugs.Bug, fixed: bool) -> DoctorRun:
+    """The session's one run of ``bug`` (or its twin) under ``ddpdoctor run``."""
+    args = ["run", "--hang-timeout", str(bug.hang_timeout), *bugs.job_command(bug, fixed)]
+    return shared_run(factory, f"{bug.name}{'-fixed' if fixed else ''}", args, cwd=SAMPLE_BUGS)

@@ -8,28 +8,27 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import JOBS, DoctorRun, run_doctor
+from tests.conftest import JOBS, DoctorRun
+from tests.integration.sample_runs import shared_run
 from ddpdoctor.analysis.detectors.uneven import predict_uneven
 
 pytestmark = pytest.mark.slow
 
 JOB = str(JOBS / "data_train.py")
 SILENT_KINDS = ("seed_collision", "stale_shuffle", "duplicate_data")
-_runs: dict[str, DoctorRun] = {}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def job(tmp_path_factory: pytest.TempPathFactory):
-    """Run data_train.py with BUG=name once per module (several tests read one run)."""
+    """data_train.py with BUG=name, run once per session (several tests read one run)."""
 
     def _job(bug: str, **env: str) -> DoctorRun:
-        key = bug + repr(sorted(env.items()))
-        if key not in _runs:
-            tmp = tmp_path_factory.mktemp(bug)
-            _runs[key] = run_doctor(["run", "--hang-timeout", "5", "--nproc-per-node", "2",
-                                     JOB], tmp, env={"BUG": bug, **env})
-            assert (tmp / "run" / "report.json").exists(), _runs[key].stderr[-3000:]
-        return _runs[key]
+        key = "data_train-" + "-".join([bug, *(f"{k}={v}" for k, v in sorted(env.items()))])
+        run = shared_run(tmp_path_factory, key, ["run", "--hang-timeout", "5",
+                                                 "--nproc-per-node", "2", JOB],
+                         env={"BUG": bug, **env})
+        assert (run.run_dir / "report.json").exists(), run.stderr[-3000:]
+        return run
 
     return _job
 

@@ -1,6 +1,8 @@
 """The repro of every catalogued bug's run gives the bug's first error finding; the repro of
 every fixed twin ends cleanly.  The bug runs are test_sample_bugs.py's own: each of its
-tests calls ``check_repro`` on the run it made (no bug is run twice)."""
+tests calls ``check_repro`` on the run it made (no bug is run twice).  The twins' repros
+are replayed together, one torchrun job per rank count (``replay_twins``): each still runs
+as its own process group, on a store prefix of its own."""
 
 from __future__ import annotations
 
@@ -9,11 +11,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+import pytest
 
 from ddpdoctor import bugs
 from ddpdoctor.repro.command import write_repro
 from ddpdoctor.repro.emit import replay_args
+from tests.conftest import JOBS
+from tests.integration.sample_runs import once, sample_run
 
 MAX_LINES = 200
 SLACK_SECONDS = 90  # beyond the hang timeout: the goal is ~10 s, the rest is room for load
@@ -44,23 +50,16 @@ def run_repro(bug: bugs.Bug, run_dir: Path, where: Path) -> tuple[subprocess.Com
     return proc, json.loads((where / "run" / "report.json").read_text()), lines, seconds
 
 
-def check_repro(bug: bugs.Bug, run_dir: Path, where: Path, fixed: bool,
-                teardown_only: Callable[[dict[str, Any]], bool] = lambda r: False) -> None:
-    """The repro of the run in ``run_dir``: under 200 lines; for a bug, the same first error
+def check_repro(bug: bugs.Bug, run_dir: Path, where: Path) -> None:
+    """The repro of the bug's run in ``run_dir``: under 200 lines; the same first error
     finding (kind, ranks, seq) as the run (a bug with a ``replay_gap``: known to differ, and
-    the check says when it no longer does); for a fixed twin, a clean end (exit 0; gloo's own
-    teardown abort tolerated as the twin's test tolerates it)."""
+    the check says when it no longer does)."""
     original = json.loads((run_dir / "report.json").read_text())
     proc, report, lines, seconds = run_repro(bug, run_dir, where)
-    name = f"{bug.name}{' fixed' if fixed else ''} repro"
+    name = f"{bug.name} repro"
     assert lines < MAX_LINES, f"{name}: {lines} lines"
     assert seconds < bug.hang_timeout + SLACK_SECONDS, f"{name}: ran {seconds:.0f} s"
-    if fixed:
-        if proc.returncode != 0 and teardown_only(report):
-            return
-        assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
-        assert first_error(report) is None, f"{name}: {report['findings']}"
-    elif bug.replay_gap:  # what its finding rests on is not replayed (the catalogue says why)
+    if bug.replay_gap:  # what its finding rests on is not replayed (the catalogue says why)
         assert first_error(report) != first_error(original), (
             f"{name}: the replay now gives the bug's first finding: drop its replay_gap")
     else:
@@ -68,3 +67,29 @@ def check_repro(bug: bugs.Bug, run_dir: Path, where: Path, fixed: bool,
             f"{name}: first error {first_error(report)}, the bug's {first_error(original)}\n"
             f"{(where / 'repro.py').read_text()}")
 
+
+def twin_repro(factory: pytest.TempPathFactory, bug: bugs.Bug) -> Path:
+    """The repro of the session's run of ``bug``'s fixed twin (written once, under 200 lines,
+    its header telling how to replay it)."""
+    run = sample_run(factory, bug, fixed=True)
+
+    def make(where: Path) -> None:
+        script = write_repro(run.run_dir, where / "repro.py")
+        text = script.read_text()
+        lines = text.count("\n")
+        assert lines < MAX_LINES, f"{bug.name} fixed repro: {lines} lines"
+        args = replay_args(text)
+        assert args and args[args.index("--nproc-per-node") + 1] == str(bug.nproc), args
+
+    return once(factory, f"{bug.name}-fixed-repro", make) / "repro.py"
+
+
+def replay_twins(factory: pytest.TempPathFactory, twins: list[bugs.Bug], nproc: int,
+                 where: Path) -> subprocess.CompletedProcess:
+    """Every twin's repro replayed in turn by one ``torchrun --nproc-per-node nproc`` job
+    (tests/integration/jobs/replay_batch.py): one job instead of one per twin."""
+    scripts = [str(twin_repro(factory, bug)) for bug in twins]
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+         str(JOBS / "replay_batch.py"), *scripts],
+        cwd=where, capture_output=True, text=True, timeout=60 + 15 * len(scripts))

@@ -7,7 +7,7 @@ import pytest
 
 from ddpdoctor import bugs
 from tests.integration.sample_runs import sample_run
-from tests.integration.test_repro_catalogue import check_repro
+from tests.integration.test_repro_catalogue import check_repro, replay_twins, twin_repro
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def test_bug_is_named_with_its_culprits(tmp_path_factory, bug, tmp_path):
         f"{describe(named)}")
     check_root_cause_first(bug, findings)
     assert report["world_size"] == bug.nproc
-    check_repro(bug, run.run_dir, tmp_path / "repro", fixed=False)
+    check_repro(bug, run.run_dir, tmp_path / "repro")
 
 
 @FINISHES
@@ -96,7 +96,20 @@ def test_fixed_twin_runs_clean(tmp_path_factory, bug, tmp_path):
     serious = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
     assert serious == [], f"{bug.name} fixed: {describe(serious)}"
     assert report["world_size"] == bug.nproc
-    check_repro(bug, run.run_dir, tmp_path / "repro", fixed=True, teardown_only=teardown_abort_only)
+    twin_repro(tmp_path_factory, bug)  # replayed by test_fixed_twins_repros_end_cleanly
+
+
+@pytest.mark.parametrize("nproc", sorted({b.nproc for b in bugs.CATALOGUE}))
+def test_fixed_twins_repros_end_cleanly(tmp_path_factory, nproc, tmp_path):
+    """The repro of every fixed twin with ``nproc`` ranks ends cleanly (exit 0), each
+    replayed in turn by the ranks of one job."""
+    twins = [b for b in bugs.CATALOGUE if b.nproc == nproc]
+    proc = replay_twins(tmp_path_factory, twins, nproc, tmp_path)
+    replayed = [line.split()[1] for line in proc.stdout.splitlines()
+                if line.startswith("replayed ")]
+    assert proc.returncode == 0 and len(replayed) == len(twins), (
+        f"replayed {replayed} of {[b.name for b in twins]}, exit {proc.returncode}\n"
+        f"{proc.stderr[-3000:]}")
 
 
 DDP_TORCH_BUGS = ("early_stop_per_rank", "unused_parameters", "crash_mid_epoch",
