@@ -16,12 +16,13 @@ def plausible_world(rank: int, world: int) -> bool:
 def world_size(claims: Iterable[tuple[int, int]]) -> int:
     """The world size from each rank's ``(rank, world_size)`` header: what most plausible
     claims say (on a tie, the smaller: damage more often inflates a number than shrinks it
-    to another rank's), never fewer than the highest rank seen plus one.  0 with no claim.
+    to another rank's), never fewer than the highest rank of a plausible claim plus one.
+    0 with no plausible claim.
 
-    A damaged header (a world size of 2**31 in one trace) so counts for nothing, where the
-    largest claim would have had the analysis hold state for two billion ranks."""
-    pairs = list(claims)
-    ranks = [rank for rank, _ in pairs if 0 <= rank < MAX_WORLD_SIZE]
-    votes = Counter(world for rank, world in pairs if plausible_world(rank, world))
+    A damaged header (a world size of 2**31, or a rank of a million in a world of 4) so
+    counts for nothing, where the largest number would have had the analysis hold state for
+    that many ranks."""
+    plausible = [(rank, world) for rank, world in claims if plausible_world(rank, world)]
+    votes = Counter(world for _, world in plausible)
     said = min(votes, key=lambda w: (-votes[w], w)) if votes else 0
-    return max([said, *(rank + 1 for rank in ranks)])
+    return max([said, *(rank + 1 for rank, _ in plausible)])

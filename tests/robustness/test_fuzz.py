@@ -302,7 +302,7 @@ def test_analyze_of_the_intact_job_names_the_mismatch(tmp_path):
     ("header", 0, "capacity", 0), ("header", 0, "capacity", -5),
     ("header", 0, "capacity", 2**31 - 1), ("header", 1, "count", -1),
     ("header", 1, "count", 2**31 - 1), ("header", 0, "rank", 2**31 - 1),
-    ("header", 0, "world", -7), ("header", 1, "world", 2**31 - 1), ("header", 0, "state", 99), ("truncate", 0, 10),
+    ("header", 0, "world", -7), ("header", 1, "world", 2**31 - 1), ("header", 2, "rank", 977_917), ("header", 0, "state", 99), ("truncate", 0, 10),
     ("truncate", 1, L.HEADER_SIZE + 100), ("record", 0, 2, "seq", 2**62),
     ("record", 1, 1, "group", -1), ("record", 1, 1, "group", 2**31 - 1),
     ("record", 0, 0, "op", 255), ("record", 0, 0, "kind", 0),

@@ -15,9 +15,10 @@ def test_a_damaged_claim_is_outvoted_and_a_huge_one_ignored():
     assert world_size([(0, 2), (1, 6)]) == 2  # a tie: the smaller
 
 
-def test_never_fewer_than_the_ranks_seen():
-    assert world_size([(0, 2), (1, 2), (5, 2)]) == 6  # rank 5 exists, whatever they say
-    assert world_size([(3, 3)]) == 4  # a world that does not hold its own rank is damage
+def test_never_fewer_than_the_ranks_of_plausible_claims():
+    assert world_size([(0, 2), (1, 2), (5, 8)]) == 6  # rank 5 of 8 exists: outvoted, but there
+    assert world_size([(0, 4), (977_917, 4)]) == 4  # a rank past its own world is damage
+    assert world_size([(3, 3)]) == 0
 
 
 def test_no_claim_is_zero():
