@@ -71,9 +71,7 @@ EXPECTED: dict[str, Flagged | OutOfReach] = {
     "eval_ddp_forward_rank0": Flagged(46, "rank_dependent_collective", E),
     "nan_loss_skip_one_rank": Flagged(44, "conditional_skip", W),
     "lock_held_across_barrier": Flagged(33, "lock_held_across_collective", E),
-    "checkpoint_reentrant_ddp": OutOfReach("no lint rule looks at activation checkpointing: a "
-                                           "module under two reentrant checkpoints is not "
-                                           "checked"),
+    "checkpoint_reentrant_ddp": Flagged(51, "reentrant_checkpoint", E),
 }
 
 

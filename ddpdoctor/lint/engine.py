@@ -8,7 +8,8 @@ from pathlib import Path
 from ddpdoctor.errors import UserError
 from ddpdoctor.lint.findings import Condition, LintFinding, ignored
 from ddpdoctor.lint.module import ParsedModule, parse_module, parse_source
-from ddpdoctor.lint.rules import Draft, duplicate_data, missing_set_epoch, seed_collision
+from ddpdoctor.lint.rules import Draft, duplicate_data, missing_set_epoch, \
+    reentrant_checkpoint, seed_collision
 from ddpdoctor.lint.summaries import FunctionInfo, Program, static_kinds, summarise_collectives
 from ddpdoctor.lint.taint import Env
 from ddpdoctor.lint.walker import FunctionWalker, ModuleFacts
@@ -112,6 +113,7 @@ def lint_modules(modules: list[ParsedModule]) -> list[LintFinding]:
         _walk_module(program, module, by_module.get(module.path, []), set(datasets[module.path]),
                      True, [], ModuleFacts())
     set_epoch_functions = _set_epoch_functions(program)
+    wraps = reentrant_checkpoint.ddp_wraps(modules)
     findings: list[LintFinding] = []
     for module in modules:
         drafts: list[Draft] = []
@@ -121,6 +123,7 @@ def lint_modules(modules: list[ParsedModule]) -> list[LintFinding]:
                      facts)
         drafts += _file_rules(module, functions, datasets[module.path], set_epoch_functions,
                               facts)
+        drafts += reentrant_checkpoint.check(module, wraps)
         findings += _module_findings(module, drafts)
     findings.sort(key=lambda f: (f.file, f.line, f.kind))
     return findings

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torch.utils.checkpoint import checkpoint
 """
 
 
@@ -547,4 +548,181 @@ def test_loops_over_containers_follow_their_length_not_their_contents():
                 picked.append(x)
         for p in picked:
             dist.all_reduce(p)  # expect: uneven_loop
+    """)
+
+
+# -- reentrant_checkpoint ---------------------------------------------------------------------
+def test_one_module_under_two_reentrant_checkpoints_in_ddp():
+    findings = check("""
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+            self.other = nn.Linear(16, 16)
+
+        def forward(self, h, flag):
+            h = checkpoint(self.shared, h, use_reentrant=True)
+            h = checkpoint(self.other, h, use_reentrant=True)
+            h = checkpoint(self.shared, h, use_reentrant=True)  # expect: reentrant_checkpoint
+            return h
+
+    class DefaultIsReentrant(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+
+        def forward(self, h):
+            h = checkpoint(self.shared, h)
+            return checkpoint(self.shared, h)  # expect: reentrant_checkpoint
+
+    class NonReentrant(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+
+        def forward(self, h, how):
+            h = checkpoint(self.shared, h, use_reentrant=False)
+            h = checkpoint(self.shared, h, use_reentrant=False)
+            h = checkpoint(self.shared, h, use_reentrant=how)
+            return checkpoint(self.shared, h, **{"use_reentrant": True})
+
+    class OneBranchEach(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+
+        def forward(self, h, flag):
+            if flag:
+                h = checkpoint(self.shared, h, use_reentrant=True)
+            else:
+                h = checkpoint(self.shared, h * 2, use_reentrant=True)
+            return h
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.parts = nn.ModuleList([Twice(), DefaultIsReentrant(), NonReentrant(),
+                                        OneBranchEach()])
+
+    def main():
+        model = DDP(Model().to("cpu"))
+    """)
+    assert severities(findings) == {"error"}
+    assert all("use_reentrant=False" in f.fix for f in findings)
+
+
+def test_reentrant_checkpoint_in_a_loop():
+    check("""
+    class SharedLoop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+            self.blocks = nn.ModuleList([nn.Linear(16, 16) for _ in range(4)])
+            self.head = nn.Linear(16, 2)
+
+        def forward(self, h):
+            for _ in range(2):
+                h = checkpoint(self.shared, h, use_reentrant=True)  # expect: reentrant_checkpoint
+            for block in self.blocks:
+                h = checkpoint(block, h, use_reentrant=True)
+            for i in range(len(self.blocks)):
+                h = checkpoint(self.blocks[i], h, use_reentrant=True)
+            for _ in range(1):
+                h = checkpoint(self.head, h, use_reentrant=True)
+            return h
+
+    net = SharedLoop()
+    model = DDP(net)
+    """)
+
+
+def test_reentrant_checkpoint_outside_ddp_or_with_static_graph():
+    check("""
+    class NotWrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+
+        def forward(self, h):
+            h = checkpoint(self.shared, h, use_reentrant=True)
+            return checkpoint(self.shared, h, use_reentrant=True)
+
+    class Static(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+
+        def forward(self, h):
+            h = checkpoint(self.shared, h, use_reentrant=True)
+            return checkpoint(self.shared, h, use_reentrant=True)
+
+    class Other(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, h):
+            return self.fc(h)
+
+    def main():
+        a = DDP(Static(), static_graph=True)
+        b = DDP(Other())
+    """)
+
+
+def test_reentrant_checkpoint_when_the_wrapped_module_is_not_known():
+    findings = check("""
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+
+        def forward(self, h):
+            h = checkpoint(self.shared, h)
+            return checkpoint(self.shared, h)  # expect: reentrant_checkpoint
+
+    def main(build):
+        model = DDP(build())
+    """)
+    assert severities(findings) == {"warning"}
+
+
+def test_a_loop_that_always_runs_uses_its_submodule():
+    check("""
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+            self.head = nn.Linear(16, 2)
+
+        def forward(self, h):
+            for _ in range(2):
+                h = checkpoint(self.shared, h, use_reentrant=False)
+            return self.head(h)
+
+    class Deep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.depth = 3
+            self.shared = nn.Linear(16, 16)
+
+        def forward(self, h):
+            for _ in range(self.depth):
+                h = self.shared(h)
+            return h
+
+    class DataLoop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+
+        def forward(self, h, steps):
+            for _ in range(steps):
+                h = self.shared(h)
+            return h
+
+    def main():
+        a = DDP(Shared())
+        b = DDP(Deep())
+        c = DDP(DataLoop())  # expect: unused_parameters
     """)

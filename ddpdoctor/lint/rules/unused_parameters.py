@@ -61,6 +61,26 @@ def _uses(node: ast.AST | None) -> set[str]:
     return out
 
 
+STATIC_ITER_NAMES = frozenset({"self", "range", "len", "enumerate", "zip", "reversed"})
+
+
+def _runs_every_forward(loop: ast.For | ast.While) -> bool:
+    """True for a loop whose body runs on every forward, the same on every rank: ``while
+    True``, ``range(2)``, a non-empty literal, or an iterable made of ``self``'s attributes
+    only (``range(self.depth)``: configuration, not data)."""
+    if isinstance(loop, ast.While):
+        return isinstance(loop.test, ast.Constant) and bool(loop.test.value)
+    it = loop.iter
+    if isinstance(it, (ast.List, ast.Tuple)):
+        return bool(it.elts)
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" \
+            and it.args and all(isinstance(a, ast.Constant) for a in it.args):
+        consts = [a.value for a in it.args]
+        return all(isinstance(c, int) for c in consts) and len(range(*consts[:3])) > 0
+    names = {n.id for n in ast.walk(it) if isinstance(n, ast.Name)}
+    return "self" in names and names <= STATIC_ITER_NAMES
+
+
 def _paths(stmts: list[ast.stmt], current: set[str] | None,
            returns: list[set[str]]) -> set[str] | None:
     """What every path through ``stmts`` uses; returns append what they used; None: no path
@@ -80,7 +100,10 @@ def _paths(stmts: list[ast.stmt], current: set[str] | None,
             current = a & b if a is not None and b is not None else (a if b is None else b)
         elif isinstance(stmt, (ast.For, ast.While)):
             current = current | _uses(stmt.iter if isinstance(stmt, ast.For) else stmt.test)
-            _paths(stmt.body, set(current), [])  # may not run: its uses do not count
+            inner = _paths(stmt.body, set(current), [])
+            if _runs_every_forward(stmt) and inner is not None:
+                current = inner  # a loop that runs every forward: its uses count
+            # otherwise it may not run: its uses do not count
         elif isinstance(stmt, (ast.With, ast.Try)):
             items = [i.context_expr for i in stmt.items] if isinstance(stmt, ast.With) else []
             current = current | set().union(*map(_uses, items))

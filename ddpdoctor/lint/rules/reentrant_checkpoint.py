@@ -1,0 +1,213 @@
+"""One module under two reentrant activation checkpoints in one forward, inside DDP: the second
+checkpoint's nested backward marks its parameters ready twice and DDP raises."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from ddpdoctor.lint.collectives import is_ddp_wrap
+from ddpdoctor.lint.findings import Severity
+from ddpdoctor.lint.module import ParsedModule
+from ddpdoctor.lint.rules import Draft
+
+KIND = "reentrant_checkpoint"
+CHECKPOINT = "torch.utils.checkpoint.checkpoint"
+MESSAGE = ("{what} is checkpointed with use_reentrant={how} {again}: under DDP{where} its "
+           "parameters are marked ready twice in one backward and DDP raises \"Expected to mark "
+           "a variable ready only once\"")
+FIX = ("checkpoint(..., use_reentrant=False), or DDP(..., static_graph=True) if the graph is "
+       "the same every iteration")
+MAYBE = (" (if this module is what the job wraps: the DDP wrap's module is not resolved "
+         "in the files linted)")
+# calls that return the module itself: DDP(Encoder().to(device)) wraps an Encoder
+SAME_MODULE = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train",
+                         "to_empty", "requires_grad_"})
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    """A reentrant checkpoint call of one callable, and how often one forward reaches it."""
+
+    call: ast.Call
+    callable_text: str
+    times: int  # 1, or 2 for twice or more (a second call, a loop)
+    loop_line: int | None  # the loop header that repeats it, if a loop does
+
+
+@dataclass(frozen=True)
+class Wraps:
+    """The linted files' DDP wraps: the classes they wrap (with what they hold), and whether a
+    wrap's module could not be resolved."""
+
+    classes: frozenset[str]
+    unresolved: bool
+
+
+def reentrant(call: ast.Call, module: ParsedModule) -> bool:
+    """True for ``torch.utils.checkpoint.checkpoint(...)`` with ``use_reentrant=True`` or no
+    ``use_reentrant`` (torch's default is reentrant, with a warning); False when the argument is
+    False or not a constant (unknown: no finding)."""
+    if module.qualified(call.func) != CHECKPOINT:
+        return False
+    for k in call.keywords:
+        if k.arg is None:  # **kwargs: could hold use_reentrant
+            return False
+        if k.arg == "use_reentrant":
+            return isinstance(k.value, ast.Constant) and k.value.value is True
+    return True
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _assigned(loop: ast.For | ast.While) -> set[str]:
+    """Names a loop binds: its target and what its body assigns."""
+    out = _names(loop.target) if isinstance(loop, ast.For) else set()
+    for stmt in loop.body:
+        for n in ast.walk(stmt):
+            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.With)):
+                for t in getattr(n, "targets", []) + [getattr(n, "target", None)]:
+                    if t is not None:
+                        out |= _names(t)
+    return out
+
+
+def _once(loop: ast.For | ast.While) -> bool:
+    """True when the loop's body runs at most once: ``range(1)``, ``range(0)``, one literal item."""
+    if isinstance(loop, ast.While):
+        return False
+    it = loop.iter
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" \
+            and len(it.args) == 1 and isinstance(it.args[0], ast.Constant):
+        return isinstance(it.args[0].value, int) and it.args[0].value <= 1
+    return isinstance(it, (ast.List, ast.Tuple)) and len(it.elts) <= 1
+
+
+def _count(stmts: list[ast.stmt], module: ParsedModule,
+           loops: list[ast.For | ast.While]) -> dict[str, list[Checkpointed]]:
+    """The reentrant checkpoint calls of ``stmts`` by callable, on the path that reaches most of
+    them (of an ``if``'s two branches only one runs)."""
+    found: dict[str, list[Checkpointed]] = {}
+    for stmt in stmts:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(stmt, ast.If):
+            a = _count(stmt.body, module, loops)
+            b = _count(stmt.orelse, module, loops)
+            for key in a.keys() | b.keys():
+                found.setdefault(key, []).extend(max(a.get(key, []), b.get(key, []), key=len))
+            continue
+        if isinstance(stmt, (ast.For, ast.While)):
+            inner = _count(stmt.body, module, loops + [stmt])
+            for key, calls in inner.items():
+                found.setdefault(key, []).extend(calls)
+            continue
+        if isinstance(stmt, (ast.With, ast.Try)):
+            bodies = [stmt.body] + ([h.body for h in stmt.handlers] + [stmt.orelse, stmt.finalbody]
+                                    if isinstance(stmt, ast.Try) else [])
+            for body in bodies:
+                for key, calls in _count(body, module, loops).items():
+                    found.setdefault(key, []).extend(calls)
+            continue
+        calls = sorted((n for n in ast.walk(stmt) if isinstance(n, ast.Call)
+                        and reentrant(n, module) and n.args),
+                       key=lambda c: (c.lineno, c.col_offset))
+        for call in calls:
+            fn = call.args[0]
+            repeat = next((lp for lp in loops if not _once(lp) and not _names(fn) & _assigned(lp)),
+                          None)
+            text = ast.unparse(fn)
+            found.setdefault(text, []).append(Checkpointed(
+                call, text, 2 if repeat is not None else 1,
+                repeat.lineno if repeat is not None else None))
+    return found
+
+
+def _unwrap(node: ast.expr) -> ast.expr:
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr in SAME_MODULE:
+        node = node.func.value
+    return node
+
+
+def _class_of(node: ast.expr, module: ParsedModule, classes: set[str],
+              seen: frozenset[str] = frozenset()) -> str | None:
+    """The linted class an expression builds: ``Encoder(...)``, or a name assigned one."""
+    node = _unwrap(node)
+    if isinstance(node, ast.Call):
+        name = (module.qualified(node.func) or "").rsplit(".", 1)[-1]
+        return name if name in classes else None
+    if isinstance(node, ast.Name) and node.id not in seen:
+        for n in ast.walk(module.tree):
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id
+                                                 for t in n.targets):
+                found = _class_of(n.value, module, classes, seen | {node.id})
+                if found is not None:
+                    return found
+    return None
+
+
+def _static_graph(ddp: ast.Call) -> bool:
+    return any(k.arg == "static_graph" and not (isinstance(k.value, ast.Constant)
+                                                and not k.value.value) for k in ddp.keywords)
+
+
+def ddp_wraps(modules: list[ParsedModule]) -> Wraps:
+    """The classes the files' DDP wraps (without static_graph) hold, their submodules' classes
+    included."""
+    defined = {name: cls for m in modules for name, cls in m.classes().items()}
+    roots: set[str] = set()
+    unresolved = False
+    for module in modules:
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Call) and is_ddp_wrap(node, module) and node.args and \
+                    not _static_graph(node):
+                name = _class_of(node.args[0], module, set(defined))
+                if name is None:
+                    unresolved = True
+                else:
+                    roots.add(name)
+    held = set(roots)
+    todo = list(roots)
+    while todo:
+        cls = defined[todo.pop()]
+        for n in ast.walk(cls):
+            if isinstance(n, ast.Name) and n.id in defined and n.id not in held:
+                held.add(n.id)
+                todo.append(n.id)
+    return Wraps(frozenset(held), unresolved)
+
+
+def check(module: ParsedModule, wraps: Wraps) -> list[Draft]:
+    """Rule: under DDP (without static_graph), no module may be checkpointed reentrantly more
+    than once per forward (two calls in one method, or one call in a loop): a reentrant
+    checkpoint's nested backward marks its parameters ready again."""
+    drafts: list[Draft] = []
+    for cls in module.classes().values():
+        under_ddp = cls.name in wraps.classes
+        if not under_ddp and not wraps.unresolved:
+            continue
+        for method in cls.body:
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for text, calls in _count(method.body, module, []).items():
+                drafts += _drafts(text, calls, under_ddp)
+    return drafts
+
+
+def _drafts(text: str, calls: list[Checkpointed], under_ddp: bool) -> list[Draft]:
+    """A draft at the second call of one callable (or at a call a loop repeats)."""
+    if sum(c.times for c in calls) < 2:
+        return []
+    first = calls[0]
+    culprit = first if first.times > 1 else calls[1]
+    how = next((ast.unparse(k.value) for k in culprit.call.keywords
+                if k.arg == "use_reentrant"), None)
+    again = (f"in the loop of line {culprit.loop_line}" if culprit is first
+             else f"again (first on line {first.call.lineno})")
+    message = MESSAGE.format(what=text, how=how or "True (torch's default)", again=again,
+                             where="" if under_ddp else MAYBE)
+    severity = Severity.ERROR if under_ddp else Severity.WARNING
+    return [Draft(KIND, severity, culprit.call.lineno, "DDP backward", None, message, FIX)]
