@@ -29,11 +29,27 @@ def python_files(paths: list[Path]) -> list[tuple[Path, str]]:
                                 "script or the directory that holds it", 2)
             found += [(f, str(f)) for f in inside]
         elif path.is_file():
+            if not _python_file(path):
+                raise UserError(f"{path} is not a Python file (neither *.py nor a python "
+                                "#! line); give the training script or its directory", 2)
             found.append((path, str(path)))
         else:
             raise UserError(f"{path}: no such file or directory; give Python files or "
                             "directories that hold them", 2)
     return found
+
+
+def _python_file(path: Path) -> bool:
+    """A file given by name is Python when it ends in ``.py`` (``.pyw``, ``.pyi``) or starts
+    with a ``#!`` line that runs python (a script without the suffix)."""
+    if path.suffix in (".py", ".pyw", ".pyi"):
+        return True
+    try:
+        with path.open("rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return True  # let the parse report why it cannot be read
+    return first.startswith(b"#!") and b"python" in first
 
 
 def dataset_classes(module: ParsedModule) -> dict[str, ast.ClassDef]:

@@ -15,7 +15,7 @@ from ddpdoctor.lint.engine import lint_files
 from ddpdoctor.rundir.layout import write_json_atomic
 
 LINT_FILE = "lint.json"
-SHOWN = 8  # notices printed at most; the report keeps them all
+SHOWN = 3  # notices printed at most (errors first); the report keeps them all
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
@@ -56,18 +56,30 @@ def lint_before_run(command: list[str], run_dir: Path, console: Console) -> list
         write_json_atomic(run_dir / LINT_FILE, findings)
     except OSError:
         pass  # the notices below still tell the user; the report will lack its lint key
-    for f in findings[:SHOWN]:
+    if findings:
+        _print_notices(findings, script, console)
+    return findings
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' * (n != 1)}"
+
+
+def _print_notices(findings: list[dict[str, Any]], script: Path, console: Console) -> None:
+    """A count, the first few findings (errors first), and where to see them all."""
+    errors = sum(f["severity"] == "error" for f in findings)
+    command = f"`ddpdoctor lint {escape(str(script))}`"
+    console.print(f"[dim]ddpdoctor: lint: {_count(errors, 'error')}, "
+                  f"{_count(len(findings) - errors, 'warning')} (the job starts anyway)[/dim]",
+                  highlight=False)
+    shown = sorted(findings, key=lambda f: f["severity"] != "error")[:SHOWN]
+    for f in shown:
         style = "yellow" if f["severity"] == "error" else "dim"
         console.print(f"[{style}]ddpdoctor: lint notice: {escape(f['file'])}:{f['line']}: "
                       f"{f['severity']} {f['kind']}: {escape(f['message'])}[/{style}]",
                       highlight=False)
-    if len(findings) > SHOWN:
-        console.print(f"[dim]ddpdoctor: lint: {len(findings) - SHOWN} more in the report[/dim]")
-    if findings:
-        console.print("[dim]ddpdoctor: the job starts anyway (lint only warns); "
-                      f"`ddpdoctor lint {escape(str(script))}` shows the fixes[/dim]",
-                      highlight=False)
-    return findings
+    more = f"{len(findings) - SHOWN} more; " if len(findings) > SHOWN else ""
+    console.print(f"[dim]ddpdoctor: lint: {more}the fixes: {command}[/dim]", highlight=False)
 
 
 def read_lint(run_dir: Path) -> list[dict[str, Any]] | None:

@@ -84,10 +84,28 @@ def test_missing_path_is_one_line(doctor):
 def test_not_python_is_one_line(doctor, tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("this is not python: it has words, and a colon\n")
-    assert "notes.txt is not valid Python" in one_line_error(doctor(["lint", str(notes)]))
+    assert "notes.txt is not a Python file" in one_line_error(doctor(["lint", str(notes)]))
+    words = tmp_path / "words.txt"
+    words.write_text("hello\n")  # parses as Python, but is not a Python file
+    assert "words.txt is not a Python file" in one_line_error(doctor(["lint", str(words)]))
     blob = tmp_path / "blob.py"
     blob.write_bytes(b"\xff\xfe\x00binary")
     assert "blob.py" in one_line_error(doctor(["lint", str(blob)]))
+    program = tmp_path / "program"
+    program.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
+    assert "program is not a Python file" in one_line_error(doctor(["lint", str(program)]))
+    odd = tmp_path / "odd.py"
+    odd.write_text("x = 1\x00\n")
+    assert "odd.py is not valid Python" in one_line_error(doctor(["lint", str(odd)]))
+
+
+def test_script_without_suffix_is_linted_by_its_shebang(doctor, tmp_path):
+    script = tmp_path / "train"
+    script.write_text("#!/usr/bin/env python3\nimport torch.distributed as dist\n"
+                      "if dist.get_rank() == 0:\n    dist.barrier()\n")
+    run = doctor(["lint", str(script)])
+    assert run.returncode == 1, run.stderr
+    assert "train:4: error rank_dependent_collective" in run.stdout
 
 
 def test_syntax_error_is_one_line(doctor, tmp_path):

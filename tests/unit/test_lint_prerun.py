@@ -39,3 +39,29 @@ def test_read_lint_from_run_dir_and_attempts(tmp_path):
     assert read_lint(attempt) == [{"kind": "x", "line": 3}]
     (tmp_path / "lint.json").write_text("{broken")
     assert read_lint(tmp_path) is None
+
+
+def test_notices_are_a_count_the_first_few_errors_first_and_a_pointer(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from ddpdoctor.lint.prerun import SHOWN, lint_before_run
+
+    script = tmp_path / "train.py"
+    lines = ["import os", "import torch.distributed as dist", "rank = dist.get_rank()",
+             *[f"if os.path.exists('flag{i}'):\n    dist.barrier()" for i in range(4)],
+             "if rank == 0:", "    dist.barrier()"]
+    script.write_text("\n".join(lines) + "\n")
+    out = io.StringIO()
+    findings = lint_before_run(["torchrun", str(script)], tmp_path, Console(file=out, width=400))
+    text = out.getvalue().splitlines()
+    errors = [f for f in findings if f["severity"] == "error"]
+    assert len(findings) > SHOWN and len(errors) == 1
+    assert text[0] == f"ddpdoctor: lint: 1 error, {len(findings) - 1} warnings (the job starts " \
+        "anyway)"
+    notices = [t for t in text if "lint notice" in t]
+    assert len(notices) == SHOWN and ":13: error rank_dependent_collective" in notices[0]
+    assert text[-1] == f"ddpdoctor: lint: {len(findings) - SHOWN} more; the fixes: " \
+        f"`ddpdoctor lint {script}`"
+    assert json.loads((tmp_path / "lint.json").read_text()) == findings
