@@ -638,6 +638,17 @@ def test_reentrant_checkpoint_in_a_loop():
 
 def test_reentrant_checkpoint_outside_ddp_or_with_static_graph():
     check("""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    class Sharded(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+
+        def forward(self, h):
+            h = checkpoint(self.shared, h, use_reentrant=True)
+            return checkpoint(self.shared, h, use_reentrant=True)
+
     class NotWrapped(nn.Module):
         def __init__(self):
             super().__init__()
@@ -667,6 +678,7 @@ def test_reentrant_checkpoint_outside_ddp_or_with_static_graph():
     def main():
         a = DDP(Static(), static_graph=True)
         b = DDP(Other())
+        c = FSDP(Sharded())
     """)
 
 

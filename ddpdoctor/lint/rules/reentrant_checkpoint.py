@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ddpdoctor.lint.collectives import is_ddp_wrap
 from ddpdoctor.lint.findings import Severity
 from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.rules import Draft
@@ -149,6 +148,13 @@ def _class_of(node: ast.expr, module: ParsedModule, classes: set[str],
     return None
 
 
+def _ddp_wrap(call: ast.Call, module: ParsedModule) -> bool:
+    """DDP itself (FSDP marks no variable ready: the rule is DDP's)."""
+    name = module.qualified(call.func) or ""
+    return name.rsplit(".", 1)[-1] == "DistributedDataParallel" or \
+        name == "ignite.distributed.auto_model"
+
+
 def _static_graph(ddp: ast.Call) -> bool:
     return any(k.arg == "static_graph" and not (isinstance(k.value, ast.Constant)
                                                 and not k.value.value) for k in ddp.keywords)
@@ -162,7 +168,7 @@ def ddp_wraps(modules: list[ParsedModule]) -> Wraps:
     unresolved = False
     for module in modules:
         for node in ast.walk(module.tree):
-            if isinstance(node, ast.Call) and is_ddp_wrap(node, module) and node.args and \
+            if isinstance(node, ast.Call) and _ddp_wrap(node, module) and node.args and \
                     not _static_graph(node):
                 name = _class_of(node.args[0], module, set(defined))
                 if name is None:
