@@ -631,6 +631,10 @@ def test_reentrant_checkpoint_in_a_loop():
                 h = checkpoint(self.head, h, use_reentrant=True)
             return h
 
+        def chunks(self, parts):
+            outs = [checkpoint(self.shared, p) for p in parts]  # expect: reentrant_checkpoint
+            return [checkpoint(b, p, use_reentrant=True) for b, p in zip(self.blocks, outs)]
+
     net = SharedLoop()
     model = DDP(net)
     """)

@@ -113,15 +113,30 @@ def _count(stmts: list[ast.stmt], module: ParsedModule,
         calls = sorted((n for n in ast.walk(stmt) if isinstance(n, ast.Call)
                         and reentrant(n, module) and n.args),
                        key=lambda c: (c.lineno, c.col_offset))
+        repeated = _in_comprehensions(stmt)
         for call in calls:
             fn = call.args[0]
-            repeat = next((lp for lp in loops if not _once(lp) and not _names(fn) & _assigned(lp)),
-                          None)
+            repeat = next((lp.lineno for lp in loops
+                           if not _once(lp) and not _names(fn) & _assigned(lp)), None)
+            if repeat is None and id(call) in repeated and not _names(fn) & repeated[id(call)]:
+                repeat = call.lineno  # a comprehension repeats it with the same callable
             text = ast.unparse(fn)
             found.setdefault(text, []).append(Checkpointed(
-                call, text, 2 if repeat is not None else 1,
-                repeat.lineno if repeat is not None else None))
+                call, text, 2 if repeat is not None else 1, repeat))
     return found
+
+
+def _in_comprehensions(stmt: ast.stmt) -> dict[int, set[str]]:
+    """The calls inside a comprehension's element, with the names its loops bind."""
+    out: dict[int, set[str]] = {}
+    for comp in ast.walk(stmt):
+        if isinstance(comp, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            bound = set().union(*(_names(g.target) for g in comp.generators))
+            elts = [comp.key, comp.value] if isinstance(comp, ast.DictComp) else [comp.elt]
+            for node in (n for e in elts for n in ast.walk(e)):
+                if isinstance(node, ast.Call):
+                    out[id(node)] = out.get(id(node), set()) | bound
+    return out
 
 
 def _unwrap(node: ast.expr) -> ast.expr:
