@@ -33,10 +33,25 @@ def python_files(paths: list[Path]) -> list[tuple[Path, str]]:
                 raise UserError(f"{path} is not a Python file (neither *.py nor a python "
                                 "#! line); give the training script or its directory", 2)
             found.append((path, str(path)))
+        elif path.exists():
+            raise UserError(f"{path} is neither a regular file nor a directory; give Python "
+                            "files or directories that hold them", 2)
         else:
             raise UserError(f"{path}: no such file or directory; give Python files or "
                             "directories that hold them", 2)
-    return found
+    return _once_each(found)
+
+
+def _once_each(found: list[tuple[Path, str]]) -> list[tuple[Path, str]]:
+    """Each file once, under the first name it was given (``a.py ./a.py dir/`` name one file)."""
+    seen: set[Path] = set()
+    out = []
+    for path, shown in found:
+        real = path.resolve()
+        if real not in seen:
+            seen.add(real)
+            out.append((path, shown))
+    return out
 
 
 def _python_file(path: Path) -> bool:

@@ -169,3 +169,15 @@ def test_empty_and_comment_only_files_are_clean(doctor, tmp_path):
     (tmp_path / "b.py").write_text("# nothing but a comment\n")
     run = doctor(["lint", str(tmp_path)])
     assert run.returncode == 0 and "0 errors, 0 warnings" in run.stdout
+
+
+def test_a_file_named_twice_is_linted_once(doctor, tmp_path):
+    shutil.copy(BUGS / "metric_rank0_only.py", tmp_path / "job.py")  # the doctor runs in tmp_path
+    run = doctor(["lint", "--format", "json", "job.py", "./job.py", str(tmp_path)])
+    assert run.returncode == 1, run.stderr
+    found = [(f["file"], f["line"]) for f in json.loads(run.stdout)["findings"]]
+    assert found.count(("job.py", 48)) == 1 and len(set(found)) == len(found)
+
+
+def test_a_device_is_one_line(doctor):
+    assert "neither a regular file" in one_line_error(doctor(["lint", "/dev/null"]))
