@@ -182,6 +182,9 @@ def ddp_wraps(modules: list[ParsedModule]) -> Wraps:
     roots: set[str] = set()
     unresolved = False
     for module in modules:
+        if not any("DistributedDataParallel" in line or "auto_model" in line
+                   for line in module.lines):
+            continue  # no wrap can be named without the word (a quick skip)
         for node in ast.walk(module.tree):
             if isinstance(node, ast.Call) and _ddp_wrap(node, module) and node.args and \
                     not _static_graph(node):
