@@ -737,8 +737,22 @@ def test_a_loop_that_always_runs_uses_its_submodule():
                 h = self.shared(h)
             return h
 
+    class EarlyExit(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+            self.norm = nn.LayerNorm(16)
+
+        def forward(self, h):
+            for _ in range(2):
+                if h.sum() > 0:
+                    break
+                h = self.norm(h)
+            return self.shared(h)
+
     def main():
         a = DDP(Shared())
         b = DDP(Deep())
         c = DDP(DataLoop())  # expect: unused_parameters
+        d = DDP(EarlyExit())  # expect: unused_parameters
     """)

@@ -67,7 +67,10 @@ STATIC_ITER_NAMES = frozenset({"self", "range", "len", "enumerate", "zip", "reve
 def _runs_every_forward(loop: ast.For | ast.While) -> bool:
     """True for a loop whose body runs on every forward, the same on every rank: ``while
     True``, ``range(2)``, a non-empty literal, or an iterable made of ``self``'s attributes
-    only (``range(self.depth)``: configuration, not data)."""
+    only (``range(self.depth)``: configuration, not data); and no ``break`` or ``continue``
+    that could skip the rest of its body."""
+    if any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(loop)):
+        return False
     if isinstance(loop, ast.While):
         return isinstance(loop.test, ast.Constant) and bool(loop.test.value)
     it = loop.iter
