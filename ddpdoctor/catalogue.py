@@ -82,8 +82,6 @@ REPLAY_GAPS = {
     "the replay issues as a plain all_reduce: the early exit is named missing_collective",
     "lightning_all_gather_global_zero": "Lightning's broadcast_object_list is numbered as "
     "one call in the job and as two in the replay: the same mismatch one seq later",
-    "frozen_on_one_rank": "DDP's construction check compares parameter contents; the "
-    "replay's zero tensors of the recorded shapes agree, so its all_gather matches",
 }
 
 CATALOGUE: tuple[Bug, ...] = (

@@ -94,6 +94,9 @@ def _call(step: Step, group: str | None, size: int, peer: str) -> str:
     if op in ("send", "recv", "isend", "irecv"):
         where = "dst" if op.endswith("send") else "src"
         return f"dist.{op}({one}, {where}={peer}{_kwargs(step, group)})"
+    if op == "_verify_params_across_processes":  # DDP's construction check: its parameters
+        shapes = "[" + ", ".join(tensor_text(s) for s in ins) + "]"
+        return f"dist.{op}({group or 'dist.group.WORLD'}, {shapes})"
     if op in ("barrier", "monitored_barrier"):
         return f"dist.{op}({_kwargs(step, group)[2:]})"
     if op == "all_gather":
@@ -149,6 +152,8 @@ def comment_text(step: Step) -> str:
     if step.source:
         parts.append(step.source)
     extra = []
+    if step.op == "_verify_params_across_processes":
+        extra.append("DDP's construction check: the shapes of the parameters it reduces")
     if step.bucket >= 0:
         extra.append(f"DDP bucket {step.bucket}")
     if step.framework_site:

@@ -117,7 +117,19 @@ class ScriptWriter:
                 lhs, eq, call = code.rpartition(" = ")
                 fn, _, args = call.partition("(")
                 code = f"{lhs}{eq}{self.site_helper(step)}({fn}, {args}".replace(", )", ")")
-        self.emit(depth, f"{code}  {comment}"[:WIDTH + 60].rstrip())
+        if len(INDENT * depth + code) <= WIDTH + 60:
+            self.emit(depth, f"{code}  {comment}"[:WIDTH + 60].rstrip())
+            return
+        self.emit(depth, comment[:WIDTH + 60])  # a long call: its comment above it, and
+        parts, line = [], ""  # the call broken after commas, between its arguments
+        for arg in _arguments(code):
+            if line and len(line) + len(arg) + 3 > WIDTH - len(INDENT) * (depth + bool(parts)):
+                parts.append(line + ",")
+                line = arg
+            else:
+                line = f"{line}, {arg}" if line else arg
+        for i, text in enumerate(parts + [line]):
+            self.emit(depth + bool(i), text)
 
     def column(self, depth: int, ranks: list[int], col: tuple[Any, ...]) -> None:
         """The same item of several ranks: once; their own peers and groups as expressions
@@ -243,6 +255,18 @@ class ScriptWriter:
                         f"who in ({', '.join(map(str, ranks))})")
                 self.emit(depth, f"{word} {cond}:")
             self.block(depth + 1, {r: rest[r] for r in ranks})
+
+
+def _arguments(code: str) -> list[str]:
+    """``f(a, [z(1, 2), b])`` split at the commas between a call's arguments and a list's
+    items (["f(a", "[z(1, 2)", "b])"]), not inside a tensor's shape."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(code):
+        depth += (ch in "([") - (ch in ")]")
+        if code.startswith(", ", i) and depth <= 2:
+            out.append(code[start:i])
+            start = i + 2
+    return out + [code[start:]]
 
 
 def _common(keys: dict[int, list[Hashable]], ranks: list[int], start: int, limit: int) -> int:

@@ -92,6 +92,27 @@ def _step(call: Call, slot: int) -> Step:
                 rank_condition(call.callsite) is not None)
 
 
+CONSTRUCTION_CHECK = "_verify_params_across_processes"  # torch's, called by DDP's constructor
+
+
+def construction_check(call: Call, step: Step, tables: list[dict[str, Any]]) -> Step:
+    """DDP's construction check (ddp/swap.py records torch's
+    ``_verify_params_across_processes`` as an all_gather without tensors) as that call with
+    the shapes of the parameters the DDP reduces, from the parameter table recorded just
+    before it; any other step as it is."""
+    if call.op != "all_gather" or call.in_shapes or call.out_shapes or call.flags & (
+            L.RecordFlag.OBJECT | L.RecordFlag.BUCKET):
+        return step
+    before = [t for t in tables if int(t.get("t") or 0) <= call.t_start]
+    if not before:
+        return step
+    shapes = {str(p[0]): tuple(int(d) for d in p[1]) for p in before[-1].get("params") or []
+              if isinstance(p, list) and len(p) == 3}
+    reduced = tuple(shapes.get(str(n), (1,)) for n in before[-1].get("reducer") or [])
+    return replace(step, op=CONSTRUCTION_CHECK, in_shapes=reduced,
+                   dtypes=("float32",) * len(reduced))
+
+
 def rank_steps(run: RankRun, loader_names: dict[int, str] | None = None) -> list[Step]:
     """The rank's collectives and p2p calls (every group) and DataLoader epochs, in the
     order it made them; an async call is followed, where its wait returned, by the wait
@@ -110,6 +131,7 @@ def rank_steps(run: RankRun, loader_names: dict[int, str] | None = None) -> list
     events.sort(key=lambda e: (e[0], e[1]))
     steps: list[Step] = []
     slots: dict[int, int] = {}  # id of the call -> its slot while outstanding
+    tables = run.trace.meta_events("ddp_params")
     for _, _, what in events:
         if isinstance(what, Step):
             steps.append(what)
@@ -122,7 +144,7 @@ def rank_steps(run: RankRun, loader_names: dict[int, str] | None = None) -> list
             if what.flags & L.RecordFlag.ASYNC:
                 slot = min(set(range(len(slots) + 1)) - set(slots.values()))
                 slots[id(what)] = slot
-            steps.append(_step(what, slot))
+            steps.append(construction_check(what, _step(what, slot), tables))
     steps = loaders.add_unrecorded_batches(steps, loaders.drawn(run, names))
     steps = with_optimizer_steps(steps, run.header.step, open_last=run.open_call() is not None)
     return [replace(st, peer=-1) if st.op in loaders.OPS else st for st in steps]

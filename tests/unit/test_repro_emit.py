@@ -74,3 +74,30 @@ def test_the_header_says_how_to_replay_with_a_short_hang_timeout():
     assert "Replay: ddpdoctor run --hang-timeout 5 --nproc-per-node 2 THIS_FILE\n" in text
     assert replay_hang_timeout(60.0) == 5.0 and replay_hang_timeout(2.5) == 2.5
     assert replay_hang_timeout(None) == 5.0
+
+
+def test_ddp_construction_check_is_replayed_with_each_ranks_parameter_shapes():
+    def check(shapes):
+        return Step("_verify_params_across_processes", "0", in_shapes=shapes,
+                    dtypes=("float32",) * len(shapes), site="train.py:37",
+                    source="ddp = DDP(model)")
+    full, frozen = ((16, 8), (16,), (2, 16), (2,)), ((16,), (2, 16), (2,))
+    plans = [RankPlan(0, (check(full),), Ending.CALL_FAILS, "RuntimeError: DDP expects"),
+             RankPlan(1, (check(frozen),), Ending.CALL_FAILS, "RuntimeError: DDP expects")]
+    text = script_text(job(plans))
+    compile(text, "repro.py", "exec")
+    body = text[text.index("def main"):]
+    assert body.index("if who == 0:") < body.index(
+        "dist._verify_params_across_processes, dist.group.WORLD, [z(16, 8), z(16), z(2, 16), "
+        "z(2)])") < body.index("else:  # rank 1") < body.index(
+        "dist._verify_params_across_processes, dist.group.WORLD, [z(16), z(2, 16), z(2)])")
+
+
+def test_a_call_too_long_for_a_line_is_broken_after_commas_not_cut():
+    shapes = tuple((i + 1, 3) for i in range(60))
+    step = Step("_verify_params_across_processes", "0", in_shapes=shapes, site="train.py:9")
+    text = script_text(job([RankPlan(0, (step,), Ending.RETURNS),
+                            RankPlan(1, (step,), Ending.RETURNS)]))
+    compile(text, "repro.py", "exec")
+    assert all(len(line) <= 100 for line in text.splitlines() if "z(" in line)
+    assert text.count("z(") == 60 + 2  # every shape, and the two helpers' own lines
