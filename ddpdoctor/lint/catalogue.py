@@ -41,8 +41,7 @@ EXPECTED: dict[str, Flagged | OutOfReach] = {
     "barrier_in_rank0_checkpoint": Flagged(60, "rank_dependent_collective", E),
     "download_first_wrong": Flagged(56, "rank_dependent_collective", E),
     "allgather_uneven_last_batch": Flagged(42, "uneven_loop", W),
-    "dtype_mismatch": OutOfReach("the dtype is inferred at run time from values that differ "
-                                 "(float on two ranks, int on the third)"),
+    "dtype_mismatch": Flagged(46, "dtype_divergence", W),
     "reduce_order_mismatch": Flagged(58, "uneven_loop", W),
     "early_stop_per_rank": Flagged(50, "rank_dependent_skip", E),
     "crash_mid_epoch": OutOfReach("a corrupt record raises on one rank at run time; no path in "

@@ -8,7 +8,7 @@ from pathlib import Path
 from ddpdoctor.errors import UserError
 from ddpdoctor.lint.findings import Condition, LintFinding, ignored
 from ddpdoctor.lint.module import ParsedModule, parse_module, parse_source
-from ddpdoctor.lint.rules import Draft, duplicate_data, missing_set_epoch, \
+from ddpdoctor.lint.rules import Draft, dtype_divergence, duplicate_data, missing_set_epoch, \
     reentrant_checkpoint, seed_collision
 from ddpdoctor.lint.summaries import FunctionInfo, Program, static_kinds, summarise_collectives
 from ddpdoctor.lint.taint import Env
@@ -120,6 +120,8 @@ def _file_rules(module: ParsedModule, functions: list[FunctionInfo],
         n, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(n) not in known]
     for scope in scopes:
         drafts += missing_set_epoch.check(scope, module, set_epoch_functions)
+        if facts.uneven_loops and not isinstance(scope, ast.Module):
+            drafts += dtype_divergence.check(scope, module, facts.uneven_loops)
     draws = {name: seed_collision.draws(cls, module) for name, cls in datasets.items()}
     drafts += seed_collision.check(facts.loaders, facts.seeds, draws)
     drafts += [duplicate_data.check(line) for line in sorted(facts.world_splits)]

@@ -28,6 +28,7 @@ class ModuleFacts:
     seeds: list[SeedCall] = field(default_factory=list)
     loaders: list[LoaderCall] = field(default_factory=list)
     world_splits: set[int] = field(default_factory=set)
+    uneven_loops: dict[int, Taint] = field(default_factory=dict)  # id(for loop) -> why
 
 
 @dataclass

@@ -136,6 +136,8 @@ class FunctionWalker(DataFlow):
         self.calls_in(stmt.iter)
         t = self.trip_taint(stmt.iter)
         t = t if t is not None and t.divergent() else None
+        if t is not None and not self.quiet:
+            self.facts.uneven_loops[id(stmt)] = t
         self.loop(stmt, t)
 
     def trip_taint(self, it: ast.expr) -> Taint | None:

@@ -756,3 +756,43 @@ def test_a_loop_that_always_runs_uses_its_submodule():
         c = DDP(DataLoop())  # expect: unused_parameters
         d = DDP(EarlyExit())  # expect: unused_parameters
     """)
+
+
+# -- dtype_divergence -------------------------------------------------------------------------
+def test_dtype_inferred_from_counters_a_rank_dependent_loop_makes_float():
+    findings = check("""
+    def evaluate(model, val, loader, rank, world):
+        shard = Subset(val, range(rank * 2, min(len(val), rank * 2 + 2)))
+        correct, seen = 0, 0
+        for x, y in DataLoader(shard, batch_size=2):
+            correct += (model(x).argmax(1) == y).float().sum().item()
+            seen += len(y)
+        stats = torch.tensor([correct, seen])  # expect: dtype_divergence
+        dist.all_reduce(stats)
+        typed = torch.tensor([correct, seen], dtype=torch.float64)
+        dist.all_reduce(typed)
+        counts = torch.tensor([seen])
+        dist.all_reduce(counts)
+        local = torch.tensor([correct, seen])
+        print(local)
+        total = 0
+        for x, y in loader:
+            total += (model(x).argmax(1) == y).float().sum().item()
+        even = torch.tensor([total])
+        dist.all_reduce(even)
+        started_float = 0.0
+        for x, y in DataLoader(shard, batch_size=2):
+            started_float += (model(x) - y).float().mean().item()
+        mean = torch.tensor([started_float])
+        dist.all_reduce(mean)
+
+    def per_rank_steps(rank):
+        score = 0
+        for i in range(rank):
+            score += i / 2
+        t = torch.tensor(score)  # expect: dtype_divergence
+        dist.broadcast(t, src=0)
+    """)
+    assert [f.severity.value for f in findings] == ["warning", "error"]
+    assert findings[0].condition is not None and "for x, y in DataLoader(shard" in \
+        findings[0].condition.source
