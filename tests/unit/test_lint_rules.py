@@ -598,11 +598,24 @@ def test_one_module_under_two_reentrant_checkpoints_in_ddp():
                 h = checkpoint(self.shared, h * 2, use_reentrant=True)
             return h
 
+    class EarlyReturn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = nn.Linear(16, 16)
+
+        def forward(self, h, flag):
+            if flag:
+                return checkpoint(self.shared, h, use_reentrant=True)
+            h = checkpoint(self.shared, h * 2, use_reentrant=True)
+            if flag > 1:
+                raise ValueError("flag")
+            return checkpoint(self.shared, h, use_reentrant=True)  # expect: reentrant_checkpoint
+
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
             self.parts = nn.ModuleList([Twice(), DefaultIsReentrant(), NonReentrant(),
-                                        OneBranchEach()])
+                                        OneBranchEach(), EarlyReturn()])
 
     def main():
         model = DDP(Model().to("cpu"))

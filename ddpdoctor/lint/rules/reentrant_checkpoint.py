@@ -89,14 +89,21 @@ def _count(stmts: list[ast.stmt], module: ParsedModule,
     """The reentrant checkpoint calls of ``stmts`` by callable, on the path that reaches most of
     them (of an ``if``'s two branches only one runs)."""
     found: dict[str, list[Checkpointed]] = {}
-    for stmt in stmts:
+    for i, stmt in enumerate(stmts):
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         if isinstance(stmt, ast.If):
             a = _count(stmt.body, module, loops)
             b = _count(stmt.orelse, module, loops)
+            leaves = _leaves(stmt.body), _leaves(stmt.orelse)
+            if any(leaves):  # a branch that returns never reaches the statements after it
+                rest = _count(stmts[i + 1:], module, loops)
+                a = a if leaves[0] else _then(a, rest)
+                b = b if leaves[1] else _then(b, rest)
             for key in a.keys() | b.keys():
                 found.setdefault(key, []).extend(max(a.get(key, []), b.get(key, []), key=len))
+            if any(leaves):
+                return found
             continue
         if isinstance(stmt, (ast.For, ast.While)):
             inner = _count(stmt.body, module, loops + [stmt])
@@ -124,6 +131,18 @@ def _count(stmts: list[ast.stmt], module: ParsedModule,
             found.setdefault(text, []).append(Checkpointed(
                 call, text, 2 if repeat is not None else 1, repeat))
     return found
+
+
+def _leaves(block: list[ast.stmt]) -> bool:
+    """True when a block ends by leaving: ``return``, ``raise``, ``break``, ``continue``."""
+    return bool(block) and isinstance(block[-1], (ast.Return, ast.Raise, ast.Break,
+                                                  ast.Continue))
+
+
+def _then(first: dict[str, list[Checkpointed]],
+          then: dict[str, list[Checkpointed]]) -> dict[str, list[Checkpointed]]:
+    """The calls of one path, then those of the path after it."""
+    return {key: first.get(key, []) + then.get(key, []) for key in first.keys() | then.keys()}
 
 
 def _in_comprehensions(stmt: ast.stmt) -> dict[int, set[str]]:
