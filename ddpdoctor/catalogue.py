@@ -77,12 +77,7 @@ def _bug(name: str, nproc: int, launch: Launch, symptom: str, kind: str,
 
 # Bugs whose replay (zero tensors, no model, no data) cannot carry what their first finding
 # rests on: what differs, and why.
-REPLAY_GAPS = {
-    "clean_exit_uneven_no_loader": "the waiting rank waits in a DDP gradient bucket, which "
-    "the replay issues as a plain all_reduce: the early exit is named missing_collective",
-    "lightning_all_gather_global_zero": "Lightning's broadcast_object_list is numbered as "
-    "one call in the job and as two in the replay: the same mismatch one seq later",
-}
+REPLAY_GAPS: dict[str, str] = {}
 
 CATALOGUE: tuple[Bug, ...] = (
     _bug("last_batch_hand_split", 2, Launch.SCRIPT,

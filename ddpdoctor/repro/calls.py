@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ddpdoctor.repro.ddp_replay import (CONSTRUCTION_CHECK, DDP_BACKWARD, DDP_BUILD,
+                                        backward_note, build_text)
 from ddpdoctor.repro.loaders import BATCH, END, START
 from ddpdoctor.repro.steps import Step
 
@@ -76,6 +78,10 @@ def call_text(step: Step, group: str | None, size: int, peer: str = "") -> str:
         return "optimizer_step()"
     if step.wait:
         return f"w{step.slot}.wait()"
+    if step.op == DDP_BUILD:
+        return build_text(step, group)
+    if step.op == DDP_BACKWARD:
+        return "torch.autograd.backward(ddp())"
     text = _call(step, group, size, peer or str(max(step.peer, 0)))
     return f"w{step.slot} = {text}" if step.slot >= 0 else text
 
@@ -94,7 +100,7 @@ def _call(step: Step, group: str | None, size: int, peer: str) -> str:
     if op in ("send", "recv", "isend", "irecv"):
         where = "dst" if op.endswith("send") else "src"
         return f"dist.{op}({one}, {where}={peer}{_kwargs(step, group)})"
-    if op == "_verify_params_across_processes":  # DDP's construction check: its parameters
+    if op == CONSTRUCTION_CHECK:  # DDP's construction check: its parameters
         shapes = "[" + ", ".join(tensor_text(s) for s in ins) + "]"
         return f"dist.{op}({group or 'dist.group.WORLD'}, {shapes})"
     if op in ("barrier", "monitored_barrier"):
@@ -152,8 +158,12 @@ def comment_text(step: Step) -> str:
     if step.source:
         parts.append(step.source)
     extra = []
-    if step.op == "_verify_params_across_processes":
+    if step.op == CONSTRUCTION_CHECK:
         extra.append("DDP's construction check: the shapes of the parameters it reduces")
+    if step.op == DDP_BUILD:
+        extra.append("DDP, on the shapes of the parameters it reduces")
+    if step.op == DDP_BACKWARD:
+        extra.append(backward_note(step))
     if step.bucket >= 0:
         extra.append(f"DDP bucket {step.bucket}")
     if step.framework_site:

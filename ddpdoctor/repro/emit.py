@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Hashable
 
 from ddpdoctor.repro.calls import call_text, comment_text
+from ddpdoctor.repro.ddp_replay import DDP_BUILD, PARAMS_CLASS
 from ddpdoctor.repro.facts import OPTIMIZER_STEP, Ending, RankPlan, ReplayJob
 from ddpdoctor.repro.steps import Step
 from ddpdoctor.repro.fold import Loop, fold, item_key
@@ -382,6 +383,11 @@ def script_text(job: ReplayJob) -> str:
         prelude = prelude.replace("import torch.distributed as dist\n",
                                   "import torch.distributed as dist\n"
                                   "from torch.utils.data import DataLoader\n")
+    if any(st.op == DDP_BUILD for plan in job.plans for st in plan.steps):
+        prelude = prelude.replace("import torch.distributed as dist\n",
+                                  "import torch.distributed as dist\nfrom torch.nn.parallel "
+                                  "import DistributedDataParallel as DDP\n")
+        prelude += "\n\n\n" + PARAMS_CLASS
     out = _header(job) + [prelude]
     if any(st.op == OPTIMIZER_STEP for plan in job.plans for st in plan.steps):
         out += ["", "", *STEPS_CLASS.splitlines(), "", "",

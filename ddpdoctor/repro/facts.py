@@ -14,6 +14,7 @@ from ddpdoctor.analysis.source import rank_condition
 from ddpdoctor.analysis.model import NS, Call, JobView, RankRun
 from ddpdoctor.errors import UserError
 from ddpdoctor.repro import loaders
+from ddpdoctor.repro.ddp_replay import CONSTRUCTION_CHECK, with_real_ddp
 from ddpdoctor.rundir.attempts import attempt_dirs
 from ddpdoctor.repro.steps import Step, short_site, source_line
 from ddpdoctor.trace import layout as L
@@ -90,9 +91,6 @@ def _step(call: Call, slot: int) -> Step:
                 bool(call.flags & L.RecordFlag.OBJECT), bucket, slot, False,
                 short_site(call.callsite), source_line(call.callsite), call.framework_site,
                 rank_condition(call.callsite) is not None)
-
-
-CONSTRUCTION_CHECK = "_verify_params_across_processes"  # torch's, called by DDP's constructor
 
 
 def construction_check(call: Call, step: Step, tables: list[dict[str, Any]]) -> Step:
@@ -307,8 +305,8 @@ def read_job(run_dir: Path) -> ReplayJob:
                         "none reached init_process_group or a collective", 2)
     world = max(job.world_size, max(job.ranks) + 1)
     names = loaders.loader_names(list(job.ranks.values()))
-    plans = [rank_plan(job.ranks[r], names) if r in job.ranks else
-             RankPlan(r, (), Ending.RETURNS) for r in range(world)]
+    plans = with_real_ddp(tuple(rank_plan(job.ranks[r], names) if r in job.ranks else
+                                RankPlan(r, (), Ending.RETURNS) for r in range(world)))
     source = _source_of(run_dir, job)
     return ReplayJob(run_dir, world, tuple(job.command), _started(job),
                      job.outcome or "unknown", tuple(_groups(job)), tuple(plans),
