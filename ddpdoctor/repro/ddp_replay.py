@@ -41,7 +41,8 @@ def _default_bucket(step: Step) -> bool:
 def rank_ddp_steps(steps: tuple[Step, ...]) -> tuple[Step, ...] | None:
     """The rank's steps with each DDP built (its check and the state broadcast after it) one
     DDP_BUILD and each backward pass's buckets one DDP_BACKWARD; None where the buckets do
-    not fit the DDP built before them (another hook, another layout, no DDP recorded)."""
+    not fit the DDP built before them (another hook, several buckets a pass, no DDP
+    recorded)."""
     out: list[Step] = []
     items = list(steps)
     reduced = -1  # the numel the DDP built last reduces per pass; -1: none built
@@ -58,10 +59,9 @@ def rank_ddp_steps(steps: tuple[Step, ...]) -> tuple[Step, ...] | None:
             n = _passes(items, i)
             run = items[i:i + n]
             total = sum(_numel(s) for b in run for s in b.in_shapes)
-            cut = i + n == len(items) and total < reduced  # the job ended inside the pass
-            if not n or reduced < 0 or not all(map(_default_bucket, run)) or not (
-                    total == reduced or cut):
-                return None
+            if n != 1 or total != reduced or not _default_bucket(st):
+                return None  # several buckets: torch lays them out again after the first
+                # pass, in the order the gradients came, which stand-ins need not share
             out.append(Step(DDP_BACKWARD, st.group, in_shapes=tuple(b.in_shapes[0] for b in run),
                             site=st.site, source=st.source, ranked=st.ranked))
             i += n

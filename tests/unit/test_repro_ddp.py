@@ -34,7 +34,8 @@ def test_buckets_that_do_not_fit_the_ddp_built_stay_plain_all_reduces():
     assert rank_ddp_steps((BUCKET, STEP)) is None  # no DDP built on record
     half = Step("all_reduce", "0", "avg", ((9,),), (), ("float32",), bucket=0)
     assert rank_ddp_steps((CHECK, SYNC, half, STEP)) is None  # a complete pass of 9 of 18
-    assert rank_ddp_steps((CHECK, SYNC, BUCKET, STEP, half)) is not None  # cut by the end
+    two = (half, Step("all_reduce", "0", "avg", ((9,),), (), ("float32",), bucket=1))
+    assert rank_ddp_steps((CHECK, SYNC, *two, STEP)) is None  # a layout of two buckets
     plans = (RankPlan(0, (CHECK, SYNC, BUCKET, STEP), Ending.RETURNS),
              RankPlan(1, (BUCKET, STEP), Ending.RETURNS))
     assert with_real_ddp(plans) == plans  # one rank that cannot: no rank does
