@@ -33,9 +33,10 @@ class End:
     message: str = ""
     busy: bool = False
     destroys: bool = False
+    built_ddp: bool = False  # the rank built a DDP (``ddp``), whose reducer holds its group
 
     def key(self) -> Hashable:
-        return ("end", self.ending, self.message, self.busy, self.destroys)
+        return ("end", self.ending, self.message, self.busy, self.destroys, self.built_ddp)
 
 
 # A stand-in for the job's optimizer: its step() runs torch's step hooks (which mark the
@@ -59,7 +60,8 @@ OPTIMIZER = ReplayedSteps()'''
 def program(plan: RankPlan) -> list[Any]:
     """A rank's steps followed by its End (whose message counts where the replay raises it)."""
     message = plan.message if plan.ending == Ending.RAISES else ""
-    return list(plan.steps) + [End(plan.ending, message, plan.busy, plan.destroys)]
+    built = any(st.op == DDP_BUILD for st in plan.steps)
+    return list(plan.steps) + [End(plan.ending, message, plan.busy, plan.destroys, built)]
 
 
 class ScriptWriter:
@@ -191,6 +193,8 @@ class ScriptWriter:
         elif end.ending == Ending.NEVER_INIT:
             self.emit(depth, "pass  # (stalled before init_process_group, above)")
         elif end.destroys:
+            if end.built_ddp:  # gloo aborts on a group destroyed under a live reducer
+                self.emit(depth, "del ddp  # DDP's reducer holds the group: it goes first")
             self.emit(depth, "dist.destroy_process_group()")
         else:
             self.emit(depth, "pass  # the rank returned here")

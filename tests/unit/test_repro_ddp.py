@@ -53,3 +53,14 @@ def test_the_script_builds_a_ddp_of_the_shapes_and_runs_backward_through_it():
     body = text[text.index("def main"):]
     assert body.count("at_39(torch.autograd.backward, ddp())") == 2  # the loop's, rank 0's
     assert "dist.all_reduce(z(18)" not in text and "dist.broadcast" not in text
+
+
+def test_a_rank_that_destroys_its_group_releases_its_ddp_first():
+    plans = with_real_ddp((RankPlan(0, (CHECK, SYNC, BUCKET, STEP), Ending.RETURNS,
+                                    destroys=True),
+                           RankPlan(1, (CHECK, SYNC, BUCKET, STEP), Ending.RETURNS,
+                                    destroys=True)))
+    text = script_text(ReplayJob(Path("/runs/x"), 2, ("python", "train.py"), "now", "completed",
+                                 (), plans, "", "ddpdoctor run"))
+    compile(text, "repro.py", "exec")
+    assert text.index("del ddp") < text.index("dist.destroy_process_group()")
