@@ -6,7 +6,10 @@ as its own process group, on a store prefix of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -89,7 +92,15 @@ def replay_twins(factory: pytest.TempPathFactory, twins: list[bugs.Bug], nproc: 
     """Every twin's repro replayed in turn by one ``torchrun --nproc-per-node nproc`` job
     (tests/integration/jobs/replay_batch.py): one job instead of one per twin."""
     scripts = [str(twin_repro(factory, bug)) for bug in twins]
-    return subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
          str(JOBS / "replay_batch.py"), *scripts],
-        cwd=where, capture_output=True, text=True, timeout=60 + 15 * len(scripts))
+        cwd=where, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60 + 5 * len(scripts))
+    finally:  # a hung replay (or the test's own timeout): no rank may outlive the test
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

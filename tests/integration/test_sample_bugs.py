@@ -99,6 +99,7 @@ def test_fixed_twin_runs_clean(tmp_path_factory, bug, tmp_path):
     twin_repro(tmp_path_factory, bug)  # replayed by test_fixed_twins_repros_end_cleanly
 
 
+@pytest.mark.timeout(1200)  # it runs the twins not yet run by their own tests, in turn
 @pytest.mark.parametrize("nproc", sorted({b.nproc for b in bugs.CATALOGUE}))
 def test_fixed_twins_repros_end_cleanly(tmp_path_factory, nproc, tmp_path):
     """The repro of every fixed twin with ``nproc`` ranks ends cleanly (exit 0), each
