@@ -5,12 +5,8 @@ step)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from ddpdoctor.repro.steps import Step
-
-if TYPE_CHECKING:
-    from ddpdoctor.repro.facts import RankPlan
 
 CONSTRUCTION_CHECK = "_verify_params_across_processes"  # torch's, called by DDP's constructor
 DDP_BUILD = "ddp_build"  # DDP(Params(*shapes)): its construction check and state broadcast
@@ -71,15 +67,13 @@ def rank_ddp_steps(steps: tuple[Step, ...]) -> tuple[Step, ...] | None:
     return tuple(out)
 
 
-def with_real_ddp(plans: tuple["RankPlan", ...]) -> tuple["RankPlan", ...]:
-    """Every rank's DDP replayed through a real DDP where all ranks' buckets fit it, else
-    the plans as they are (buckets as plain all-reduces)."""
-    if not any(st.bucket >= 0 for p in plans for st in p.steps):
-        return plans
-    new = [rank_ddp_steps(p.steps) for p in plans]
-    if any(s is None for s in new):
-        return plans
-    return tuple(replace(p, steps=s) for p, s in zip(plans, new) if s is not None)
+def with_real_ddp(steps: tuple[tuple[Step, ...], ...]) -> tuple[tuple[Step, ...], ...]:
+    """Every rank's steps with its DDP replayed through a real DDP where all ranks' buckets
+    fit it, else the steps as they are (buckets as plain all-reduces)."""
+    if not any(st.bucket >= 0 for rank_steps in steps for st in rank_steps):
+        return steps
+    new = tuple(rank_ddp_steps(rank_steps) for rank_steps in steps)
+    return steps if any(s is None for s in new) else new  # type: ignore[return-value]
 
 
 PARAMS_CLASS = '''class Params(torch.nn.Module):

@@ -191,6 +191,13 @@ def _reached_init(run: RankRun) -> bool:
     return bool(run.calls or run.p2p) or run.trace.header.state != L.RankState.STARTING
 
 
+def plans_with_real_ddp(plans: tuple[RankPlan, ...]) -> tuple[RankPlan, ...]:
+    """The plans, each rank's DDP replayed through a real DDP where every rank's buckets fit
+    it (ddp_replay.with_real_ddp), else as they are."""
+    steps = with_real_ddp(tuple(plan.steps for plan in plans))
+    return tuple(replace(plan, steps=s) for plan, s in zip(plans, steps))
+
+
 def rank_plan(run: RankRun, loader_names: dict[int, str] | None = None) -> RankPlan:
     """How one rank is replayed: its steps and its ending (see ``Ending``)."""
     steps = tuple(rank_steps(run, loader_names))
@@ -305,8 +312,8 @@ def read_job(run_dir: Path) -> ReplayJob:
                         "none reached init_process_group or a collective", 2)
     world = max(job.world_size, max(job.ranks) + 1)
     names = loaders.loader_names(list(job.ranks.values()))
-    plans = with_real_ddp(tuple(rank_plan(job.ranks[r], names) if r in job.ranks else
-                                RankPlan(r, (), Ending.RETURNS) for r in range(world)))
+    plans = plans_with_real_ddp(tuple(rank_plan(job.ranks[r], names) if r in job.ranks else
+                                      RankPlan(r, (), Ending.RETURNS) for r in range(world)))
     source = _source_of(run_dir, job)
     return ReplayJob(run_dir, world, tuple(job.command), _started(job),
                      job.outcome or "unknown", tuple(_groups(job)), tuple(plans),

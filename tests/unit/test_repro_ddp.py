@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddpdoctor.repro.ddp_replay import (CONSTRUCTION_CHECK, DDP_BACKWARD, DDP_BUILD,
-                                        rank_ddp_steps, with_real_ddp)
+                                        rank_ddp_steps)
 from ddpdoctor.repro.emit import script_text
-from ddpdoctor.repro.facts import OPTIMIZER_STEP, Ending, RankPlan, ReplayJob
+from ddpdoctor.repro.facts import (OPTIMIZER_STEP, Ending, RankPlan, ReplayJob,
+                                   plans_with_real_ddp)
 from ddpdoctor.repro.steps import Step
 
 CHECK = Step(CONSTRUCTION_CHECK, "0", in_shapes=((2, 8), (2,)), dtypes=("float32",) * 2,
@@ -38,11 +39,11 @@ def test_buckets_that_do_not_fit_the_ddp_built_stay_plain_all_reduces():
     assert rank_ddp_steps((CHECK, SYNC, *two, STEP)) is None  # a layout of two buckets
     plans = (RankPlan(0, (CHECK, SYNC, BUCKET, STEP), Ending.RETURNS),
              RankPlan(1, (BUCKET, STEP), Ending.RETURNS))
-    assert with_real_ddp(plans) == plans  # one rank that cannot: no rank does
+    assert plans_with_real_ddp(plans) == plans  # one rank that cannot: no rank does
 
 
 def test_the_script_builds_a_ddp_of_the_shapes_and_runs_backward_through_it():
-    plans = with_real_ddp((RankPlan(0, (CHECK, SYNC, BUCKET, STEP, BUCKET), Ending.HANGS),
+    plans = plans_with_real_ddp((RankPlan(0, (CHECK, SYNC, BUCKET, STEP, BUCKET), Ending.HANGS),
                            RankPlan(1, (CHECK, SYNC, BUCKET, STEP), Ending.RETURNS)))
     text = script_text(ReplayJob(Path("/runs/x"), 2, ("python", "train.py"), "now", "hung",
                                  (), plans, "uneven_batches (error, rank 1, seq 4)",
@@ -56,7 +57,7 @@ def test_the_script_builds_a_ddp_of_the_shapes_and_runs_backward_through_it():
 
 
 def test_a_rank_that_destroys_its_group_releases_its_ddp_first():
-    plans = with_real_ddp((RankPlan(0, (CHECK, SYNC, BUCKET, STEP), Ending.RETURNS,
+    plans = plans_with_real_ddp((RankPlan(0, (CHECK, SYNC, BUCKET, STEP), Ending.RETURNS,
                                     destroys=True),
                            RankPlan(1, (CHECK, SYNC, BUCKET, STEP), Ending.RETURNS,
                                     destroys=True)))
