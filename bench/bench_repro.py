@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from ddpdoctor import bugs  # noqa: E402
 from ddpdoctor.repro.command import write_repro  # noqa: E402
-from ddpdoctor.repro.emit import replay_args  # noqa: E402
+from ddpdoctor.repro.header import replay_args  # noqa: E402
 
 def first_error(run_dir: Path) -> str:
     try:

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from ddpdoctor.errors import UserError
-from ddpdoctor.repro.emit import replay_command, script_text
+from ddpdoctor.repro.emit import script_text
+from ddpdoctor.repro.header import replay_command
 from ddpdoctor.repro.facts import ReplayJob, read_job
 
 DEFAULT_NAME = "repro.py"

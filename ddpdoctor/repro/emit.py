@@ -3,15 +3,14 @@ where ranks differ, each rank's folded steps and its ending."""
 
 from __future__ import annotations
 
-import os
 import re
-import shlex
 from dataclasses import dataclass
 from typing import Any, Hashable
 
 from ddpdoctor.repro.calls import call_text, comment_text
 from ddpdoctor.repro.ddp_replay import DDP_BUILD, PARAMS_CLASS
 from ddpdoctor.repro.facts import OPTIMIZER_STEP, Ending, RankPlan, ReplayJob
+from ddpdoctor.repro.header import WIDTH, header_lines
 from ddpdoctor.repro.steps import Step
 from ddpdoctor.repro.fold import Loop, fold, item_key
 from ddpdoctor.repro.loaders import BATCH, END, START
@@ -22,7 +21,6 @@ INDENT = "    "
 WHO = "who = rank  # the branches below test `who`: an `if rank` is the job's own (see above)"
 LOADER_WORDS = {START: "an epoch of {n} batches begins", BATCH: "the next batch",
                 END: "the loader runs out: the epoch ends"}
-WIDTH = 100
 
 
 @dataclass(frozen=True)
@@ -322,60 +320,6 @@ def stall(busy):
 '''
 
 
-def _header(job: ReplayJob) -> list[str]:
-    words = [os.path.basename(c) if os.path.isabs(c) and
-             re.fullmatch(r"python[\d.]*|torchrun", os.path.basename(c)) else c
-             for c in job.command]
-    cmd = " ".join(shlex.quote(c) for c in words) or "unknown"
-    n = job.world_size
-    lines = [
-        "#!/usr/bin/env python",
-        f'"""ddpdoctor repro: the collectives of a recorded job, replayed with zero tensors.',
-        "",
-        f"Job:    {cmd}",
-        f"        {n} ranks, started {job.started_at}, {job.outcome}; recorded by {job.source}",
-        f"        (run dir {job.run_dir})",
-    ]
-    if job.finding:
-        lines.append("Found:  " + _wrap(job.finding, "        "))
-    lines += [f"Replay: {replay_command(job, 'THIS_FILE')}",
-              f"        (or torchrun --nproc-per-node {n} THIS_FILE, which hangs as the job did)",
-              "Needs torch only: no model, no data, no import of the job's code. Each call",
-              "says where the job made it (file:line and its source line)."]
-    for note in job.notes:
-        lines.append("Not replayed: " + _wrap(note, "        "))
-    lines.append('"""')
-    return lines
-
-
-def replay_command(job: ReplayJob, script: str) -> str:
-    """The ``ddpdoctor run`` command line that replays ``job`` from ``script``."""
-    return (f"ddpdoctor run --hang-timeout {job.hang_timeout:g} --nproc-per-node "
-            f"{job.world_size} {script}")
-
-
-REPLAY_LINE = re.compile(r"^Replay: ddpdoctor run (.+)$", re.M)
-
-
-def replay_args(script: str) -> list[str] | None:
-    """The ``ddpdoctor run`` arguments a repro's header gives (the inverse of
-    ``replay_command``; its last is the script), None when the header has no such line."""
-    found = REPLAY_LINE.search(script)
-    return shlex.split(found[1]) if found else None
-
-
-def _wrap(text: str, indent: str) -> str:
-    words, out, line = text.replace('"""', "'''").split(), [], ""
-    for w in words:
-        if line and len(line) + len(w) + 1 > WIDTH - len(indent):
-            out.append(line)
-            line = w
-        else:
-            line = f"{line} {w}" if line else w
-    out.append(line)
-    return f"\n{indent}".join(out)
-
-
 def script_text(job: ReplayJob) -> str:
     """The whole repro script of ``job``."""
     writer = ScriptWriter(job)
@@ -392,7 +336,7 @@ def script_text(job: ReplayJob) -> str:
                                   "import torch.distributed as dist\nfrom torch.nn.parallel "
                                   "import DistributedDataParallel as DDP\n")
         prelude += "\n\n\n" + PARAMS_CLASS
-    out = _header(job) + [prelude]
+    out = header_lines(job) + [prelude]
     if any(st.op == OPTIMIZER_STEP for plan in job.plans for st in plan.steps):
         out += ["", "", *STEPS_CLASS.splitlines(), "", "",
                 "def optimizer_step():", f'{INDENT}"""An optimizer step, as the job took one '

@@ -20,7 +20,7 @@ import pytest
 
 from ddpdoctor import bugs
 from ddpdoctor.repro.command import write_repro
-from ddpdoctor.repro.emit import replay_args
+from ddpdoctor.repro.header import replay_args
 from tests.conftest import JOBS
 from tests.integration.sample_runs import once, sample_run
 
