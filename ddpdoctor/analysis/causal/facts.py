@@ -106,8 +106,8 @@ def without_own_frames(dump: str) -> str:
 def _exception_death(run: RankRun, exc: dict) -> Death:
     frames = [f for f in traceback_frames(exc) if
               not ddpdoctor_frame(str(f.get("filename", "")))]
-    user = [f for f in frames if isinstance(f, dict)
-            and not any(p in str(f.get("filename", "")) for p in INTERNAL_PARTS)]
+    user = [f for f in frames
+            if not any(p in str(f.get("filename", "")) for p in INTERNAL_PARTS)]
     last = (user or frames or [{}])[-1]
     where = (f"{os.path.basename(str(last.get('filename', '?')))}:{last.get('line', '?')}"
              if last else "")
