@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,6 +15,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "tests" / "integration" / "jobs"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The Ctrl-C a test sends must reach ddpdoctor as a terminal's does.  A shell that
+    starts pytest in the background (``pytest ... &``, as CI scripts may) leaves SIGINT
+    ignored, an ignored signal stays ignored across exec, and Python then never raises
+    KeyboardInterrupt: a handler here makes every job this process starts begin with the
+    default (handlers, unlike ignores, are reset at exec)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @dataclass
