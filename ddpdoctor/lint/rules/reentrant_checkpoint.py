@@ -7,6 +7,7 @@ import ast
 from dataclasses import dataclass
 
 from ddpdoctor.lint.findings import Severity
+from ddpdoctor.lint.framework_wraps import wrap_roots
 from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.rules import Draft
 
@@ -19,9 +20,6 @@ FIX = ("checkpoint(..., use_reentrant=False), or DDP(..., static_graph=True) if 
        "the same every iteration")
 MAYBE = (" (if this module is what the job wraps: the DDP wrap's module is not resolved "
          "in the files linted)")
-# calls that return the module itself: DDP(Encoder().to(device)) wraps an Encoder
-SAME_MODULE = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train",
-                         "to_empty", "requires_grad_"})
 
 
 @dataclass(frozen=True)
@@ -158,60 +156,13 @@ def _in_comprehensions(stmt: ast.stmt) -> dict[int, set[str]]:
     return out
 
 
-def _unwrap(node: ast.expr) -> ast.expr:
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-            node.func.attr in SAME_MODULE:
-        node = node.func.value
-    return node
-
-
-def _class_of(node: ast.expr, module: ParsedModule, classes: set[str],
-              seen: frozenset[str] = frozenset()) -> str | None:
-    """The linted class an expression builds: ``Encoder(...)``, or a name assigned one."""
-    node = _unwrap(node)
-    if isinstance(node, ast.Call):
-        name = (module.qualified(node.func) or "").rsplit(".", 1)[-1]
-        return name if name in classes else None
-    if isinstance(node, ast.Name) and node.id not in seen:
-        for n in ast.walk(module.tree):
-            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id
-                                                 for t in n.targets):
-                found = _class_of(n.value, module, classes, seen | {node.id})
-                if found is not None:
-                    return found
-    return None
-
-
-def _ddp_wrap(call: ast.Call, module: ParsedModule) -> bool:
-    """DDP itself (FSDP marks no variable ready: the rule is DDP's)."""
-    name = module.qualified(call.func) or ""
-    return name.rsplit(".", 1)[-1] == "DistributedDataParallel" or \
-        name == "ignite.distributed.auto_model"
-
-
-def _static_graph(ddp: ast.Call) -> bool:
-    return any(k.arg == "static_graph" and not (isinstance(k.value, ast.Constant)
-                                                and not k.value.value) for k in ddp.keywords)
-
-
 def ddp_wraps(modules: list[ParsedModule]) -> Wraps:
     """The classes the files' DDP wraps (without static_graph) hold, their submodules' classes
-    included."""
+    included: DDP(...) and ignite's auto_model, a Lightning Trainer with a DDP strategy's fit,
+    accelerate's prepare."""
     defined = {name: cls for m in modules for name, cls in m.classes().items()}
-    roots: set[str] = set()
-    unresolved = False
-    for module in modules:
-        if not any("DistributedDataParallel" in line or "auto_model" in line
-                   for line in module.lines):
-            continue  # no wrap can be named without the word (a quick skip)
-        for node in ast.walk(module.tree):
-            if isinstance(node, ast.Call) and _ddp_wrap(node, module) and node.args and \
-                    not _static_graph(node):
-                name = _class_of(node.args[0], module, set(defined))
-                if name is None:
-                    unresolved = True
-                else:
-                    roots.add(name)
+    found = [wrap_roots(module, set(defined)) for module in modules]
+    roots = {name for f in found for name in f.classes}
     held = set(roots)
     todo = list(roots)
     while todo:
@@ -220,7 +171,7 @@ def ddp_wraps(modules: list[ParsedModule]) -> Wraps:
             if isinstance(n, ast.Name) and n.id in defined and n.id not in held:
                 held.add(n.id)
                 todo.append(n.id)
-    return Wraps(frozenset(held), unresolved)
+    return Wraps(frozenset(held), any(f.unresolved for f in found))
 
 
 def check(module: ParsedModule, wraps: Wraps) -> list[Draft]:

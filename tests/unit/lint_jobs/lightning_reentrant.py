@@ -1,0 +1,50 @@
+"""Lightning Trainer(strategy="ddp") on 2 CPU ranks whose module checkpoints one layer twice with
+use_reentrant=True: DDP raises "Expected to mark a variable ready only once" in the first backward.
+
+Self-launched (``python lightning_reentrant.py``, Lightning starts the second rank) or under
+``torchrun --nproc-per-node 2``.  lightning_reentrant_fixed.py is the same with use_reentrant=False.
+"""
+
+import lightning as L
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Shared(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.shared = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        h = checkpoint(self.shared, x, use_reentrant=True)
+        h = checkpoint(self.shared, torch.relu(h), use_reentrant=True)
+        return self.head(h)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def data() -> DataLoader:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(32, 8, generator=g, requires_grad=True)
+    return DataLoader(TensorDataset(x, x.detach().sum(1, keepdim=True)), batch_size=8)
+
+
+def main() -> None:
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=1,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(Shared(), data())
+    print(f"rank {trainer.global_rank}: trained")
+
+
+if __name__ == "__main__":
+    main()
