@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from enum import Enum
 
 from ddpdoctor.lint.module import ParsedModule
 
@@ -21,11 +22,20 @@ NOT_DDP_PLUGINS = frozenset({"fsdp_plugin", "deepspeed_plugin", "deepspeed_plugi
                              "megatron_lm_plugin"})
 
 
+class Wrapper(str, Enum):
+    """What put a module under DDP; its value is how that wrapper is given static_graph."""
+
+    DDP = "DDP(..., static_graph=True)"
+    LIGHTNING = "Trainer(strategy=DDPStrategy(static_graph=True))"
+    ACCELERATE = "Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(static_graph=True)])"
+
+
 @dataclass(frozen=True)
 class WrapRoots:
-    """The linted classes a file's DDP wraps name, and whether a wrap's module was not resolved."""
+    """The linted classes a file's DDP wraps name (with the wrapper of each), and whether a wrap's
+    module was not resolved."""
 
-    classes: frozenset[str]
+    classes: frozenset[tuple[str, Wrapper]]
     unresolved: bool
 
 
@@ -187,31 +197,32 @@ def _built_by(node: ast.expr, module: ParsedModule, package: frozenset[str],
             and _framework(module.qualified(v.func), package, cls)]
 
 
-def _wrapped_arguments(call: ast.Call, module: ParsedModule) -> list[ast.expr] | None:
-    """The modules one call puts under DDP; None when the call is no DDP wrap."""
+def _wrapped_arguments(call: ast.Call, module: ParsedModule) -> tuple[list[ast.expr], Wrapper]:
+    """The modules one call puts under DDP (none when the call is no DDP wrap), and the wrapper."""
     if _ddp_call(call, module):
-        return [] if static_graph(call) else \
-            call.args[:1] + [k.value for k in call.keywords if k.arg == "module"]
+        return ([] if static_graph(call) else
+                call.args[:1] + [k.value for k in call.keywords if k.arg == "module"]), Wrapper.DDP
     if not isinstance(call.func, ast.Attribute):
-        return None
+        return [], Wrapper.DDP
     method, receiver = call.func.attr, call.func.value
     if method == "fit":
         trainers = _built_by(receiver, module, LIGHTNING, "Trainer")
         if not any(lightning_ddp(t, module) for t in trainers):
-            return None
-        return call.args[:1] + [k.value for k in call.keywords if k.arg == "model"]
+            return [], Wrapper.LIGHTNING
+        return call.args[:1] + [k.value for k in call.keywords if k.arg == "model"], \
+            Wrapper.LIGHTNING
     if method in ("prepare", "prepare_model"):
         accelerators = _built_by(receiver, module, frozenset({"accelerate"}), "Accelerator")
         if not any(accelerate_ddp(a, module) for a in accelerators):
-            return None
+            return [], Wrapper.ACCELERATE
         if method == "prepare_model" and any(
                 k.arg == "evaluation_mode" and not (isinstance(k.value, ast.Constant)
                                                     and not k.value.value)
                 for k in call.keywords):
-            return []  # an evaluation model is not wrapped
+            return [], Wrapper.ACCELERATE  # an evaluation model is not wrapped
         return [a for a in call.args if not isinstance(a, ast.Starred)] + \
-            [k.value for k in call.keywords if k.arg == "model"]
-    return None
+            [k.value for k in call.keywords if k.arg == "model"], Wrapper.ACCELERATE
+    return [], Wrapper.DDP
 
 
 def wrap_roots(module: ParsedModule, classes: set[str]) -> WrapRoots:
@@ -219,15 +230,15 @@ def wrap_roots(module: ParsedModule, classes: set[str]) -> WrapRoots:
     wrap names none of them (DDP(net) of a module the linted files do not build)."""
     if not any(word in line for line in module.lines for word in WRAP_WORDS):
         return WrapRoots(frozenset(), False)
-    roots: set[str] = set()
+    roots: set[tuple[str, Wrapper]] = set()
     unresolved = False
     for node in ast.walk(module.tree):
         if not isinstance(node, ast.Call):
             continue
-        wrapped = _wrapped_arguments(node, module)
+        wrapped, wrapper = _wrapped_arguments(node, module)
         if not wrapped:
             continue
         names = {class_of(arg, module, classes) for arg in wrapped} - {None}
-        roots |= names
+        roots |= {(name, wrapper) for name in names}
         unresolved = unresolved or not names
     return WrapRoots(frozenset(roots), unresolved)

@@ -56,15 +56,21 @@ def reentrant(module: str, job: str) -> list[tuple[int, str]]:
     return [(f.line, f.severity.value) for f in findings if f.kind == "reentrant_checkpoint"]
 
 
-@pytest.mark.parametrize("name, line", [("lightning_reentrant.py", 24),
-                                        ("accelerate_reentrant.py", 24)])
-def test_the_real_jobs_are_flagged_at_the_second_checkpoint_and_their_twins_are_clean(name, line):
+@pytest.mark.parametrize("name, line, static", [
+    ("lightning_reentrant.py", 24, "Trainer(strategy=DDPStrategy(static_graph=True))"),
+    ("accelerate_reentrant.py", 24,
+     "Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(static_graph=True)])"),
+])
+def test_the_real_jobs_are_flagged_at_the_second_checkpoint_and_their_twins_are_clean(
+        name, line, static):
     bug = lint_files([JOBS / name])
     assert [(f.line, f.kind, f.severity.value) for f in bug] == \
         [(line, "reentrant_checkpoint", "error")]
     assert "checkpoint(self.shared, torch.relu(h), use_reentrant=True)" in \
         (JOBS / name).read_text().splitlines()[line - 1]
     assert "Expected to mark a variable ready only once" in bug[0].message
+    assert bug[0].fix.startswith("checkpoint(..., use_reentrant=False)")
+    assert static in bug[0].fix  # the framework's own way to give DDP static_graph
     assert lint_files([JOBS / name.replace(".py", "_fixed.py")]) == []
 
 

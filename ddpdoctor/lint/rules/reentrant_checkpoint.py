@@ -4,10 +4,11 @@ checkpoint's nested backward marks its parameters ready twice and DDP raises."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ddpdoctor.lint.findings import Severity
-from ddpdoctor.lint.framework_wraps import wrap_roots
+from ddpdoctor.lint.framework_wraps import Wrapper, wrap_roots
 from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.rules import Draft
 
@@ -16,8 +17,7 @@ CHECKPOINT = "torch.utils.checkpoint.checkpoint"
 MESSAGE = ("{what} is checkpointed with use_reentrant={how} {again}: under DDP{where} its "
            "parameters are marked ready twice in one backward and DDP raises \"Expected to mark "
            "a variable ready only once\"")
-FIX = ("checkpoint(..., use_reentrant=False), or DDP(..., static_graph=True) if the graph is "
-       "the same every iteration")
+FIX = "checkpoint(..., use_reentrant=False), or {static} if the graph is the same every iteration"
 MAYBE = (" (if this module is what the job wraps: the DDP wrap's module is not resolved "
          "in the files linted)")
 
@@ -34,10 +34,10 @@ class Checkpointed:
 
 @dataclass(frozen=True)
 class Wraps:
-    """The linted files' DDP wraps: the classes they wrap (with what they hold), and whether a
-    wrap's module could not be resolved."""
+    """The linted files' DDP wraps: the classes they wrap (with what they hold) and the wrapper of
+    each, and whether a wrap's module could not be resolved."""
 
-    classes: frozenset[str]
+    classes: Mapping[str, Wrapper]
     unresolved: bool
 
 
@@ -162,16 +162,17 @@ def ddp_wraps(modules: list[ParsedModule]) -> Wraps:
     accelerate's prepare."""
     defined = {name: cls for m in modules for name, cls in m.classes().items()}
     found = [wrap_roots(module, set(defined)) for module in modules]
-    roots = {name for f in found for name in f.classes}
-    held = set(roots)
-    todo = list(roots)
+    held: dict[str, Wrapper] = {}
+    for name, wrapper in sorted(root for f in found for root in f.classes):
+        held.setdefault(name, wrapper)
+    todo = list(held)
     while todo:
-        cls = defined[todo.pop()]
-        for n in ast.walk(cls):
+        name = todo.pop()
+        for n in ast.walk(defined[name]):
             if isinstance(n, ast.Name) and n.id in defined and n.id not in held:
-                held.add(n.id)
+                held[n.id] = held[name]
                 todo.append(n.id)
-    return Wraps(frozenset(held), any(f.unresolved for f in found))
+    return Wraps(held, any(f.unresolved for f in found))
 
 
 def check(module: ParsedModule, wraps: Wraps) -> list[Draft]:
@@ -180,19 +181,20 @@ def check(module: ParsedModule, wraps: Wraps) -> list[Draft]:
     checkpoint's nested backward marks its parameters ready again."""
     drafts: list[Draft] = []
     for cls in module.classes().values():
-        under_ddp = cls.name in wraps.classes
-        if not under_ddp and not wraps.unresolved:
+        wrapper = wraps.classes.get(cls.name)
+        if wrapper is None and not wraps.unresolved:
             continue
         for method in cls.body:
             if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for text, calls in _count(method.body, module, []).items():
-                drafts += _drafts(text, calls, under_ddp)
+                drafts += _drafts(text, calls, wrapper)
     return drafts
 
 
-def _drafts(text: str, calls: list[Checkpointed], under_ddp: bool) -> list[Draft]:
-    """A draft at the second call of one callable (or at a call a loop repeats)."""
+def _drafts(text: str, calls: list[Checkpointed], wrapper: Wrapper | None) -> list[Draft]:
+    """A draft at the second call of one callable (or at a call a loop repeats): an error when
+    the class is known to be under DDP (``wrapper``), else a warning."""
     if sum(c.times for c in calls) < 2:
         return []
     first = calls[0]
@@ -202,6 +204,7 @@ def _drafts(text: str, calls: list[Checkpointed], under_ddp: bool) -> list[Draft
     again = (f"in the loop of line {culprit.loop_line}" if culprit is first
              else f"again (first on line {first.call.lineno})")
     message = MESSAGE.format(what=text, how=how or "True (torch's default)", again=again,
-                             where="" if under_ddp else MAYBE)
-    severity = Severity.ERROR if under_ddp else Severity.WARNING
-    return [Draft(KIND, severity, culprit.call.lineno, "DDP backward", None, message, FIX)]
+                             where="" if wrapper is not None else MAYBE)
+    severity = Severity.ERROR if wrapper is not None else Severity.WARNING
+    fix = FIX.format(static=(wrapper or Wrapper.DDP).value)
+    return [Draft(KIND, severity, culprit.call.lineno, "DDP backward", None, message, fix)]
