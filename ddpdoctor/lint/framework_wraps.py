@@ -44,47 +44,81 @@ def _framework(name: str | None, roots: frozenset[str], cls: str) -> bool:
     return bool(name) and name.split(".", 1)[0] in roots and name.rsplit(".", 1)[-1] == cls
 
 
-def _assigned(name: str, module: ParsedModule) -> list[ast.expr]:
-    """The values a plain name is assigned anywhere in the file (scopes are not told apart)."""
-    out: list[ast.expr] = []
+def _key(node: ast.expr) -> str | None:
+    """A plain name (``model``) or an attribute of self (``self.model``) as text; None else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+            node.value.id == "self":
+        return f"self.{node.attr}"
+    return None
+
+
+@dataclass(frozen=True)
+class FileIndex:
+    """One walk of a file: the values each plain name or self attribute is assigned anywhere
+    (scopes are not told apart), and the calls by the name they call (``f(...)``, ``x.f(...)``)."""
+
+    assigned: dict[str, list[ast.expr]]
+    calls: dict[str, list[ast.Call]]
+
+
+def _index(module: ParsedModule) -> FileIndex:
+    """The file's index, built once per parsed file."""
+    cached = module.__dict__.get("_wrap_index")
+    if cached is not None:
+        return cached
+    index = FileIndex({}, {})
     for n in ast.walk(module.tree):
-        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name
-                                             for t in n.targets):
-            out.append(n.value)
-        elif isinstance(n, ast.AnnAssign) and n.value is not None and \
-                isinstance(n.target, ast.Name) and n.target.id == name:
-            out.append(n.value)
-    return out
+        if isinstance(n, ast.Assign):
+            for key in {_key(t) for t in n.targets} - {None}:
+                index.assigned.setdefault(key, []).append(n.value)
+        elif isinstance(n, ast.AnnAssign) and n.value is not None and _key(n.target):
+            index.assigned.setdefault(_key(n.target), []).append(n.value)
+        elif isinstance(n, ast.Call):
+            called = n.func.id if isinstance(n.func, ast.Name) else \
+                n.func.attr if isinstance(n.func, ast.Attribute) else None
+            if called is not None:
+                index.calls.setdefault(called, []).append(n)
+    module.__dict__["_wrap_index"] = index
+    return index
+
+
+def _assigned(key: str, module: ParsedModule) -> list[ast.expr]:
+    """The values a plain name or self attribute is assigned anywhere in the file."""
+    return _index(module).assigned.get(key, [])
 
 
 def _values(node: ast.expr, module: ParsedModule, seen: frozenset[str] = frozenset()) \
         -> list[ast.expr]:
-    """What an expression may stand for: itself, or through plain names what they are assigned."""
-    if not isinstance(node, ast.Name):
+    """What an expression may stand for: itself, or through plain names and self attributes
+    what they are assigned."""
+    key = _key(node)
+    if key is None:
         return [node]
-    if node.id in seen:
+    if key in seen:
         return []
-    return [v for value in _assigned(node.id, module)
-            for v in _values(value, module, seen | {node.id})]
+    return [v for value in _assigned(key, module)
+            for v in _values(value, module, seen | {key})]
 
 
 def _arguments(name: str, module: ParsedModule) -> list[ast.expr]:
     """The arguments the file's calls pass to a function parameter called ``name``:
-    ``fit(Auto())`` gives ``Auto()`` for ``def fit(module)``."""
+    ``fit(Auto())`` gives ``Auto()`` for ``def fit(module)``, ``Runner(Net())`` gives ``Net()`` for
+    ``Runner.__init__(self, model)``."""
+    constructors = {id(f): cls.name for cls in module.classes().values() for f in cls.body
+                    if isinstance(f, ast.FunctionDef) and f.name == "__init__"}
     out: list[ast.expr] = []
     for fn in ast.walk(module.tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
+        called = constructors.get(id(fn), fn.name)
         params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
         if name not in params and name not in [a.arg for a in fn.args.kwonlyargs]:
             continue
         bound = 1 if params and params[0] in ("self", "cls") else 0
         index = params.index(name) - bound if name in params else None
-        for call in ast.walk(module.tree):
-            if not isinstance(call, ast.Call) or fn.name != (
-                    call.func.id if isinstance(call.func, ast.Name) else
-                    call.func.attr if isinstance(call.func, ast.Attribute) else None):
-                continue
+        for call in _index(module).calls.get(called, []):
             out += [k.value for k in call.keywords if k.arg == name]
             if index is not None and 0 <= index < len(call.args) and \
                     not any(isinstance(a, ast.Starred) for a in call.args[:index + 1]):
@@ -95,7 +129,7 @@ def _arguments(name: str, module: ParsedModule) -> list[ast.expr]:
 def class_of(node: ast.expr, module: ParsedModule, classes: set[str],
              seen: frozenset[str] = frozenset()) -> str | None:
     """The linted class an expression builds: ``Encoder(...)``, ``Net.load_from_checkpoint(p)``,
-    a name assigned one, or a parameter the file's calls pass one."""
+    a name or self attribute assigned one, or a parameter the file's calls pass one."""
     while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
             node.func.attr in SAME_MODULE:
         node = node.func.value
@@ -105,9 +139,11 @@ def class_of(node: ast.expr, module: ParsedModule, classes: set[str],
             func = func.value
         name = (module.qualified(func) or "").rsplit(".", 1)[-1]
         return name if name in classes else None
-    if isinstance(node, ast.Name) and node.id not in seen:
-        for value in _assigned(node.id, module) + _arguments(node.id, module):
-            found = class_of(value, module, classes, seen | {node.id})
+    key = _key(node)
+    if key is not None and key not in seen:
+        params = _arguments(key, module) if isinstance(node, ast.Name) else []
+        for value in _assigned(key, module) + params:
+            found = class_of(value, module, classes, seen | {key})
             if found is not None:
                 return found
     return None
@@ -232,13 +268,23 @@ def wrap_roots(module: ParsedModule, classes: set[str]) -> WrapRoots:
         return WrapRoots(frozenset(), False)
     roots: set[tuple[str, Wrapper]] = set()
     unresolved = False
+    by_key: dict[str, str | None] = {}  # a name wrapped at many sites is resolved once
+
+    def resolved(arg: ast.expr) -> str | None:
+        key = _key(arg)
+        if key is None:
+            return class_of(arg, module, classes)
+        if key not in by_key:
+            by_key[key] = class_of(arg, module, classes)
+        return by_key[key]
+
     for node in ast.walk(module.tree):
         if not isinstance(node, ast.Call):
             continue
         wrapped, wrapper = _wrapped_arguments(node, module)
         if not wrapped:
             continue
-        names = {class_of(arg, module, classes) for arg in wrapped} - {None}
+        names = {resolved(arg) for arg in wrapped} - {None}
         roots |= {(name, wrapper) for name in names}
         unresolved = unresolved or not names
     return WrapRoots(frozenset(roots), unresolved)

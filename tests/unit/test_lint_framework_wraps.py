@@ -189,6 +189,20 @@ def test_accelerate_prepare_puts_the_model_under_ddp(job):
     assert reentrant(ACCELERATE_MODULE, job) == [(SECOND, "error")]
 
 
+def test_accelerate_in_a_trainer_class_through_self_attributes():
+    assert reentrant(ACCELERATE_MODULE, """
+    class Runner:
+        def __init__(self, model):
+            self.accelerator = Accelerator(cpu=True)
+            self.model = model
+
+        def setup(self):
+            self.model = self.accelerator.prepare(self.model)
+
+    Runner(Shared()).setup()
+    """) == [(SECOND, "error")]
+
+
 @pytest.mark.parametrize("job", [
     """
     accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(static_graph=True)])
