@@ -242,13 +242,20 @@ def read_meta(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         except (ValueError, RecursionError):
             bad += 1
             continue
-        if isinstance(obj, dict) and isinstance(obj.get("event"), str):
+        if isinstance(obj, dict) and isinstance(obj.get("event"), str) and \
+                _stamp_ok(obj.get("t")):
             events.append(obj)
         else:
             bad += 1
     if bad:
         problems.append(f"{path.name}: {bad} unreadable meta line(s) skipped")
     return events, problems
+
+
+def _stamp_ok(t: Any) -> bool:
+    """A meta event's ``t`` is the writer's ``time.time_ns()`` (an int) or absent: a line
+    whose ``t`` is anything else (a damaged ``{"": null}``, text, a bool) is damaged."""
+    return t is None or (type(t) is int and t >= 0)
 
 
 def runtime_errors(header: TraceHeader, meta: list[dict[str, Any]]) -> list[str]:
