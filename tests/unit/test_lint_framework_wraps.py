@@ -57,8 +57,8 @@ def reentrant(module: str, job: str) -> list[tuple[int, str]]:
 
 
 @pytest.mark.parametrize("name, line, static", [
-    ("lightning_reentrant.py", 24, "Trainer(strategy=DDPStrategy(static_graph=True))"),
-    ("accelerate_reentrant.py", 24,
+    ("lightning_reentrant.py", 26, "Trainer(strategy=DDPStrategy(static_graph=True))"),
+    ("accelerate_reentrant.py", 26,
      "Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(static_graph=True)])"),
 ])
 def test_the_real_jobs_are_flagged_at_the_second_checkpoint_and_their_twins_are_clean(

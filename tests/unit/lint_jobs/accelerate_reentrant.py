@@ -16,11 +16,13 @@ from torch.utils.data import DataLoader, TensorDataset
 class Shared(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.shared = nn.Linear(8, 8)
+        self.embed = nn.Linear(8, 8)
+        self.shared = nn.Linear(8, 8)  # applied twice: the weights are shared
         self.head = nn.Linear(8, 1)
 
     def forward(self, x):
-        h = checkpoint(self.shared, x, use_reentrant=True)
+        h = self.embed(x)
+        h = checkpoint(self.shared, h, use_reentrant=True)
         h = checkpoint(self.shared, torch.relu(h), use_reentrant=True)
         return self.head(h)
 
@@ -31,8 +33,8 @@ def main() -> None:
     model = Shared()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(32, 8, generator=g, requires_grad=True)
-    loader = DataLoader(TensorDataset(x, x.detach().sum(1, keepdim=True)), batch_size=8)
+    x = torch.randn(32, 8, generator=g)
+    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
     model, opt, loader = accelerator.prepare(model, opt, loader)
     for xb, yb in loader:
         loss = nn.functional.mse_loss(model(xb), yb)

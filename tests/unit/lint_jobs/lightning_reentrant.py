@@ -16,11 +16,13 @@ class Shared(L.LightningModule):
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.shared = nn.Linear(8, 8)
+        self.embed = nn.Linear(8, 8)
+        self.shared = nn.Linear(8, 8)  # applied twice: the weights are shared
         self.head = nn.Linear(8, 1)
 
     def forward(self, x):
-        h = checkpoint(self.shared, x, use_reentrant=True)
+        h = self.embed(x)
+        h = checkpoint(self.shared, h, use_reentrant=True)
         h = checkpoint(self.shared, torch.relu(h), use_reentrant=True)
         return self.head(h)
 
@@ -34,8 +36,8 @@ class Shared(L.LightningModule):
 
 def data() -> DataLoader:
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(32, 8, generator=g, requires_grad=True)
-    return DataLoader(TensorDataset(x, x.detach().sum(1, keepdim=True)), batch_size=8)
+    x = torch.randn(32, 8, generator=g)
+    return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
 
 
 def main() -> None:
