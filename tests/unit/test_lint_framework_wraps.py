@@ -237,3 +237,42 @@ def test_no_error_or_warning_on_the_compat_jobs():
     jobs = sorted(COMPAT_JOBS.glob("*.py"))
     assert len(jobs) >= 5
     assert [(f.file, f.line, f.kind) for f in lint_files(jobs)] == []
+
+
+def test_a_submodule_of_the_fitted_module_in_another_file_is_under_ddp(tmp_path):
+    (tmp_path / "blocks.py").write_text(textwrap.dedent("""\
+        from torch import nn
+        from torch.utils.checkpoint import checkpoint
+
+
+        class Encoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.shared = nn.Linear(8, 8)
+
+            def forward(self, h):
+                for _ in range(3):
+                    h = checkpoint(self.shared, h)
+                return h
+        """))
+    (tmp_path / "train.py").write_text(textwrap.dedent("""\
+        import lightning as L
+        from blocks import Encoder
+
+
+        class Model(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.encoder = Encoder()
+
+
+        if __name__ == "__main__":
+            L.Trainer(accelerator="cpu", devices=2).fit(Model())
+        """))
+    found = lint_files([tmp_path])
+    assert [(Path(f.file).name, f.line, f.kind, f.severity.value) for f in found] == \
+        [("blocks.py", 12, "reentrant_checkpoint", "error")]
+    assert "in the loop of line 11" in found[0].message
+    (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text().replace(
+        "devices=2", "devices=1"))
+    assert lint_files([tmp_path]) == []
