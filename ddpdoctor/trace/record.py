@@ -163,7 +163,10 @@ def as_int(value: Any) -> int | None:
     if isinstance(value, float) and math.isfinite(value):
         return int(value)
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+        try:  # "²" is a digit int() does not read; past 4,300 digits int() refuses
+            return int(value)
+        except ValueError:
+            return None
     return None
 
 

@@ -424,8 +424,10 @@ def test_ui_loader_survives_hostile_reports(raw, tmp_path):
     b' "current": [], "recent": 5}], "findings": [{"ranks": "all", "seq": {}}],'
     b' "timeline": [], "profile": 7, "world_size": -1e308}',
     b'{"schema": "ddpdoctor.report/1", "ranks": [], "findings": [], "started_at": 1e999}',
+    b'{"schema": "ddpdoctor.report/1", "ranks": [], "findings": [], "timeline": {"\\u00b2": 1,'
+    b' "9' + b'9' * 5000 + b'": 2}}',
     b'[' * 10 + b'1',
-])
+], ids=lambda raw: f"{len(raw)}B-{raw[-24:]!r}")
 def test_ui_loader_survives_each_known_damage(raw, tmp_path):
     path = tmp_path / "report.json"
     path.write_bytes(raw)
