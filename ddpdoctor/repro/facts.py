@@ -198,8 +198,29 @@ def plans_with_real_ddp(plans: tuple[RankPlan, ...]) -> tuple[RankPlan, ...]:
     return tuple(replace(plan, steps=s) for plan, s in zip(plans, steps))
 
 
+def as_stopped(run: RankRun) -> RankRun:
+    """The rank as ddpdoctor's stop found it: a call it started after the stop is the stop's
+    doing (a peer killed let go of the file lock it was blocked on, and it went on into its
+    next call), not the job's; the same rank when it started none."""
+    stop = run.stop_ns
+    if stop is None or not any(c.t_start >= stop for cs in run.calls.values() for c in cs) \
+            and not any(c.t_start >= stop for c in run.p2p):
+        return run
+    calls = {g: [c for c in cs if c.t_start < stop] for g, cs in run.calls.items()}
+    return replace(run, calls={g: cs for g, cs in calls.items() if cs},
+                   p2p=[c for c in run.p2p if c.t_start < stop])
+
+
 def rank_plan(run: RankRun, loader_names: dict[int, str] | None = None) -> RankPlan:
-    """How one rank is replayed: its steps and its ending (see ``Ending``)."""
+    """How one rank is replayed: its steps and its ending (see ``Ending``).  A rank that
+    went on after the stop is replayed as the stop found it: inside its open call, or
+    outside any (stalled there)."""
+    stopped = as_stopped(run)
+    if stopped is not run:
+        steps = tuple(rank_steps(stopped, loader_names))
+        if stopped.open_call() is not None:
+            return RankPlan(run.rank, steps, Ending.HANGS)
+        return RankPlan(run.rank, steps, Ending.STALLS, busy=run.cpu_busy is True)
     steps = tuple(rank_steps(run, loader_names))
     destroys = bool(run.trace.meta_events("destroy"))
     if not _reached_init(run):
