@@ -203,12 +203,12 @@ def as_stopped(run: RankRun) -> RankRun:
     doing (a peer killed let go of the file lock it was blocked on, and it went on into its
     next call), not the job's; the same rank when it started none."""
     stop = run.stop_ns
-    if stop is None or not any(c.t_start >= stop for cs in run.calls.values() for c in cs) \
-            and not any(c.t_start >= stop for c in run.p2p):
+    if stop is None:
         return run
-    calls = {g: [c for c in cs if c.t_start < stop] for g, cs in run.calls.items()}
-    return replace(run, calls={g: cs for g, cs in calls.items() if cs},
-                   p2p=[c for c in run.p2p if c.t_start < stop])
+    calls = {g: kept for g, cs in run.calls.items() if (kept := [c for c in cs if c.t_start < stop])}
+    p2p = [c for c in run.p2p if c.t_start < stop]
+    dropped = sum(map(len, run.calls.values())) - sum(map(len, calls.values()))
+    return replace(run, calls=calls, p2p=p2p) if dropped or len(p2p) < len(run.p2p) else run
 
 
 def rank_plan(run: RankRun, loader_names: dict[int, str] | None = None) -> RankPlan:
