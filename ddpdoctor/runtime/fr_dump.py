@@ -19,7 +19,7 @@ from ddpdoctor.rundir.layout import write_bytes_atomic
 from ddpdoctor.trace import fr_files
 
 POLL_S = 0.5
-_started = False
+_started: int | None = None  # the pid whose watcher runs (a forked rank has none)
 
 
 def check_buffer_env() -> None:
@@ -80,11 +80,12 @@ def _watch(run_dir: Path) -> None:
 
 
 def install() -> None:
-    """Start the watcher thread once in this process (ranks of `ddpdoctor run`)."""
+    """Start the watcher thread once in this process (ranks of `ddpdoctor run`); a forked child
+    starts its own, as threads do not survive fork."""
     global _started
     run_dir = os.environ.get(recorder.ENV_RUN_DIR)
-    if _started or not run_dir:
+    if _started == os.getpid() or not run_dir:
         return
-    _started = True
+    _started = os.getpid()
     threading.Thread(target=_watch, args=(Path(run_dir),), name="ddpdoctor-fr-dump",
                      daemon=True).start()

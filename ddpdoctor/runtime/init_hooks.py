@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from ddpdoctor.runtime import fr_dump
+from ddpdoctor.runtime import fr_dump, supervisor_watch
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.trace import layout as L
 
@@ -69,6 +69,7 @@ def _start_rank_trace(rank: int, world_size: int, local_rank: int) -> None:
     global _local_rank
     os.environ[ENV_RANK_PID] = str(os.getpid())
     _local_rank = local_rank
+    _start_watchers()
     rec = R.active()
     if rec is None:
         return
@@ -78,6 +79,20 @@ def _start_rank_trace(rank: int, world_size: int, local_rank: int) -> None:
         rec.meta("starting", rank=rank, world_size=world_size, local_rank=local_rank)
     except Exception as e:  # noqa: BLE001 - recording must never break the job
         rec.fail("starting", e)
+
+
+def _start_watchers() -> None:
+    """A rank forked from an instrumented process (mp.start_processes with the fork start
+    method, a forking launcher) has none of its parent's threads: start its own watchers
+    (each a no-op where it runs already)."""
+    try:
+        supervisor_watch.start()
+        if "torch" in sys.modules:
+            fr_dump.install()
+    except Exception as e:  # noqa: BLE001 - the rank runs on without them
+        rec = R.existing()
+        if rec is not None:
+            rec.note_error("starting the rank's watchers", e)
 
 
 def on_process_start() -> None:

@@ -116,7 +116,8 @@ def enable_faulthandler(rec: R.Recorder) -> None:
     faulthandler.enable(file=_fault_file, all_threads=True)
 
 
-def _record_child_exit(pid: int, returncode: int | None) -> None:
+def record_child_exit(pid: int, returncode: int | None) -> None:
+    """Note a child's exit status in this launcher's trace (a signal as its negative)."""
     if returncode is None:
         return
     rec = R.existing()
@@ -136,7 +137,7 @@ def _patch_child_exits() -> None:
     def _handle_exitstatus(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original_handle(self, *args, **kwargs)
         try:
-            _record_child_exit(self.pid, self.returncode)
+            record_child_exit(self.pid, self.returncode)
         except Exception as e:  # noqa: BLE001 - the launcher must go on
             rec = R.existing()
             if rec is not None:
@@ -153,7 +154,7 @@ def _patch_child_exits() -> None:
         result = original_poll(self, flag)
         if known is None and result is not None:
             try:
-                _record_child_exit(self.pid, result)
+                record_child_exit(self.pid, result)
             except Exception as e:  # noqa: BLE001 - the launcher must go on
                 rec = R.existing()
                 if rec is not None:

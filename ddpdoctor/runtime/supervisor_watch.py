@@ -129,12 +129,18 @@ def end_job(why: str) -> None:
     os.kill(me, signal.SIGKILL)
 
 
+_watching: int | None = None  # the pid whose watch runs (a forked rank has none)
+
+
 def start() -> None:
-    """Start the watch in this process when ddpdoctor's supervisor started the job."""
+    """Start the watch in this process when ddpdoctor's supervisor started the job (once per
+    process: a forked child starts its own, as threads do not survive fork)."""
+    global _watching
     pid = os.environ.get(SUPERVISOR_PID_ENV, "")
     run_dir = os.environ.get("DDPDOCTOR_RUN_DIR", "")
-    if not pid.isdigit() or not run_dir:
+    if not pid.isdigit() or not run_dir or _watching == os.getpid():
         return
+    _watching = os.getpid()
     try:
         hang_timeout = float(os.environ.get("DDPDOCTOR_HANG_TIMEOUT", "60"))
     except ValueError:

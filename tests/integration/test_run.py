@@ -192,3 +192,16 @@ def test_true_hang_reported_within_timeout_plus_3s_with_4_ranks(doctor):
     assert sleeper["state"] == "blocked"  # in time.sleep: no CPU, outside any call
     assert sleeper["blocked_on"]["syscall"] in ("clock_nanosleep", "nanosleep")
     assert any(fr["name"] == "main" for fr in sleeper["stack"])
+
+
+def test_ranks_forked_from_an_instrumented_process_answer_the_flight_recorder(doctor):
+    """mp.start_processes(start_method="fork") forks the ranks from a process that imported
+    torch, so ddpdoctor's threads started there (the flight-recorder watcher, the supervisor
+    watch) are not in them: each rank starts its own, and answers the hang's dump request."""
+    run = doctor(["run", "--hang-timeout", str(HANG_TIMEOUT), "--", sys.executable,
+                  str(JOBS / "spawn_collectives.py"), "2"],
+                 env={"BUG": "barrier_rank0", "START_METHOD": "fork"})
+    errors = [f for f in run.report["findings"] if f["severity"] == "error"]
+    assert errors and errors[0]["ranks"] == [0], errors
+    [dumps] = run.supervisor_events("flight_recorder")
+    assert dumps["ranks"] == [0, 1] and dumps["missing"] == [], dumps

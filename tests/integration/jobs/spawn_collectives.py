@@ -1,4 +1,5 @@
-"""collectives.py started by torch.multiprocessing.spawn (the self-spawning form)."""
+"""collectives.py started by torch.multiprocessing.spawn (the self-spawning form);
+START_METHOD=fork starts the ranks with mp.start_processes(start_method="fork") instead."""
 
 import os
 import socket
@@ -24,4 +25,11 @@ def free_port() -> int:
 
 if __name__ == "__main__":
     world = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    mp.spawn(worker, args=(world, free_port()), nprocs=world)
+    method = os.environ.get("START_METHOD", "spawn")
+    if method == "spawn":
+        mp.spawn(worker, args=(world, free_port()), nprocs=world)
+    else:
+        import torch  # noqa: F401  (imported before the fork, as a script that forks does)
+
+        mp.start_processes(worker, args=(world, free_port()), nprocs=world,
+                           start_method=method)
