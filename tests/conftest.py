@@ -15,6 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "tests" / "integration" / "jobs"
+WARM_TORCHRUN = JOBS / "warm_torchrun.py"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,6 +48,21 @@ class DoctorRun:
         path = self.run_dir / "supervisor.jsonl"
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         return [e for e in lines if e.get("event") == event]
+
+
+def warm_launch(nproc: int, script: str | Path, *args: str) -> list[str]:
+    """``ddpdoctor run``'s user command for a one-node job whose ranks the suite's launcher
+    forks from a process that imported torch (its docstring says what that does not
+    exercise): for the many jobs that test a diagnosis, not a launch form."""
+    return ["--", sys.executable, "-u", str(WARM_TORCHRUN), "--nproc-per-node", str(nproc),
+            str(script), *args]
+
+
+def warmed(args: list[str]) -> list[str]:
+    """``ddpdoctor run`` ARGS of the script form (``... --nproc-per-node N script.py ...``,
+    the script right after N) with the ranks started by ``warm_launch`` instead."""
+    at = args.index("--nproc-per-node")
+    return [*args[:at], *warm_launch(int(args[at + 1]), *args[at + 2:])]
 
 
 def run_doctor(args: list[str], tmp_path: Path, env: dict[str, str] | None = None,

@@ -12,7 +12,7 @@ from typing import Callable
 import pytest
 
 from ddpdoctor import bugs
-from tests.conftest import DoctorRun, run_doctor
+from tests.conftest import DoctorRun, run_doctor, warm_launch
 
 SAMPLE_BUGS = bugs.sample_bugs_dir()
 
@@ -53,7 +53,17 @@ def shared_run(factory: pytest.TempPathFactory, key: str, args: list[str],
     return DoctorRun(done["returncode"], done["stdout"], done["stderr"], where / "run")
 
 
+def suite_command(bug: bugs.Bug, fixed: bool) -> list[str]:
+    """The bug's command as the suite runs it: a job torchrun would start gets its ranks
+    forked by the suite's launcher (``warm_launch``); a script that spawns its own ranks
+    runs as the catalogue says.  The catalogue's launch forms run on torchrun in
+    test_run.py and, bug by bug, in the ``--ddp torch`` runs of test_sample_bugs.py."""
+    if bug.launch == bugs.Launch.SPAWN:
+        return bugs.job_command(bug, fixed)
+    return warm_launch(bug.nproc, bug.fixed_script if fixed else bug.script)
+
+
 def sample_run(factory: pytest.TempPathFactory, bug: bugs.Bug, fixed: bool) -> DoctorRun:
     """The session's one run of ``bug`` (or its twin) under ``ddpdoctor run``."""
-    args = ["run", "--hang-timeout", str(bug.hang_timeout), *bugs.job_command(bug, fixed)]
+    args = ["run", "--hang-timeout", str(bug.hang_timeout), *suite_command(bug, fixed)]
     return shared_run(factory, f"{bug.name}{'-fixed' if fixed else ''}", args, cwd=SAMPLE_BUGS)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import JOBS, DoctorRun
+from tests.conftest import JOBS, DoctorRun, warm_launch
 from tests.integration.sample_runs import shared_run
 from ddpdoctor.analysis.detectors.uneven import predict_uneven
 
@@ -25,7 +25,7 @@ def job(tmp_path_factory: pytest.TempPathFactory):
     def _job(bug: str, **env: str) -> DoctorRun:
         key = "data_train-" + "-".join([bug, *(f"{k}={v}" for k, v in sorted(env.items()))])
         run = shared_run(tmp_path_factory, key, ["run", "--hang-timeout", "5",
-                                                 "--nproc-per-node", "2", JOB],
+                                                 *warm_launch(2, JOB)],
                          env={"BUG": bug, **env})
         assert (run.run_dir / "report.json").exists(), run.stderr[-3000:]
         return run

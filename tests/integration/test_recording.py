@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.analysis.load import load_job
-from tests.conftest import JOBS
+from tests.conftest import JOBS, warmed
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ COLLECTIVES = [
 
 
 def test_every_op_is_recorded_in_order(doctor):
-    run = doctor(["run", "--nproc-per-node", "2", str(JOBS / "all_ops.py")])
+    run = doctor(warmed(["run", "--nproc-per-node", "2", str(JOBS / "all_ops.py")]))
     assert run.returncode == 0, run.stderr[-3000:]
     assert "rank 0 done" in run.stdout and "rank 1 done" in run.stdout
     assert [f for f in run.report["findings"] if f["severity"] != "info"] == []
@@ -70,7 +70,7 @@ GAPS = JOBS / "recording_gaps.py"
 
 
 def test_compiled_collectives_are_in_the_sequence(doctor):
-    run = doctor(["run", "--nproc-per-node", "2", str(GAPS)], env={"SHAPE": "compiled"})
+    run = doctor(warmed(["run", "--nproc-per-node", "2", str(GAPS)]), env={"SHAPE": "compiled"})
     assert run.returncode == 0, run.stderr[-3000:]
     job = load_job([run.run_dir])
     for rank, r in job.ranks.items():
@@ -94,7 +94,7 @@ def test_compiled_collectives_are_in_the_sequence(doctor):
 
 
 def test_future_completed_async_call_is_not_a_hang(doctor):
-    run = doctor(["run", "--hang-timeout", "3", "--nproc-per-node", "2", str(GAPS)],
+    run = doctor(warmed(["run", "--hang-timeout", "3", "--nproc-per-node", "2", str(GAPS)]),
                  env={"SHAPE": "future"})
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.report["outcome"] == "completed"
@@ -109,7 +109,7 @@ def test_future_completed_async_call_is_not_a_hang(doctor):
 
 
 def test_base_ops_named_p2p_peers_right_coalesced_batch_one_record(doctor):
-    run = doctor(["run", "--nproc-per-node", "2", str(GAPS)], env={"SHAPE": "base_p2p"})
+    run = doctor(warmed(["run", "--nproc-per-node", "2", str(GAPS)]), env={"SHAPE": "base_p2p"})
     assert run.returncode == 0, run.stderr[-3000:]
     job = load_job([run.run_dir])
     for rank, r in job.ranks.items():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.analysis.load import load_job
-from tests.conftest import JOBS
+from tests.conftest import JOBS, warm_launch
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def doctor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_eight_ranks_subgroups_p2p_async_objects_replay_call_for_call(tmp_path):
     job = doctor("run", "--hang-timeout", "60", "--run-dir", str(tmp_path / "job"),
-                 "--nproc-per-node", str(WORLD), str(JOBS / "repro_mix.py"), cwd=tmp_path)
+                 *warm_launch(WORLD, JOBS / "repro_mix.py"), cwd=tmp_path)
     assert job.returncode == 0, job.stderr[-3000:]
     made = doctor("repro", str(tmp_path / "job"), "-o", str(tmp_path / "mix_repro.py"),
                   cwd=tmp_path)
@@ -48,8 +48,7 @@ def test_eight_ranks_subgroups_p2p_async_objects_replay_call_for_call(tmp_path):
     assert "repro_mix" not in script.replace("repro_mix.py:", "").split('"""', 2)[2]
     assert script.count("\n") < 200
     replay = doctor("run", "--hang-timeout", "60", "--run-dir", str(tmp_path / "replay"),
-                    "--nproc-per-node", str(WORLD), str(tmp_path / "mix_repro.py"),
-                    cwd=tmp_path)
+                    *warm_launch(WORLD, tmp_path / "mix_repro.py"), cwd=tmp_path)
     assert replay.returncode == 0, replay.stderr[-3000:]
     recorded, replayed = sequence(tmp_path / "job"), sequence(tmp_path / "replay")
     assert sorted(recorded) == list(range(WORLD))

@@ -1,7 +1,7 @@
 """The repro of every catalogued bug's run gives the bug's first error finding; the repro of
 every fixed twin ends cleanly.  The bug runs are test_sample_bugs.py's own: each of its
 tests calls ``check_repro`` on the run it made (no bug is run twice).  The twins' repros
-are replayed together, one torchrun job per rank count (``replay_twins``): each still runs
+are replayed together, one job per rank count (``replay_twins``): each still runs
 as its own process group, on a store prefix of its own."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from ddpdoctor import bugs
 from ddpdoctor.repro.command import write_repro
 from ddpdoctor.repro.header import replay_args
-from tests.conftest import JOBS
+from tests.conftest import JOBS, WARM_TORCHRUN, warm_launch
 from tests.integration.sample_runs import once, sample_run
 
 MAX_LINES = 200
@@ -44,10 +44,12 @@ def run_repro(bug: bugs.Bug, run_dir: Path, where: Path) -> tuple[subprocess.Com
     start = time.monotonic()
     args = replay_args(script.read_text())  # the command the header tells the user to run
     assert args, "the repro's header gives no `Replay: ddpdoctor run ...` line"
-    assert args[-1] == script.name, args
+    assert args[-1] == script.name and "--nproc-per-node" in args, args
+    at = args.index("--nproc-per-node")  # its ranks forked by the suite's launcher
+    options = args[:at] + args[at + 2:-1]
     proc = subprocess.run(
         [sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir", str(where / "run"),
-         *args[:-1], str(script)],
+         *options, *warm_launch(int(args[at + 1]), script)],
         cwd=where, capture_output=True, text=True, timeout=300)
     seconds = time.monotonic() - start
     return proc, json.loads((where / "run" / "report.json").read_text()), lines, seconds
@@ -89,11 +91,12 @@ def twin_repro(factory: pytest.TempPathFactory, bug: bugs.Bug) -> Path:
 
 def replay_twins(factory: pytest.TempPathFactory, twins: list[bugs.Bug], nproc: int,
                  where: Path) -> subprocess.CompletedProcess:
-    """Every twin's repro replayed in turn by one ``torchrun --nproc-per-node nproc`` job
-    (tests/integration/jobs/replay_batch.py): one job instead of one per twin."""
+    """Every twin's repro replayed in turn by one job of ``nproc`` ranks
+    (tests/integration/jobs/replay_batch.py, started as torchrun would by the suite's
+    launcher): one job instead of one per twin."""
     scripts = [str(twin_repro(factory, bug)) for bug in twins]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+        [sys.executable, "-u", str(WARM_TORCHRUN), "--nproc-per-node", str(nproc),
          str(JOBS / "replay_batch.py"), *scripts],
         cwd=where, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)

@@ -1,5 +1,7 @@
 """Every catalogued bug under `ddpdoctor run`: the right finding blames the right ranks, and
-the fixed twin runs clean."""
+the fixed twin runs clean.  A job torchrun would start gets its ranks forked by the suite's
+launcher (tests/integration/jobs/warm_torchrun.py, for CPU); the ``--ddp torch`` runs below
+start theirs with torchrun itself, as the catalogue says."""
 
 from __future__ import annotations
 

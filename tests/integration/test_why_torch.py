@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ddpdoctor import bugs
+from tests.conftest import warm_launch
 from tests.integration.sample_runs import sample_run
 
 pytestmark = pytest.mark.slow
@@ -88,8 +89,8 @@ def test_a_reentrant_checkpoint_under_find_unused_parameters_names_that_option(d
     script = tmp_path / "checkpoint_find_unused.py"
     script.write_text(text.replace(one, "").replace(
         built, "model = DDP(Encoder(), find_unused_parameters=True)"))
-    run = doctor(["run", "--hang-timeout", "5", "--", *bugs._torchrun(), "--nproc-per-node",
-                  "2", str(script)], cwd=tmp_path, timeout=300)
+    run = doctor(["run", "--hang-timeout", "5", *warm_launch(2, script)], cwd=tmp_path,
+                 timeout=300)
     errors = [f for f in run.report["findings"] if f["severity"] == "error"]
     assert len(errors) == 1, errors
     [f] = errors
