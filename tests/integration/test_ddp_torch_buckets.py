@@ -10,6 +10,7 @@ import pytest
 
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import read_trace
+from tests.conftest import warmed
 
 pytestmark = pytest.mark.slow
 
@@ -20,8 +21,8 @@ JOB = Path(__file__).resolve().parent / "jobs" / "ddp_torch_bucket_hang.py"
 def test_a_hang_in_a_bucket_is_named_from_the_flight_recorder(doctor, buffer):
     """30 steps of 2 buckets and a user's all_reduce each (91 collectives before the hang):
     the recorder holds them all, or (40 entries) only its last ones."""
-    run = doctor(["run", "--ddp", "torch", "--hang-timeout", "5", "--nproc-per-node", "2",
-                  str(JOB)], env={"TORCH_FR_BUFFER_SIZE": buffer, "STEPS": "30"})
+    run = doctor(warmed(["run", "--ddp", "torch", "--hang-timeout", "5", "--nproc-per-node",
+                         "2", str(JOB)]), env={"TORCH_FR_BUFFER_SIZE": buffer, "STEPS": "30"})
     assert run.returncode == 124, run.stderr[-3000:]
     findings = run.report["findings"]
     root = findings[0]

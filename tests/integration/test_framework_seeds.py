@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import JOBS, run_doctor
+from tests.conftest import JOBS, run_doctor, warmed
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_healthy_trainer_run_gets_no_seed_collision_warning(tmp_path: Path) -> None:
-    run = run_doctor(["run", "--ddp", "torch", "--nproc-per-node", "2",
-                      str(JOBS / "hf_trainer.py"), str(tmp_path / "out")], tmp_path,
+    run = run_doctor(warmed(["run", "--ddp", "torch", "--nproc-per-node", "2",
+                             str(JOBS / "hf_trainer.py"), str(tmp_path / "out")]), tmp_path,
                      env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}, timeout=500)
     report = run.report
     assert report["outcome"] == "completed" and run.returncode == 0, run.stderr[-3000:]

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import JOBS
+from tests.conftest import JOBS, warmed
 
 pytestmark = pytest.mark.slow
 HANG_TIMEOUT = 3
@@ -15,8 +15,8 @@ WRITE_S = 9  # three hang timeouts of slow writes
 
 
 def test_a_rank_writing_slowly_is_not_stopped(doctor, tmp_path):
-    run = doctor(["run", "--hang-timeout", str(HANG_TIMEOUT), "--nproc-per-node", "2",
-                  str(JOBS / "slow_checkpoint.py")],
+    run = doctor(warmed(["run", "--hang-timeout", str(HANG_TIMEOUT), "--nproc-per-node", "2",
+                         str(JOBS / "slow_checkpoint.py")]),
                  env={"CKPT_DIR": str(tmp_path), "WRITE_S": str(WRITE_S)})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "rank 0 done" in run.stdout and "rank 1 done" in run.stdout

@@ -21,7 +21,8 @@ Under ``ddpdoctor run`` the launcher is instrumented as torchrun's agent is (the
 runs at its start), reports its workers' exit statuses as the agent does, and each worker
 starts its trace as an exec'd rank does at its start (``init_hooks.on_process_start``).
 What it does not exercise: a rank's own interpreter start (the bootstrap, ``import torch``
-under ddpdoctor's import hook).  The launch forms themselves run on torchrun in their own
+under ddpdoctor's import hook), and ``ddpdoctor run``'s lint of the job's script (it lints
+the first script of the command: this launcher).  The launch forms themselves run on torchrun in their own
 tests (tests/integration/test_run.py, the compatibility suite).
 """
 
@@ -96,15 +97,34 @@ def _become_rank(env: dict[str, str], port_pipe: int, script: str, args: list[st
     runpy.run_path(path, run_name="__main__")
 
 
-def _warm_up(nproc: int) -> None:
-    """Import what every rank of a DDP job imports, once, here (no thread may start)."""
+# a script that names one of these may build a DDP, whose constructor imports torch._dynamo
+# (1.1 s of CPU): warmed here for it, left to the ranks of the others (a repro, say)
+BUILDS_DDP = ("DistributedDataParallel", "DDP", "lightning", "accelerate", "ignite",
+              "transformers")
+
+
+def _builds_ddp(script: str) -> bool:
+    try:
+        with open(script, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return True
+    return any(word in text for word in BUILDS_DDP)
+
+
+def _warm_up(nproc: int, script: str) -> None:
+    """Import what the ranks of the job will import, once, here (no thread may start).
+    Only torch's own modules: a framework may read the rank from the environment as it
+    is imported (Lightning does), so each rank imports those itself."""
     if nproc > 1:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401  (torch's DDP constructor imports it)
     import torch.distributed  # noqa: F401
     import torch.nn.parallel  # noqa: F401
     import torch.utils.data  # noqa: F401
+
+    if _builds_ddp(script):
+        import torch._dynamo  # noqa: F401
 
 
 def _agent_store() -> tuple[object, int]:
@@ -170,7 +190,7 @@ def main() -> None:
     nproc, script, args = _parse(sys.argv[1:])
     if not os.path.isfile(script):
         sys.exit(f"warm_torchrun: script not found: {script}")
-    _warm_up(nproc)
+    _warm_up(nproc, script)
     run_id = uuid.uuid4().hex[:12]
     sys.stdout.flush()
     sys.stderr.flush()
