@@ -13,8 +13,8 @@ MASTER_ADDR:MASTER_PORT (OMP_NUM_THREADS=1 unless set); when a worker fails it s
 others SIGTERM and, 30 s later, SIGKILL, and exits 1; SIGTERM, SIGINT and SIGHUP are passed
 to the workers.  A worker runs the script as ``python script.py`` would (``runpy``, as
 ``__main__``, its absolute path as __file__, the script's directory first on sys.path;
-only sys.argv[0] is absolute where Python keeps it as typed) and ends as a Python process ends:
-an uncaught exception through sys.excepthook, then the atexit handlers (the flight
+only sys.argv[0] is absolute where Python keeps it as typed) and ends as a Python process
+ends: an uncaught exception through sys.excepthook, then the atexit handlers (the flight
 recorder's dump at exit, gloo's teardown) and the interpreter's finalization.
 
 Under ``ddpdoctor run`` the launcher is instrumented as torchrun's agent is (the bootstrap
@@ -22,8 +22,8 @@ runs at its start), reports its workers' exit statuses as the agent does, and ea
 starts its trace as an exec'd rank does at its start (``init_hooks.on_process_start``).
 What it does not exercise: a rank's own interpreter start (the bootstrap, ``import torch``
 under ddpdoctor's import hook), and ``ddpdoctor run``'s lint of the job's script (it lints
-the first script of the command: this launcher).  The launch forms themselves run on torchrun in their own
-tests (tests/integration/test_run.py, the compatibility suite).
+the first script of the command: this launcher).  The launch forms themselves run on
+torchrun in their own tests (tests/integration/test_run.py, the compatibility suite).
 """
 
 from __future__ import annotations
@@ -83,9 +83,10 @@ def _become_rank(env: dict[str, str], port_pipe: int, script: str, args: list[st
     if not port.isdigit():
         os._exit(1)  # the launcher failed before the store was up; it says why
     os.environ.update(env, MASTER_PORT=port)
-    import torch
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():  # as a worker of torchrun gets it
+        import torch
 
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     if os.environ.get("DDPDOCTOR_RUN_DIR"):
         from ddpdoctor.runtime import attempt_dir, init_hooks
 
@@ -141,8 +142,8 @@ def _record_exit(pid: int, code: int) -> None:
             from ddpdoctor.runtime.process_hooks import record_child_exit
 
             record_child_exit(pid, code)
-        except ImportError:
-            pass  # not instrumented: nothing to record
+        except Exception:  # noqa: BLE001, S110 - the workers must still be waited for
+            pass  # not instrumented, or the trace is broken: the exit goes unrecorded
 
 
 class Workers:
