@@ -205,7 +205,8 @@ def as_stopped(run: RankRun) -> RankRun:
     stop = run.stop_ns
     if stop is None:
         return run
-    calls = {g: kept for g, cs in run.calls.items() if (kept := [c for c in cs if c.t_start < stop])}
+    calls = {g: kept for g, cs in run.calls.items()
+             if (kept := [c for c in cs if c.t_start < stop])}
     p2p = [c for c in run.p2p if c.t_start < stop]
     dropped = sum(map(len, run.calls.values())) - sum(map(len, calls.values()))
     return replace(run, calls=calls, p2p=p2p) if dropped or len(p2p) < len(run.p2p) else run

@@ -21,7 +21,7 @@ import pytest
 from ddpdoctor import bugs
 from ddpdoctor.repro.command import write_repro
 from ddpdoctor.repro.header import replay_args
-from tests.conftest import JOBS, WARM_TORCHRUN, warm_launch
+from tests.conftest import JOBS, WARM_TORCHRUN, warmed
 from tests.integration.sample_runs import once, sample_run
 
 MAX_LINES = 200
@@ -45,11 +45,9 @@ def run_repro(bug: bugs.Bug, run_dir: Path, where: Path) -> tuple[subprocess.Com
     args = replay_args(script.read_text())  # the command the header tells the user to run
     assert args, "the repro's header gives no `Replay: ddpdoctor run ...` line"
     assert args[-1] == script.name and "--nproc-per-node" in args, args
-    at = args.index("--nproc-per-node")  # its ranks forked by the suite's launcher
-    options = args[:at] + args[at + 2:-1]
-    proc = subprocess.run(
-        [sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir", str(where / "run"),
-         *options, *warm_launch(int(args[at + 1]), script)],
+    proc = subprocess.run(  # its ranks forked by the suite's launcher
+        [sys.executable, "-m", "ddpdoctor.cli",
+         *warmed(["run", "--run-dir", str(where / "run"), *args[:-1], str(script)])],
         cwd=where, capture_output=True, text=True, timeout=300)
     seconds = time.monotonic() - start
     return proc, json.loads((where / "run" / "report.json").read_text()), lines, seconds
