@@ -150,7 +150,8 @@ def stop_tree(tree: JobTree, grace: float = STOP_GRACE_S, first: int = signal.SI
 
     targets = tree.snapshot()
     reached = set(targets)
-    _signal_all(targets, signal.SIGCONT, group)  # a stopped process cannot act otherwise
+    # a stopped process cannot act otherwise; the quiet stay as another stop left them
+    _signal_all([pid for pid in targets if pid not in quiet], signal.SIGCONT, group)
     _signal_all(quiet, signal.SIGSTOP)
     _signal_all(targets, first, group)
     deadline = time.monotonic() + grace

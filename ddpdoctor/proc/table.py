@@ -77,3 +77,19 @@ def descendants(table: dict[int, ProcInfo], roots: Iterable[int]) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
+
+
+def with_environ(table: dict[int, ProcInfo], entry: str) -> set[int]:
+    """The processes of ``table`` whose environment at exec held ``entry`` (``NAME=value``),
+    as far as this user may read it: a job's processes carry the variables it was started
+    with, in whatever session or parent they end up."""
+    needle = entry.encode()
+    found = set()
+    for pid in table:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.add(pid)
+        except OSError:
+            continue  # gone, or another user's
+    return found

@@ -9,11 +9,12 @@ import threading
 import time
 from pathlib import Path
 
-from ddpdoctor.proc.table import descendants, proc_info, scan
+from ddpdoctor.proc.reaper import REAP_GRACE_S, start_reaper, stop_marked
+from ddpdoctor.proc.table import proc_info
 
 SUPERVISOR_PID_ENV = "DDPDOCTOR_SUPERVISOR_PID"
 CHECK_S = 2.0
-TERM_GRACE_S = 3.0
+WAIT_FOR_REAPER_S = 10.0  # beyond its grace: a reaper that did not end this process failed
 IDLE_CPU_SHARE = 0.1  # the ranks used less CPU than this share of the window: no compute
 
 
@@ -82,8 +83,8 @@ class SupervisorWatch:
             except Exception as e:  # noqa: BLE001 - the watch must never disturb the job
                 if not said:
                     said = True
-                    print(f"ddpdoctor: the supervisor watch failed a check "
-                          f"({type(e).__name__}: {e}); it goes on", file=sys.stderr)
+                    _say(f"ddpdoctor: the supervisor watch failed a check "
+                         f"({type(e).__name__}: {e}); it goes on")
 
     def _check(self) -> bool:
         if not self.supervisor_gone():
@@ -92,41 +93,32 @@ class SupervisorWatch:
             return False
         if self.job_still(time.monotonic()):
             end_job(f"the supervisor (pid {self.supervisor}) is gone and the job made "
-                    f"no progress for {self.hang_timeout:g} s")
+                    f"no progress for {self.hang_timeout:g} s", self.supervisor)
             return True
         return False
 
 
-def end_job(why: str) -> None:
-    """Stop this process's group and every process below it: SIGTERM, a grace, then SIGKILL
-    (this process last).  Every process of the job runs this watch, so each ends its part
-    (torchrun gives each rank a session of its own)."""
-    print(f"ddpdoctor: {why}: ending the job", file=sys.stderr, flush=True)
-    me = os.getpid()
-    group = os.getpgid(0)
-    table = scan()
-    members = {pid for pid, p in table.items() if p.pgrp == group} | descendants(table, [me])
-    start = {pid: table[pid].start for pid in members - {me}}
-    others = sorted(start)
-    for sig in (signal.SIGCONT, signal.SIGTERM):
-        for pid in others:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass  # gone already
-    deadline = time.monotonic() + TERM_GRACE_S
-    while time.monotonic() < deadline and any(
-            (p := proc_info(pid)) is not None and p.state != "Z" for pid in others):
-        time.sleep(0.1)
-    for pid in others:
-        p = proc_info(pid)
-        if p is None or p.start != start[pid]:
-            continue  # gone, its pid perhaps reused
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass  # gone already
-    os.kill(me, signal.SIGKILL)
+def end_job(why: str, supervisor: int) -> None:
+    """End every process of the job: those whose environment holds ``supervisor``'s pid, in
+    whatever session or parent they are now, and those below them.  A reaper of its own does
+    it (``start_reaper``), so that the launcher's reaction to its first signal (torchrun's:
+    SIGTERM to its workers) cannot end it half-way; this process waits to be ended with
+    the others, or, where no reaper could start, ends them itself and then itself."""
+    _say(f"ddpdoctor: {why}: ending the job")
+    mark = f"{SUPERVISOR_PID_ENV}={supervisor}"
+    if start_reaper(mark):
+        time.sleep(REAP_GRACE_S + WAIT_FOR_REAPER_S)  # the reaper ends this process
+    stop_marked(mark)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _say(line: str) -> None:
+    """A line on stderr; a closed stderr (the terminal went with the supervisor) is no
+    reason for the watch to stop."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 _watching: int | None = None  # the pid whose watch runs (a forked rank has none)

@@ -97,3 +97,57 @@ def test_supervisor_watch_sees_a_gone_supervisor(tmp_path: Path):
     child.kill()
     child.wait()
     assert watch.supervisor_gone()
+
+
+# A launcher that reacts to SIGTERM as torchrun does (it ends its workers) with two ranks in
+# sessions of their own; rank 1 has a `sleep` in a session of its own.  Rank 0 ends the job
+# when GO appears, as a rank's supervisor watch does.
+LAUNCHER = r"""
+import os, signal, subprocess, sys, time
+out, go, reacted = sys.argv[1:4]
+RANK0 = ("import os, sys, time\n"
+         "while not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
+         "from ddpdoctor.runtime.supervisor_watch import end_job\n"
+         "end_job('rank 0 decided', 999999999)\n")
+RANK1 = ("import subprocess, time\n"
+         "s = subprocess.Popen(['sleep', '3600'], start_new_session=True)\n"
+         "print(s.pid, flush=True); time.sleep(3600)\n")
+ranks = [subprocess.Popen([sys.executable, "-c", RANK0, go], start_new_session=True),
+         subprocess.Popen([sys.executable, "-c", RANK1], start_new_session=True,
+                          stdout=subprocess.PIPE)]
+def on_term(*_):
+    open(reacted, "w").close()
+    for r in ranks:
+        r.kill()
+    sys.exit(1)
+signal.signal(signal.SIGTERM, on_term)
+sleeper = ranks[1].stdout.readline().decode().strip()
+with open(out + ".tmp", "w") as f:
+    f.write(f"{ranks[0].pid} {ranks[1].pid} {sleeper}")
+os.rename(out + ".tmp", out)
+time.sleep(3600)
+"""
+
+
+def test_a_rank_that_ends_the_job_ends_all_of_it_and_the_launcher_cannot_interfere(
+        tmp_path: Path):
+    env = {**os.environ, "DDPDOCTOR_SUPERVISOR_PID": "999999999"}  # the job's mark
+    out, go, reacted = tmp_path / "pids", tmp_path / "go", tmp_path / "reacted"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(out), str(go),
+                                 str(reacted)], env=env, start_new_session=True,
+                                stderr=subprocess.PIPE, text=True)
+    everyone = [launcher.pid]
+    try:
+        assert _wait(out.exists, 30), launcher.stderr
+        rank0, rank1, sleeper = (int(x) for x in out.read_text().split())
+        everyone += [rank0, rank1, sleeper]
+        go.touch()
+        assert _wait(lambda: not any(alive(p) for p in everyone), 30)
+        launcher.wait(timeout=10)
+        assert not reacted.exists()  # frozen before anything else was signalled
+        assert launcher.returncode == -signal.SIGKILL
+        assert "rank 0 decided: ending the job" in launcher.stderr.read()
+    finally:
+        for pid in everyone:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
