@@ -24,11 +24,11 @@ def stop_marked(mark: str, grace: float = REAP_GRACE_S) -> StopResult:
     return stop_tree(JobTree(tuple(sorted(job)), session=False), grace, quiet=launchers)
 
 
-def start_reaper(mark: str, grace: float = REAP_GRACE_S) -> bool:
+def start_reaper(mark: str, grace: float = REAP_GRACE_S, keep_fd: int = -1) -> bool:
     """Run ``stop_marked`` in a process of its own: in a session of its own and without
-    the mark, so that no launcher's reaction to the first signal and no other reaper ends
-    it half-way.  False when it could not be started (the caller then stops the job
-    itself)."""
+    the mark, so that no launcher's reaction to the first signal ends it half-way; it
+    holds ``keep_fd`` (a lock, say) until it is done.  False when it could not be started
+    (the caller then stops the job itself)."""
     name = mark.split("=", 1)[0]
     env = {k: v for k, v in os.environ.items() if k != name}
     if not sys.executable:
@@ -37,7 +37,8 @@ def start_reaper(mark: str, grace: float = REAP_GRACE_S) -> bool:
         subprocess.Popen([sys.executable, "-m", "ddpdoctor.proc.reaper", mark,
                           "--grace", f"{grace:g}"], env=env, start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, close_fds=True)
+                         stderr=subprocess.DEVNULL, close_fds=True,
+                         pass_fds=(keep_fd,) if keep_fd >= 0 else ())
     except (OSError, ValueError):
         return False
     return True

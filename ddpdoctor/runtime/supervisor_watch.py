@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import sys
@@ -11,8 +12,10 @@ from pathlib import Path
 
 from ddpdoctor.proc.reaper import REAP_GRACE_S, start_reaper, stop_marked
 from ddpdoctor.proc.table import proc_info
+from ddpdoctor.rundir.attempts import is_attempt_dir
 
 SUPERVISOR_PID_ENV = "DDPDOCTOR_SUPERVISOR_PID"
+ENDING_LOCK = "ending.lock"  # in the run dir: held by the one process that ends the job
 CHECK_S = 2.0
 WAIT_FOR_REAPER_S = 10.0  # beyond its grace: a reaper that did not end this process failed
 IDLE_CPU_SHARE = 0.1  # the ranks used less CPU than this share of the window: no compute
@@ -78,38 +81,61 @@ class SupervisorWatch:
         while True:
             time.sleep(CHECK_S)
             try:
-                if self._check():
-                    return
+                self._check()
             except Exception as e:  # noqa: BLE001 - the watch must never disturb the job
                 if not said:
                     said = True
                     _say(f"ddpdoctor: the supervisor watch failed a check "
                          f"({type(e).__name__}: {e}); it goes on")
 
-    def _check(self) -> bool:
+    def _check(self) -> None:
         if not self.supervisor_gone():
             self._last = ()
             self._still_since = time.monotonic()
-            return False
-        if self.job_still(time.monotonic()):
+        elif self.job_still(time.monotonic()):
+            # returns while another process of the job ends it; should that one die before
+            # its reaper starts, the claim is free again and the next check takes it
             end_job(f"the supervisor (pid {self.supervisor}) is gone and the job made "
-                    f"no progress for {self.hang_timeout:g} s", self.supervisor)
-            return True
-        return False
+                    f"no progress for {self.hang_timeout:g} s", self.supervisor, self.run_dir)
 
 
-def end_job(why: str, supervisor: int) -> None:
+def end_job(why: str, supervisor: int, run_dir: Path) -> None:
     """End every process of the job: those whose environment holds ``supervisor``'s pid, in
-    whatever session or parent they are now, and those below them.  A reaper of its own does
-    it (``start_reaper``), so that the launcher's reaction to its first signal (torchrun's:
-    SIGTERM to its workers) cannot end it half-way; this process waits to be ended with
-    the others, or, where no reaper could start, ends them itself and then itself."""
+    whatever session or parent they are now, and those below them.  The first process of
+    the job to decide claims the ending (a lock in the run dir) and says so; the others
+    wait to be ended with it.  A reaper of its own does the work (``start_reaper``), so
+    that the launcher's reaction to its first signal (torchrun's: SIGTERM to its workers)
+    cannot end it half-way; where no reaper could start, this process ends the others
+    itself, then itself."""
+    claim = _claim_ending(run_dir)
+    if claim is None:
+        return  # another process of the job is ending it (this one included)
     _say(f"ddpdoctor: {why}: ending the job")
     mark = f"{SUPERVISOR_PID_ENV}={supervisor}"
-    if start_reaper(mark):
+    if start_reaper(mark, keep_fd=claim):
         time.sleep(REAP_GRACE_S + WAIT_FOR_REAPER_S)  # the reaper ends this process
     stop_marked(mark)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _claim_ending(run_dir: Path) -> int | None:
+    """A lock on the job's ENDING_LOCK (in the run dir of the whole job, whatever attempt
+    this process is of), held by this process and then by its reaper: its fd; None when
+    another process of the job holds it; -1 when no lock can be had (the job is ended all
+    the same)."""
+    base = run_dir.parent if is_attempt_dir(run_dir) else run_dir
+    try:
+        fd = os.open(base / ENDING_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError:
+        pass  # a file system without locks: every process that decides ends the job
+    return fd
 
 
 def _say(line: str) -> None:

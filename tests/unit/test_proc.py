@@ -106,9 +106,10 @@ LAUNCHER = r"""
 import os, signal, subprocess, sys, time
 out, go, reacted = sys.argv[1:4]
 RANK0 = ("import os, sys, time\n"
+         "from pathlib import Path\n"
          "while not os.path.exists(sys.argv[1]): time.sleep(0.05)\n"
          "from ddpdoctor.runtime.supervisor_watch import end_job\n"
-         "end_job('rank 0 decided', 999999999)\n")
+         "end_job('rank 0 decided', 999999999, Path(sys.argv[1]).parent)\n")
 RANK1 = ("import subprocess, time\n"
          "s = subprocess.Popen(['sleep', '3600'], start_new_session=True)\n"
          "print(s.pid, flush=True); time.sleep(3600)\n")
@@ -151,3 +152,34 @@ def test_a_rank_that_ends_the_job_ends_all_of_it_and_the_launcher_cannot_interfe
         for pid in everyone:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+DECIDER = r"""
+import sys, time
+from pathlib import Path
+from ddpdoctor.runtime.supervisor_watch import end_job
+go = Path(sys.argv[1])
+while not go.exists():
+    time.sleep(0.01)
+end_job("a process decided", 999999999, go.parent)
+time.sleep(3600)  # the claim was another's: this process waits to be ended with the job
+"""
+
+
+def test_processes_that_decide_together_end_the_job_once(tmp_path: Path):
+    env = {**os.environ, "DDPDOCTOR_SUPERVISOR_PID": "999999999"}  # the job's mark
+    go = tmp_path / "go"
+    deciders = [subprocess.Popen([sys.executable, "-c", DECIDER, str(go)], env=env,
+                                 start_new_session=True, stderr=subprocess.PIPE, text=True)
+                for _ in range(3)]
+    try:
+        time.sleep(1.0)  # each is waiting for GO
+        go.touch()
+        said = "".join(d.communicate(timeout=60)[1] for d in deciders)
+        assert said.count("a process decided: ending the job") == 1, said
+        assert all(d.returncode in (-signal.SIGTERM, -signal.SIGKILL) for d in deciders)
+        assert (tmp_path / "ending.lock").stat().st_mode & 0o077 == 0
+    finally:
+        for d in deciders:
+            if d.poll() is None:
+                d.kill()
