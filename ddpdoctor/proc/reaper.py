@@ -19,8 +19,9 @@ def stop_marked(mark: str, grace: float = REAP_GRACE_S) -> StopResult:
     processes whose parent is not marked) frozen first, so that none of them acts on its
     workers' deaths, then SIGTERM, ``grace`` seconds, SIGKILL.  This process is spared."""
     table = scan()
-    job = with_environ(table, mark) - {os.getpid()}
-    launchers = [pid for pid in job if table[pid].ppid not in job]
+    marked = with_environ(table, mark)
+    job = marked - {os.getpid()}
+    launchers = [pid for pid in job if table[pid].ppid not in marked]
     return stop_tree(JobTree(tuple(sorted(job)), session=False), grace, quiet=launchers)
 
 
