@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpdoctor.proc.table import scan, with_environ
 from tests.conftest import JOBS
 
 pytestmark = pytest.mark.slow
@@ -19,16 +20,7 @@ pytestmark = pytest.mark.slow
 
 def job_pids(run_dir: Path) -> list[int]:
     """Processes whose environment names this run dir (the job's whole tree)."""
-    pids = []
-    needle = f"DDPDOCTOR_RUN_DIR={run_dir}".encode()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
+    return sorted(with_environ(scan(), f"DDPDOCTOR_RUN_DIR={run_dir}"))
 
 
 def test_wait_leaves_the_job_running_then_ctrl_c_stops_all(tmp_path):

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ddpdoctor.proc.table import scan, with_environ
+
 HERE = Path(__file__).resolve().parent
 JOBS = HERE / "jobs"
 TRAIN = JOBS / "train.py"
@@ -53,19 +55,9 @@ def read_report(path: Path) -> dict[str, Any]:
 
 def job_pids(run_dir: Path) -> list[int]:
     """Processes whose environment names ``run_dir`` as their DDPDOCTOR_RUN_DIR."""
-    needle = f"DDPDOCTOR_RUN_DIR={run_dir}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != b"Z" and needle in env.split(b"\0"):
-            found.append(int(entry.name))
-    return found
+    table = scan()
+    return sorted(pid for pid in with_environ(table, f"DDPDOCTOR_RUN_DIR={run_dir}")
+                  if table[pid].state != "Z")
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.1) -> bool:
