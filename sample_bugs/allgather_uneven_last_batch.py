@@ -47,9 +47,17 @@ def worker(rank: int, port: int) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral ports (32768 up): one of those may be taken by
+    an outgoing connection before rank 0 listens on it."""
+    for step in range(12000):
+        port = 20000 + (os.getpid() + step) % 12000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError("no free port in 20000-31999")
 
 
 if __name__ == "__main__":

@@ -32,16 +32,27 @@ def worker(rank: int, port: int) -> None:
     dist.destroy_process_group()
 
 
+def free_port() -> int:
+    """A free port below the kernel's ephemeral ports (32768 up): one of those may be taken by
+    an outgoing connection before rank 0 listens on it."""
+    for step in range(12000):
+        port = 20000 + (os.getpid() + step) % 12000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError("no free port in 20000-31999")
+
+
 def main() -> None:
     # Another process already listens on the port the job was told to use.
     stranger = socket.socket()
     stranger.bind(("127.0.0.1", 0))
     stranger.listen(8)
     # FIX: a port nobody holds (torchrun: --standalone or --rdzv-endpoint localhost:0)
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    mp.spawn(worker, args=(port,), nprocs=WORLD)
+    mp.spawn(worker, args=(free_port(),), nprocs=WORLD)
     stranger.close()
 
 

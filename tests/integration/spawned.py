@@ -9,7 +9,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ddpdoctor.runtime import gloo_teardown
-from tests.robustness.helpers import free_port
+from tests.integration.jobs.ports import free_port
 
 
 # what each rank imports, imported once by this test process's fork server: a spawned rank

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.jobs.ports import free_port
+
 pytestmark = pytest.mark.slow
 
 JOB = Path(__file__).resolve().parent / "jobs" / "collectives.py"
@@ -26,17 +28,12 @@ SECRET_ENV = "DDPDOCTOR_STORE_SECRET"
 SECRET = "the-job-secret-of-this-test"  # the same on both nodes, as the README says
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _start_nodes(tmp_path: Path, env: dict[str, str], hang_timeout: str = "6",
                  shift: str = SHIFT_S, store: int | None = None, job: Path = JOB,
                  relay: int | None = None) -> list[subprocess.Popen]:
     """Node 0 and node 1; ``relay``: the port node 1 reaches node 0's store through."""
-    port, store = _free_port(), store or _free_port()
+    port, store = free_port(), store or free_port()
     procs = []
     for node in (0, 1):
         reach = relay if node == 1 and relay is not None else store
@@ -189,7 +186,7 @@ def test_a_node_whose_ranks_start_late_is_starting_not_hung(tmp_path):
     starting (computing, as a slow `import torch`), then arriving a moment before the
     rendezvous completes.  Slow is not hung: the job ends as without ddpdoctor.  A node that
     never comes is still a hang (tests/unit/test_slow_start.py)."""
-    go, store, relay_port = tmp_path / "go", _free_port(), _free_port()
+    go, store, relay_port = tmp_path / "go", free_port(), free_port()
     relay = _Relay(relay_port, store)
     procs = _start_nodes(tmp_path, {"BUG": "none", "GO_FILE": str(go)},
                          hang_timeout=str(LATE_TIMEOUT), store=store,

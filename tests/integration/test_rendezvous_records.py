@@ -37,12 +37,12 @@ def test_trace_before_init_and_rendezvous_marks(doctor, form):
         [init] = marks(trace, "init")
         assert init.t_end >= init.t_start > trace.header.started_ns
         assert not init.flags & L.RecordFlag.FAILED
-        assert init.callsite.endswith("rendezvous.py:34")
+        assert init.callsite.endswith("rendezvous.py:33")
         groups = marks(trace, "new_group")
         # new_group([0, 1]), then new_subgroups(1) makes one group per rank
         assert [(g.seq, g.aux) for g in groups] == [(0, 2), (1, 1), (2, 1)]
         assert all(g.t_end >= g.t_start > init.t_end - 1 for g in groups)
-        assert all(g.callsite.endswith(("rendezvous.py:36", "rendezvous.py:37"))
+        assert all(g.callsite.endswith(("rendezvous.py:35", "rendezvous.py:36"))
                    for g in groups)
     # rank 1 arrived a second late: rank 0's init waited for it
     late, early = marks(traces[1], "init")[0], marks(traces[0], "init")[0]

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tests.integration.jobs.ports import free_port
 from tests.integration.spawned import end_job, run_job
 
 
@@ -234,7 +235,7 @@ def test_each_groups_transport_is_recorded_reported_and_shown(tmp_path: Path) ->
     run_dir = tmp_path / "run"
     done = subprocess.run(
         [sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir", str(run_dir),
-         "--nproc-per-node", "2", "--master-port", str(_free_port()), str(RING_JOB)],
+         "--nproc-per-node", "2", "--master-port", str(free_port()), str(RING_JOB)],
         env={**os.environ, "GLOO_ON_RANK": "1"}, capture_output=True, text=True,
         timeout=240, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -252,9 +253,3 @@ def test_each_groups_transport_is_recorded_reported_and_shown(tmp_path: Path) ->
     assert "ring: group 0 gloo (" in shown and "asks for gloo" in shown
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,17 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.proc.table import scan, with_environ
+from tests.integration.jobs.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 JOBS = HERE / "jobs"
 TRAIN = JOBS / "train.py"
 COLLECTIVES = HERE.parents[0] / "integration" / "jobs" / "collectives.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def doctor_argv(*args: str) -> list[str]:

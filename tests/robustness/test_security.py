@@ -17,8 +17,8 @@ import pytest
 
 from ddpdoctor.redact import REDACTED, is_secret_name, redact_argv, redact_mapping
 
-from .helpers import (COLLECTIVES, JOBS, TRAIN, job_pids, rank_headers, read_report, run_args,
-                      run_doctor, start_doctor, wait_until)
+from .helpers import (COLLECTIVES, JOBS, TRAIN, free_port, job_pids, rank_headers, read_report,
+                      run_args, run_doctor, start_doctor, wait_until)
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ddpdoctor"
 
@@ -267,13 +267,6 @@ def _keys(secret: str = STORE_SECRET) -> str:
     return f"ddpdoctor/{Seal(secret, '0', None).key_tag()}/"
 
 
-def _store_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def _forger(port: int):
     """A raw client of the nodes' store: it knows the protocol, not the secret."""
@@ -300,7 +293,7 @@ def two_supervisors(tmp_path):
     from ddpdoctor.supervisor.node_leader import NodeLeader
     from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore
 
-    setup = NodeSetup("127.0.0.1", _store_port(), 2, None)
+    setup = NodeSetup("127.0.0.1", free_port(), 2, None)
     logs: list[tuple[str, dict]] = []
     log = lambda event, **fields: logs.append((event, fields))  # noqa: E731
     dropped = lambda key, why, count: log("store_refused", key=key, why=why)  # noqa: E731
@@ -379,7 +372,7 @@ def test_the_store_listens_on_its_own_address_only():
     from ddpdoctor.supervisor.node_auth import Seal
     from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore
 
-    port = _store_port()
+    port = free_port()
     store = NodeStore.open(NodeSetup("127.0.0.1", port, 2, 0), True, 5,
                            Seal(STORE_SECRET, "0", "s"), lambda *a: None)
     listening = [line.split()[1] for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
@@ -462,7 +455,7 @@ def test_a_forged_store_client_cannot_stop_a_two_node_job(tmp_path):
     from tests.integration.test_multinode import (SECRET, _errors, _finish, _report,
                                                   _start_nodes)
 
-    store = _store_port()
+    store = free_port()
     procs = _start_nodes(tmp_path, {"BUG": "none"}, store=store)
     forger = subprocess.Popen([sys.executable, "-c", FORGER, str(store), _keys(SECRET)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,

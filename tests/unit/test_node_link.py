@@ -3,7 +3,6 @@ process: copies, stack requests, the verdict, the final word, a lost node, no no
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from ddpdoctor.errors import UserError
 from ddpdoctor.supervisor.node_auth import Seal
 from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore, node_setup
 from ddpdoctor.trace.reader import read_trace
+from tests.integration.jobs.ports import free_port
 from tests.unit.test_nodes import _write_trace
 
 
@@ -33,11 +33,6 @@ def _host(setup: NodeSetup, timeout: float) -> NodeStore:
 def _follower(setup: NodeSetup, node: str, run_dir, lost_after: float) -> NodeFollower:
     return NodeFollower(setup, node, run_dir, lost_after, SECRET, lambda *a, **k: None)
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _until(what, timeout: float = 10.0) -> bool:
@@ -64,7 +59,7 @@ def test_node_setup_from_the_command():
 
 
 def test_copies_stacks_verdict_and_final_word(tmp_path):
-    setup = NodeSetup("127.0.0.1", _port(), 2, None)
+    setup = NodeSetup("127.0.0.1", free_port(), 2, None)
     said: list[str] = []
     leader = NodeLeader(lambda: _host(setup, 10),  # opened in its thread
                         lambda attempt: tmp_path / "node0",
@@ -97,7 +92,7 @@ def test_copies_stacks_verdict_and_final_word(tmp_path):
 
 
 def test_a_silent_node_is_lost(tmp_path):
-    setup = NodeSetup("127.0.0.1", _port(), 2, None)
+    setup = NodeSetup("127.0.0.1", free_port(), 2, None)
     said: list[str] = []
     store = _host(setup, 10)
     leader = NodeLeader(lambda: store, lambda attempt: tmp_path,
@@ -117,7 +112,7 @@ def test_a_silent_node_is_lost(tmp_path):
 
 def test_no_node_0_means_deciding_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(node_follower, "CONNECT_S", 1.0)
-    setup = NodeSetup("127.0.0.1", _port(), 2, 1)  # nobody listens there
+    setup = NodeSetup("127.0.0.1", free_port(), 2, 1)  # nobody listens there
     follower = _follower(setup, "1", lambda: (0, tmp_path), 5.0)
     follower.start()
     assert _until(lambda: not follower.linked, 15.0)
@@ -125,7 +120,7 @@ def test_no_node_0_means_deciding_alone(tmp_path, monkeypatch):
 
 
 def test_a_taken_port_cannot_be_hosted_twice():
-    setup = NodeSetup("127.0.0.1", _port(), 2, 0)
+    setup = NodeSetup("127.0.0.1", free_port(), 2, 0)
     first = _host(setup, 5)
     with pytest.raises(Exception):
         _host(setup, 5)

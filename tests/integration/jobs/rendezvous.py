@@ -6,7 +6,6 @@ torch.multiprocessing.spawn.  Prints "rank R early trace ok" when the check pass
 
 import datetime
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -47,15 +46,10 @@ def spawned(index: int, world: int, port: int) -> None:
     main(index)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 if __name__ == "__main__":
     if sys.argv[1:] == ["spawn"]:
         import torch.multiprocessing as mp
+        from ports import free_port  # beside this script
 
         mp.spawn(spawned, args=(2, free_port()), nprocs=2)
     else:
