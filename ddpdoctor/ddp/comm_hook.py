@@ -105,7 +105,7 @@ def ddpdoctor_comm_hook(state: HookState, bucket: dist.GradBucket
             job.run()
         else:
             _comm.submit(job)
-        return fut
+        return fut.then(_sum_or_raise)
     try:
         work = state.pg.allreduce([buf])
     except BaseException:
@@ -118,7 +118,7 @@ def ddpdoctor_comm_hook(state: HookState, bucket: dist.GradBucket
 
 class _RingJob:
     """One bucket's ring all-reduce; completes ``fut`` with the summed buffer (times
-    ``scale`` when given)."""
+    ``scale`` when given), or with the failure (``_sum_or_raise`` raises it)."""
 
     __slots__ = ("state", "buf", "index", "handle", "fut", "scale")
 
@@ -134,13 +134,24 @@ class _RingJob:
             trace = R.ring_trace(rec, self.state.group, self.state.pg, self.handle,
                                  self.index) if rec is not None else None
             R.ring_all_reduce_flat(self.buf, self.state.pg, "sum", trace, scale=self.scale)
-        except BaseException as e:  # noqa: BLE001 - handed to the backward pass via fut
+        except BaseException as e:  # noqa: BLE001 - raised to the backward pass by fut's then
             _end(self.handle, failed=True)
-            self.fut.set_exception(RuntimeError(
+            self.fut.set_result(RuntimeError(
                 f"ddpdoctor: gradient all-reduce of bucket {self.index} failed: {e}"))
             return
         _end(self.handle)
         self.fut.set_result(self.buf)
+
+
+def _sum_or_raise(fut: torch.futures.Future) -> torch.Tensor:
+    """A ring bucket's sum, or its failure raised.  torch's reducer takes a failure only as
+    the error of a future, which a ``then`` callback that raises gives: a Python future's
+    ``set_exception`` reaches it as a value, and backward raised "Unable to cast ... to
+    Tensor" instead of the failure."""
+    value = fut.value()
+    if isinstance(value, BaseException):
+        raise value
+    return value
 
 
 class _CommThread:

@@ -58,6 +58,7 @@ def test_bug_is_named_with_its_culprits(tmp_path_factory, bug, tmp_path):
         f"{describe(named)}")
     check_root_cause_first(bug, findings)
     assert report["world_size"] == bug.nproc
+    assert "Unable to cast" not in run.stderr, run.stderr[-3000:]  # a failed bucket raised
     check_repro(bug, run.run_dir, tmp_path / "repro")
 
 

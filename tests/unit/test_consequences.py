@@ -59,3 +59,22 @@ def test_a_timeout_outside_any_call_is_not_taken_for_a_peers_death() -> None:
     r1 = rank(1, steps(3), L.RankState.EXITED)
     d = diagnose(job([r0, r1], outcome="failed"))
     assert d.states[0].kind == StateKind.DIED
+
+
+def test_a_comm_hooks_failure_is_told_without_torchs_callback_wrapping() -> None:
+    """A bucket whose ring all-reduce failed reaches backward through a future's callback,
+    which torch wraps ("Got the following error when running the callback: ..."): the
+    death is told as the failure itself, and it is still a peer's consequence."""
+    wrapped = {"type": "RuntimeError", "message": "Got the following error when running the "
+               "callback: RuntimeError: ddpdoctor: gradient all-reduce of bucket 0 failed: "
+               "ring: connection closed by peer rank 1 (it exited or failed) (Connection "
+               "reset by peer)\n\nAt:\n  comm_hook.py(153): _sum_or_raise"}
+    crash = {"type": "ValueError", "message": "corrupt record 17"}
+    r0 = rank(0, steps(3), L.RankState.FAILED, exception=wrapped)
+    r1 = rank(1, steps(3), L.RankState.FAILED, exception=crash)
+    d = diagnose(job([r0, r1], outcome="failed"))
+    cause = d.states[0].death.cause
+    assert cause.startswith("RuntimeError: ddpdoctor: gradient all-reduce of bucket 0"), cause
+    assert "callback" not in cause
+    assert d.states[0].kind == StateKind.PEER_FAILED
+    assert [(f.kind, f.ranks) for f in errors(d.findings)] == [("rank_failed", (1,))]

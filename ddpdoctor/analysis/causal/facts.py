@@ -26,6 +26,10 @@ PEER_ABSENCE = re.compile(
 PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Read error \[|Broken pipe|"
                        r"ProcessGroupGloo.*(closed|abort)|NCCL communicator was aborted")
 FATAL_SIGNAL = re.compile(r"Fatal Python error: (\w+)")
+# torch's wrapping of an error raised in a future's callback (a DDP comm hook's, above all):
+# "RuntimeError: Got the following error when running the callback: <type>: <message>"
+CALLBACK_WRAP = re.compile(r"^RuntimeError: Got the following error when running the "
+                           r"callback: (?=[\w.]+: )")
 INTERNAL_PARTS = ("site-packages", "/torch/", "/ddpdoctor/", "/lib/python3", "<frozen")
 LOADER_FUNCS = ("__next__", "_next_data", "fetch", "_get_data", "_try_get_data")
 TEARDOWN_WORDS = ("destroy_process_group", "Py_Finalize", "_shutdown", "atexit",
@@ -111,7 +115,8 @@ def _exception_death(run: RankRun, exc: dict) -> Death:
     last = (user or frames or [{}])[-1]
     where = (f"{os.path.basename(str(last.get('filename', '?')))}:{last.get('line', '?')}"
              if last else "")
-    msg = f"{exc.get('type', 'Exception')}: {exc.get('message', '')}".strip()
+    msg = CALLBACK_WRAP.sub("", f"{exc.get('type', 'Exception')}: {exc.get('message', '')}"
+                            .strip())
     first_line = msg.splitlines()[0] if msg else "an exception"
     tb = "\n".join(f"  {f.get('filename')}:{f.get('line')} in {f.get('name')}"
                    for f in frames[-8:] if isinstance(f, dict))
