@@ -1,5 +1,5 @@
 """Which linted classes a job puts under DDP: DDP(...), ignite's auto_model, a Lightning Trainer's
-fit with a DDP strategy, accelerate's prepare."""
+fit or a Fabric's setup with a DDP strategy, accelerate's prepare."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ SAME_MODULE = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat
                          "to_empty", "requires_grad_"})
 # classmethods that build an instance of their class: Net.load_from_checkpoint(path) is a Net
 BUILDERS = frozenset({"load_from_checkpoint", "from_pretrained"})
-LIGHTNING = frozenset({"lightning", "pytorch_lightning"})
+LIGHTNING = frozenset({"lightning", "pytorch_lightning", "lightning_fabric"})
 # the words without which a file cannot name a wrap (a quick skip)
-WRAP_WORDS = ("DistributedDataParallel", "auto_model", "Trainer", "Accelerator")
+WRAP_WORDS = ("DistributedDataParallel", "auto_model", "Trainer", "Fabric", "Accelerator")
 # Accelerator(...) arguments that make it shard (FSDP, DeepSpeed, Megatron) instead of DDP
 NOT_DDP_PLUGINS = frozenset({"fsdp_plugin", "deepspeed_plugin", "deepspeed_plugins",
                              "megatron_lm_plugin"})
@@ -27,6 +27,7 @@ class Wrapper(str, Enum):
 
     DDP = "DDP(..., static_graph=True)"
     LIGHTNING = "Trainer(strategy=DDPStrategy(static_graph=True))"
+    FABRIC = "Fabric(strategy=DDPStrategy(static_graph=True))"
     ACCELERATE = "Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(static_graph=True)])"
 
 
@@ -180,10 +181,10 @@ def _count(node: ast.expr, module: ParsedModule) -> int:
 
 
 def lightning_ddp(trainer: ast.Call, module: ParsedModule) -> bool:
-    """Rule: a Lightning Trainer trains under DDP when its strategy is a "ddp..." name or a
-    DDPStrategy without static_graph, or when it is "auto" (the default) and the Trainer visibly
-    asks for more than one device or node (Lightning then picks "ddp", or "ddp_fork" in a
-    notebook; one device is a SingleDeviceStrategy; a TPU is XLA's)."""
+    """Rule: a Lightning Trainer (or Fabric: the same arguments) trains under DDP when its
+    strategy is a "ddp..." name or a DDPStrategy without static_graph, or when it is "auto" (the
+    default) and it visibly asks for more than one device or node (Lightning then picks "ddp", or
+    "ddp_fork" in a notebook; one device is a SingleDeviceStrategy; a TPU is XLA's)."""
     given = {k.arg: k.value for k in trainer.keywords if k.arg is not None}
     if "strategy" in given:
         strategies = _values(given["strategy"], module)
@@ -247,6 +248,12 @@ def _wrapped_arguments(call: ast.Call, module: ParsedModule) -> tuple[list[ast.e
             return [], Wrapper.LIGHTNING
         return call.args[:1] + [k.value for k in call.keywords if k.arg == "model"], \
             Wrapper.LIGHTNING
+    if method in ("setup", "setup_module"):
+        fabrics = _built_by(receiver, module, LIGHTNING, "Fabric")
+        if not any(lightning_ddp(f, module) for f in fabrics):
+            return [], Wrapper.FABRIC
+        return call.args[:1] + [k.value for k in call.keywords if k.arg == "module"], \
+            Wrapper.FABRIC
     if method in ("prepare", "prepare_model"):
         accelerators = _built_by(receiver, module, frozenset({"accelerate"}), "Accelerator")
         if not any(accelerate_ddp(a, module) for a in accelerators):

@@ -276,3 +276,61 @@ def test_a_submodule_of_the_fitted_module_in_another_file_is_under_ddp(tmp_path)
     (tmp_path / "train.py").write_text((tmp_path / "train.py").read_text().replace(
         "devices=2", "devices=1"))
     assert lint_files([tmp_path]) == []
+
+
+FABRIC_MODULE = LIGHTNING_MODULE.replace("class Shared(L.LightningModule):",
+                                         "class Shared(nn.Module):             ")
+
+
+@pytest.mark.parametrize("job", [
+    """
+    fabric = L.Fabric(accelerator="cpu", strategy="ddp", devices=2)
+    model, opt = fabric.setup(Shared(), torch.optim.SGD([], lr=0.1))
+    """,
+    """
+    from lightning.fabric import Fabric
+    fabric = Fabric(devices=4)
+    model = fabric.setup_module(Shared())
+    """,
+    """
+    from lightning_fabric import Fabric
+    from lightning_fabric.strategies import DDPStrategy
+    class Runner:
+        def __init__(self):
+            self.fabric = Fabric(strategy=DDPStrategy(find_unused_parameters=True))
+
+        def run(self, model):
+            self.model = self.fabric.setup(module=model)
+    Runner().run(Shared())
+    """,
+])
+def test_a_fabric_ddp_setup_puts_the_module_under_ddp(job):
+    found = lint_source(FABRIC_MODULE + textwrap.dedent(job), "job.py")
+    assert [(f.line, f.severity.value) for f in found if f.kind == "reentrant_checkpoint"] == \
+        [(SECOND, "error")]
+    assert "Fabric(strategy=DDPStrategy(static_graph=True))" in found[0].fix
+
+
+@pytest.mark.parametrize("job", [
+    """
+    from lightning.fabric.strategies import DDPStrategy
+    fabric = L.Fabric(strategy=DDPStrategy(static_graph=True), devices=2)
+    fabric.setup(Shared())
+    """,
+    """
+    fabric = L.Fabric(strategy="fsdp", devices=2)
+    fabric.setup_module(Shared())
+    """,
+    """
+    fabric = L.Fabric(accelerator="cpu")
+    fabric.setup(Shared())
+    """,
+    """
+    class Stage:
+        def setup(self, model):
+            return model
+    Stage().setup(Shared())
+    """,
+])
+def test_fabric_static_graph_sharding_one_device_or_another_setup_stays_clean(job):
+    assert reentrant(FABRIC_MODULE, job) == []

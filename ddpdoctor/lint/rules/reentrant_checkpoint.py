@@ -1,5 +1,5 @@
 """One module under two reentrant activation checkpoints in one forward, inside DDP: the second
-checkpoint's nested backward marks its parameters ready twice and DDP raises."""
+checkpoint's nested backward marks its parameters ready twice; DDP raises, or its replicas drift."""
 
 from __future__ import annotations
 
@@ -14,9 +14,15 @@ from ddpdoctor.lint.rules import Draft
 
 KIND = "reentrant_checkpoint"
 CHECKPOINT = "torch.utils.checkpoint.checkpoint"
+# torch 2.13, gloo: with a parameter of the model before the first checkpoint DDP raises; with
+# none (the checkpoint takes the batch itself) it raises nothing, and the second pass's gradients
+# reach the parameters unaveraged (not the ranks' mean)
+# (tests/integration/test_reentrant_checkpoint_ddp.py)
 MESSAGE = ("{what} is checkpointed with use_reentrant={how} {again}: under DDP{where} its "
-           "parameters are marked ready twice in one backward and DDP raises \"Expected to mark "
-           "a variable ready only once\"")
+           "parameters are marked ready twice in one backward; DDP raises \"Expected to mark "
+           "a variable ready only once\" or, where no parameter comes before the first "
+           "checkpoint, raises nothing and leaves their gradients unaveraged, so the replicas "
+           "silently drift apart")
 FIX = "checkpoint(..., use_reentrant=False), or {static} if the graph is the same every iteration"
 MAYBE = (" (if this module is what the job wraps: the DDP wrap's module is not resolved "
          "in the files linted)")
