@@ -66,6 +66,7 @@ LIGHTNING_SELF = frozenset({"all_gather"})
 LOG_METHODS = frozenset({"log", "log_dict"})
 BACKWARD_RECEIVERS = ("accelerator", "fabric")
 P2P_NAMES = DIST_P2P
+BEFORE_DDP = "<before ddp>"  # a kinds key: the scope has not wrapped its model in DDP yet
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ def classify(call: ast.Call, module: ParsedModule, kinds: dict[str, frozenset[st
         return None
     method, recv = func.attr, func.value
     rname = receiver_name(recv).lower()
-    if method == "backward" and not no_sync and not no_grad and (
+    if method == "backward" and not no_sync and not no_grad and BEFORE_DDP not in kinds and (
             has_ddp or any(r in rname for r in BACKWARD_RECEIVERS)):
         models = [labels for labels in kinds.values() if "ddp" in labels]
         grouped = bool(models) and all("grouped" in labels for labels in models)

@@ -91,7 +91,9 @@ def _top_walker(program: Program, module: ParsedModule, datasets: set[str], quie
     """The walk of a file's top level: its state is where every function of it starts."""
     top = FunctionWalker(program, module, None, Env(), drafts.append, facts, datasets, quiet,
                          nested_defs=False)
+    top.mark_before_ddp(module.tree.body)
     top.block(module.tree.body)
+    top.env.before_ddp = False  # the functions run after the top level
     return top
 
 

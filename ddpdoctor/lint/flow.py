@@ -8,13 +8,14 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddpdoctor.lint.collectives import (IN_PLACE_UNIFORM, Site, call_kinds, dist_op,
-                                        is_ddp_wrap, uniform_result)
+from ddpdoctor.lint.collectives import (BEFORE_DDP, IN_PLACE_UNIFORM, Site, call_kinds,
+                                        dist_op, is_ddp_wrap, uniform_result)
 from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.rules import Draft, rank_dependent_model, unused_parameters
 from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
 from ddpdoctor.lint.summaries import Program, SiteScanner
 from ddpdoctor.lint.taint import Env, Taint, TaintEval, TaintKind, key_of, stronger
+from ddpdoctor.lint.uniformity import same_iteration, strip_wrappers
 
 MUTATORS = frozenset({"append", "extend", "update", "add", "insert", "setdefault",
                       "appendleft", "__setitem__"})
@@ -68,8 +69,22 @@ class DataFlow:
     no_sync: bool = False
     in_join: bool = False
     nested_defs: bool = True  # walk functions defined inside (False at a module's top level)
+    passthrough: bool = False  # every return hands back the same argument
 
     # -- helpers ------------------------------------------------------------------------------
+    def mark_before_ddp(self, stmts: list[ast.stmt]) -> None:
+        """A scope that wraps a model in DDP itself: a backward before the wrap is a plain
+        autograd backward (no gradient all-reduce yet)."""
+        stack: list[ast.AST] = list(stmts)
+        while stack:
+            n = stack.pop()
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if isinstance(n, ast.Call) and is_ddp_wrap(n, self.module):
+                self.env.before_ddp = True
+                return
+            stack.extend(ast.iter_child_nodes(n))
+
     def taint_of(self, node: ast.expr | None) -> Taint | None:
         return TaintEval(self.module, self.env, self._returns, self._uniform_call,
                          self._world_split).of(node)
@@ -95,6 +110,8 @@ class DataFlow:
                  for key in map(key_of, node.targets) if key is not None}
         if built:
             kinds = {**kinds, **built}
+        if self.env.before_ddp:
+            kinds = {**kinds, BEFORE_DDP: frozenset({BEFORE_DDP})}
         return SiteScanner(self.program, self.module, kinds, self.cls).scan(
             stmts, self.no_grad, self.no_sync)
 
@@ -108,6 +125,29 @@ class DataFlow:
     def emit(self, draft: Draft | None) -> None:
         if draft is not None and not self.quiet:
             self.report(draft)
+
+    def trip_taint(self, it: ast.expr) -> Taint | None:
+        """What the number (and order) of a loop's iterations depends on: a container's
+        length and keys, not what it holds (``for k in sorted(d)``, ``for x in xs``), through
+        length-preserving wrappers (``tqdm(x, disable=...)``, ``enumerate``, ``tqdm(x) if
+        is_main else x``), a dict literal's keys."""
+        while True:
+            if isinstance(it, ast.IfExp) and same_iteration(it.body, it.orelse):
+                it = it.body
+            elif isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and \
+                    it.func.attr in ("items", "keys", "values") and not it.args:
+                it = it.func.value
+            elif isinstance(it, ast.Call) and strip_wrappers(it) is not it:
+                it = strip_wrappers(it)
+            else:
+                break
+        if isinstance(it, ast.Dict):
+            return stronger(self.taint_of(ast.Tuple([k for k in it.keys if k is not None])),
+                            self.control_taint())
+        key = key_of(it)
+        if key is not None and key in self.env.shapes:
+            return self.env.shape(key)
+        return self.taint_of(it)
 
     # -- assignments ----------------------------------------------------------------------------
     def visit_Assign(self, stmt: ast.Assign) -> None:
@@ -170,7 +210,8 @@ class DataFlow:
             self.env.taints.pop(key, None)
         else:
             self.env.taints[key] = t
-        self.env.shapes[key] = t
+        self.env.shapes[key] = t if value is None else \
+            stronger(self.trip_taint(value), self.control_taint())
         self.env.uniform.discard(key)
         if isinstance(value, ast.Call) and self._uniform_call(value):
             self.env.uniform.add(key)
@@ -246,6 +287,8 @@ class DataFlow:
             self.loader_fact(call)
             if is_ddp_wrap(call, self.module) and call.args:
                 self.wrapped_class(call)
+        if is_ddp_wrap(call, self.module):
+            self.env.before_ddp = False
 
     def wrapped_class(self, ddp: ast.Call) -> None:
         """The file's module class a DDP wraps, checked for parameters a forward skips."""

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ddpdoctor.lint.module import ParsedModule
+from ddpdoctor.lint.uniformity import device_move, is_presence_test, names_a_loss, \
+    value_keywords
 
 
 class TaintKind(str, enum.Enum):
@@ -76,9 +78,11 @@ class Env:
     uniform: set[str] = field(default_factory=set)
     kinds: dict[str, frozenset[str]] = field(default_factory=dict)
     shapes: dict[str, Taint | None] = field(default_factory=dict)  # a container's length/keys
+    before_ddp: bool = False  # the scope wraps a model in DDP further on: not yet
 
     def copy(self) -> Env:
-        return Env(dict(self.taints), set(self.uniform), dict(self.kinds), dict(self.shapes))
+        return Env(dict(self.taints), set(self.uniform), dict(self.kinds), dict(self.shapes),
+                   self.before_ddp)
 
     def shape(self, key: str) -> Taint | None:
         """The taint of a container's length and keys (its contents aside), when known."""
@@ -95,7 +99,8 @@ class Env:
         shapes = dict(self.shapes)
         for name, t in other.shapes.items():
             shapes[name] = stronger(shapes.get(name), t)
-        return Env(taints, self.uniform & other.uniform, kinds, shapes)
+        return Env(taints, self.uniform & other.uniform, kinds, shapes,
+                   self.before_ddp and other.before_ddp)
 
 
 RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "SLURM_PROCID",
@@ -212,12 +217,24 @@ class TaintEval:
 
     def _Name(self, node: ast.Name) -> Taint | None:
         t = self.env.taints.get(node.id)
-        if t is None and "loss" in node.id.lower() and node.id not in self.env.uniform:
+        if t is None and names_a_loss(node.id) and node.id not in self.env.uniform:
             return Taint(TaintKind.DATA, node.lineno)
         return t
 
     def _Lambda(self, node: ast.Lambda) -> Taint | None:
         return None
+
+    def _Compare(self, node: ast.Compare) -> Taint | None:
+        sides = [node.left, *node.comparators]
+        taints = [self.of(side) for side in sides]
+        if len(node.ops) == 1:
+            for side, t in zip(sides, taints):
+                if t is not None and t.kind == TaintKind.RANK and is_presence_test(node, side):
+                    return None  # "is there a rank at all?": every rank answers alike
+        result: Taint | None = None
+        for t in taints:
+            result = stronger(result, t)
+        return result
 
     def _Attribute(self, node: ast.Attribute) -> Taint | None:
         if node.attr in RANK_ATTRS:
@@ -256,6 +273,9 @@ class TaintEval:
             return self._env_var(var, node.lineno)
         if self.uniform_call(node):
             return None
+        moved = device_move(node)
+        if moved is not None:  # x.to(rank): the device is the rank's, the values are x's
+            return self.of(moved)
         name = self.module.qualified(node.func) or ""
         line = node.lineno
         source = self._source_taint(node, name, line)
@@ -265,7 +285,7 @@ class TaintEval:
                                           node.func.attr in EVEN_SHARD_METHODS):
             return None
         user = self.returns(node)
-        kept = [k.value for k in node.keywords if k.arg not in SEED_ARGS]
+        kept = [k.value for k in value_keywords(node) if k.arg not in SEED_ARGS]
         if name.endswith("DataLoader") and any(k.arg in SHARD_ARGS for k in node.keywords):
             kept = [k.value for k in node.keywords if k.arg in SHARD_ARGS]
             args = self.all_of(kept)

@@ -12,12 +12,12 @@ from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
     lock_across_collective, rank_dependent_loop, recv_before_send
 from ddpdoctor.lint.summaries import MODEL_PARAMS, FunctionInfo, no_grad_decorated, \
     rank_decorator, with_flags
+from ddpdoctor.lint.uniformity import benign_handler, strip_wrappers
 from ddpdoctor.lint.taint import RANK_NAMES, WORLD_NAMES, Env, Taint, TaintKind, key_of, \
     stronger
 
 __all__ = ["FunctionWalker", "ModuleFacts"]
 JOIN_CALLS = ("Join", "join", "join_uneven_inputs")
-ORDER_KEEPING = frozenset({"sorted", "list", "tuple", "reversed", "enumerate", "iter"})
 
 
 @dataclass
@@ -28,6 +28,8 @@ class FunctionWalker(DataFlow):
     def walk_function(self, info: FunctionInfo | None,
                       node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.seed_params(node)
+        self.passthrough = hands_back_argument(node)
+        self.mark_before_ddp(node.body)
         self.no_grad = no_grad_decorated(node, self.module)
         dec = rank_decorator(node)
         if dec is not None:
@@ -140,30 +142,11 @@ class FunctionWalker(DataFlow):
             self.facts.uneven_loops[id(stmt)] = t
         self.loop(stmt, t)
 
-    def trip_taint(self, it: ast.expr) -> Taint | None:
-        """What the number (and order) of a loop's iterations depends on: a container's
-        length and keys, not what it holds (``for k in sorted(d)``, ``for x in xs``)."""
-        while True:
-            if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and \
-                    it.func.id in ORDER_KEEPING and len(it.args) == 1:
-                it = it.args[0]
-            elif isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and \
-                    it.func.attr in ("items", "keys", "values") and not it.args:
-                it = it.func.value
-            else:
-                break
-        key = key_of(it)
-        if key is not None and key in self.env.shapes:
-            return self.env.shape(key)
-        return self.taint_of(it)
-
     visit_AsyncFor = visit_For
 
     def loop_targets(self, stmt: ast.For | ast.AsyncFor, t: Taint | None) -> None:
         it = stmt.iter
-        inner = it.args[0] if isinstance(it, ast.Call) and it.args and \
-            receiver_name(it.func) in ("enumerate", "tqdm") else it
-        data = self.loader_like(inner)
+        data = self.loader_like(strip_wrappers(it.body if isinstance(it, ast.IfExp) else it))
         item = stronger(stronger(t, Taint(TaintKind.DATA, stmt.lineno) if data else None),
                         self.control_taint())
         if isinstance(it, ast.Call) and receiver_name(it.func) == "enumerate" and \
@@ -232,6 +215,10 @@ class FunctionWalker(DataFlow):
         merged = after_body
         for handler in stmt.handlers:
             self.env = start.merge(after_body)
+            if benign_handler(handler):  # every rank takes it alike: no divergence
+                self.block(handler.body)
+                merged = merged.merge(self.env)
+                continue
             t = Taint(TaintKind.EXCEPTION, handler.lineno)
             if handler.name:
                 self.env.taints[handler.name] = t
@@ -250,7 +237,8 @@ class FunctionWalker(DataFlow):
         if stmt.value is not None:
             self.calls_in(stmt.value)
             self.returns = stronger(self.returns, self.taint_of(stmt.value))
-        self.returns = stronger(self.returns, self.control_taint())
+        if not self.passthrough:  # which value comes back depends on the path taken
+            self.returns = stronger(self.returns, self.control_taint())
         self.jump(stmt, "return")
 
     def visit_Raise(self, stmt: ast.Raise) -> None:
@@ -320,6 +308,26 @@ class FunctionWalker(DataFlow):
 
     def sigs(self, stmts: list[ast.stmt]) -> list[str]:
         return [s.sig for s in self.sites(stmts) if not s.p2p]
+
+
+def hands_back_argument(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """True when every ``return`` hands back the same argument, bare or in a length-preserving
+    wrapper (``return tqdm(it) if ... else it``, a progress-bar helper): the paths differ in
+    the wrapper only, so the result is the argument whichever path is taken."""
+    params = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
+    bases: set[str] = set()
+    stack: list[ast.AST] = list(node.body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(n, ast.Return):
+            base = strip_wrappers(n.value) if n.value is not None else None
+            if not isinstance(base, ast.Name) or base.id not in params:
+                return False
+            bases.add(base.id)
+        stack.extend(ast.iter_child_nodes(n))
+    return len(bases) == 1
 
 
 def ends_in_jump(stmts: list[ast.stmt]) -> bool:

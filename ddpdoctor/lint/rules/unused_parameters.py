@@ -22,6 +22,9 @@ PARAMLESS = frozenset({"ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "Lo
                        "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
                        "AdaptiveMaxPool2d", "Upsample", "LeakyReLU", "ELU", "Softplus",
                        "CrossEntropyLoss", "MSELoss", "ModuleList", "ModuleDict"})
+NOT_MODULES = frozenset({"Generator", "Tensor", "Stream", "Event", "Path", "Counter",
+                         "OrderedDict", "Random", "RandomState", "Lock", "Queue", "Thread",
+                         "SummaryWriter", "GradScaler", "Accelerator", "Fabric"})
 Uses = frozenset[str]
 
 
@@ -33,8 +36,13 @@ def _submodules(cls: ast.ClassDef) -> dict[str, int]:
     for node in ast.walk(init) if init else []:
         if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
             continue
-        name = ast.unparse(node.value.func).rsplit(".", 1)[-1]
+        dotted = ast.unparse(node.value.func)
+        name = dotted.rsplit(".", 1)[-1]
         if name in PARAMLESS or not name[:1].isupper() and name != "Parameter":
+            continue
+        if dotted.startswith("torch.") and not dotted.startswith(("torch.nn.", "torch.Parameter")):
+            continue  # torch.Generator(), torch.Tensor(), torch.cuda.Stream(): no module
+        if name in NOT_MODULES:
             continue
         for t in node.targets:
             if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
