@@ -13,9 +13,10 @@ from ddpdoctor.lint.collectives import (BEFORE_DDP, IN_PLACE_UNIFORM, Site, call
 from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.rules import Draft, rank_dependent_model, unused_parameters
 from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
+from ddpdoctor.lint.state_checks import StateChecks
 from ddpdoctor.lint.summaries import Program, SiteScanner
 from ddpdoctor.lint.taint import Env, Taint, TaintEval, TaintKind, key_of, stronger
-from ddpdoctor.lint.uniformity import same_iteration, strip_wrappers
+from ddpdoctor.lint.uniformity import device_move, is_device, same_iteration, strip_wrappers
 
 MUTATORS = frozenset({"append", "extend", "update", "add", "insert", "setdefault",
                       "appendleft", "__setitem__"})
@@ -51,7 +52,7 @@ class Frame:
 
 
 @dataclass
-class DataFlow:
+class DataFlow(StateChecks):
     """The state of one function's walk and the data-flow half of it (see FunctionWalker)."""
 
     program: Program
@@ -157,6 +158,8 @@ class DataFlow:
         t = stronger(self.taint_of(stmt.value), self.control_taint())
         for target in stmt.targets:
             self.assign(target, t, stmt.value)
+            if not self.quiet:
+                self.check_assign_target(target, stmt.lineno)
 
     def visit_AnnAssign(self, stmt: ast.AnnAssign) -> None:
         if stmt.value is not None:
@@ -216,8 +219,12 @@ class DataFlow:
         if isinstance(value, ast.Call) and self._uniform_call(value):
             self.env.uniform.add(key)
         self.env.kinds[key] = self.kinds_of(value)
+        if value is not None:
+            self.track_tensor(key, value)
 
     def kinds_of(self, value: ast.expr | None) -> frozenset[str]:
+        if is_device(value, self.module):
+            return frozenset({"device"})
         if isinstance(value, ast.Call):
             found = call_kinds(value, self.module)
             name = self.module.qualified(value.func) or ""
@@ -228,6 +235,8 @@ class DataFlow:
             if "ddp" in found:
                 quiet = any(k.arg == "broadcast_buffers" for k in value.keywords)
                 for arg in value.args[:1]:
+                    while isinstance(arg, ast.Call) and device_move(arg) is not None:
+                        arg = device_move(arg)  # DDP(model.cuda(gpu)): the model's kinds
                     k = key_of(arg)
                     if k is not None:
                         inherit = {"syncbn"} if quiet else {"syncbn", "buffers"}
@@ -263,6 +272,11 @@ class DataFlow:
             stack.extend(ast.iter_child_nodes(n))
 
     def on_call(self, call: ast.Call) -> None:
+        if not self.quiet:
+            self.check_shape(call)
+            self.check_log(call)
+            self.check_replica(call)
+        self.feed_state(call)
         op = dist_op(call, self.module)
         if op in IN_PLACE_UNIFORM and call.args:
             key = key_of(call.args[0])

@@ -12,6 +12,7 @@ from ddpdoctor.lint.taint import Taint, key_of
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 NO_GRAD_CALLS = ("no_grad", "inference_mode")
+MONITORING = ("ModelCheckpoint", "EarlyStopping")  # callbacks that read a logged metric
 MODEL_PARAMS = frozenset({"model", "ddp_model", "net", "module", "wrapped_model"})
 RANK_DECORATORS = ("rank_zero_only", "on_main_process", "on_local_main_process",
                    "main_process_only", "on_process", "on_local_process")
@@ -39,6 +40,7 @@ class Program:
     ddp_modules: set[str] = field(default_factory=set)
     spawn_targets: set[str] = field(default_factory=set)
     calls: dict[int, list[FunctionInfo]] = field(default_factory=dict)  # id(info) -> callees
+    monitors: dict[str, str] = field(default_factory=dict)  # metric key -> the callback
 
     def resolve(self, call: ast.Call, module: ParsedModule, cls: str | None) -> FunctionInfo | None:
         """The linted function a call reaches: ``f()`` or ``self.m()``; None when unknown."""
@@ -72,18 +74,33 @@ def _index(program: Program) -> None:
                         program.functions[(module.path, f"{node.name}.{item.name}")] = info
                         program.by_node[id(item)] = info
         for node in module.nodes():
+            if isinstance(node, ast.arg) and ddp_annotation(node, module):
+                program.ddp_modules.add(module.path)  # def train(model: DDP, ...)
             if isinstance(node, ast.Call):
                 if any(n in (module.qualified(node.func) or "") for n in
                        ("DistributedDataParallel", "FullyShardedDataParallel", "auto_model",
                         ".prepare", "Trainer", "Fabric")):
                     program.ddp_modules.add(module.path)
                 name = module.qualified(node.func) or ""
+                if name.endswith(MONITORING):
+                    for k in node.keywords:
+                        if k.arg == "monitor" and isinstance(k.value, ast.Constant) and \
+                                isinstance(k.value.value, str):
+                            program.monitors[k.value.value] = name.rsplit(".", 1)[-1]
                 if name.endswith((".spawn", "start_processes")) and node.args and \
                         isinstance(node.args[0], ast.Name):
                     program.spawn_targets.add(node.args[0].id)
                 if name.endswith(".run") and "Parallel" in ast.unparse(node.func) and \
                         node.args and isinstance(node.args[0], ast.Name):
                     program.spawn_targets.add(node.args[0].id)
+
+
+def ddp_annotation(arg: ast.arg, module: ParsedModule) -> bool:
+    """A parameter annotated as a DDP (or FSDP) model: ``def train(model: DDP, ...)``."""
+    if arg.annotation is None:
+        return False
+    name = module.qualified(arg.annotation) or ""
+    return name.endswith(("DistributedDataParallel", "FullyShardedDataParallel"))
 
 
 def static_kinds(node: FunctionNode | ast.Module | ast.ClassDef, module: ParsedModule,

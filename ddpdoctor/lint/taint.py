@@ -224,8 +224,21 @@ class TaintEval:
     def _Lambda(self, node: ast.Lambda) -> Taint | None:
         return None
 
+    def _comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp |
+                       ast.DictComp) -> Taint | None:
+        """What the items depend on, and which and how many there are (iterables, filters)."""
+        parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        for gen in node.generators:
+            parts += [gen.iter, *gen.ifs]
+        return self.all_of(parts)
+
+    _ListComp = _SetComp = _GeneratorExp = _DictComp = _comprehension
+
     def _Compare(self, node: ast.Compare) -> Taint | None:
         sides = [node.left, *node.comparators]
+        if len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)) and \
+                isinstance(node.left, ast.Constant) and self._device(node.comparators[0]):
+            return None  # "cuda" in device: the device's type, the same on every rank
         taints = [self.of(side) for side in sides]
         if len(node.ops) == 1:
             for side, t in zip(sides, taints):
@@ -236,7 +249,13 @@ class TaintEval:
             result = stronger(result, t)
         return result
 
+    def _device(self, node: ast.expr) -> bool:
+        key = key_of(node)
+        return key is not None and "device" in self.env.kinds.get(key, frozenset())
+
     def _Attribute(self, node: ast.Attribute) -> Taint | None:
+        if node.attr == "type" and self._device(node.value):
+            return None  # device.type: "cuda" on every rank
         if node.attr in RANK_ATTRS:
             return Taint(TaintKind.RANK, node.lineno)
         if node.attr in WORLD_ATTRS:

@@ -22,7 +22,7 @@ import ast
 DEVICE_METHODS = frozenset({"to", "cuda", "to_device", "pin_memory", "contiguous", "detach",
                             "cpu", "float", "half", "bfloat16", "double", "long", "int",
                             "clone"})
-DEVICE_KEYWORDS = frozenset({"device", "map_location", "device_ids", "output_device",
+DEVICE_KEYWORDS = frozenset({"device", "device_type", "map_location", "device_ids", "output_device",
                              "non_blocking", "dtype", "pin_memory_device", "memory_format"})
 LENGTH_KEEPING = frozenset({"tqdm", "track", "enumerate", "iter", "list", "tuple", "sorted",
                             "reversed", "trange_wrap", "progress", "ProgressBar"})
@@ -114,3 +114,18 @@ def names_a_loss(name: str) -> bool:
     words = name.lower().strip("_").split("_")
     return any(w in ("loss", "losses") or w.endswith("loss") for w in words) and \
         not any(w in NOT_A_LOSS for w in words)
+
+
+DEVICE_WORDS = ("cuda", "xpu", "npu", "mps", "hpu", "xla", "cpu")
+
+
+def is_device(value: ast.expr | None, module: object) -> bool:
+    """``f"cuda:{local_rank}"``, ``torch.device("cuda", rank)``: a device (rank-valued, but its
+    type is the same on every rank)."""
+    if isinstance(value, ast.JoinedStr):
+        return any(isinstance(v, ast.Constant) and isinstance(v.value, str) and
+                   v.value.startswith(DEVICE_WORDS) for v in value.values)
+    if isinstance(value, ast.Call):
+        qualified = getattr(module, "qualified")(value.func) or ""
+        return qualified in ("torch.device", "torch.cuda.device")
+    return False

@@ -10,8 +10,8 @@ from ddpdoctor.lint.collectives import receiver_name
 from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
 from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
     lock_across_collective, rank_dependent_loop, recv_before_send
-from ddpdoctor.lint.summaries import MODEL_PARAMS, FunctionInfo, no_grad_decorated, \
-    rank_decorator, with_flags
+from ddpdoctor.lint.summaries import MODEL_PARAMS, FunctionInfo, ddp_annotation, \
+    no_grad_decorated, rank_decorator, with_flags
 from ddpdoctor.lint.uniformity import benign_handler, strip_wrappers
 from ddpdoctor.lint.taint import RANK_NAMES, WORLD_NAMES, Env, Taint, TaintKind, key_of, \
     stronger
@@ -52,7 +52,7 @@ class FunctionWalker(DataFlow):
                 self.env.taints[arg.arg] = Taint(TaintKind.RANK, node.lineno)
             elif arg.arg in WORLD_NAMES:
                 self.env.taints[arg.arg] = Taint(TaintKind.WORLD, node.lineno)
-            if has_ddp and arg.arg in MODEL_PARAMS:
+            if (has_ddp and arg.arg in MODEL_PARAMS) or ddp_annotation(arg, self.module):
                 self.env.kinds[arg.arg] = frozenset({"ddp"})
 
     # -- blocks -------------------------------------------------------------------------------
