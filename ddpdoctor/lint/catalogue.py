@@ -1,6 +1,6 @@
 """What ``ddpdoctor lint`` finds in the bug catalogue: the expected finding of every sample bug
-(or why it is out of reach), measured against the scripts; ``python -m ddpdoctor.lint.catalogue``
-prints the README's table.
+(or why it is out of reach), measured against the scripts; ``python docs/tools/lint_catalogue.py``
+prints the README's table from them.
 
 Adding a bug to the catalogue: add one line to EXPECTED (tests/integration/test_lint_catalogue.py
 holds the linter to it)."""
@@ -101,31 +101,3 @@ def measure(sample_dir: Path | None = None) -> list[Measured]:
                         f.kind == expected.kind and f.severity == expected.severity), None)
         rows.append(Measured(bug.name, expected, hit, findings, tuple(fixed)))
     return rows
-
-
-def markdown_table(rows: list[Measured]) -> str:
-    """The README's table: bug, flagged line, kind, severity (or out of reach, and why)."""
-    out = ["| bug | flagged line | kind | severity |", "| --- | --- | --- | --- |"]
-    for row in rows:
-        if row.hit is not None:
-            out.append(f"| `{row.name}` | {row.hit.line} | `{row.hit.kind}` | "
-                       f"{row.hit.severity.value} |")
-        elif isinstance(row.expected, OutOfReach):
-            out.append(f"| `{row.name}` | out of reach: {row.expected.reason} | | |")
-        else:
-            out.append(f"| `{row.name}` | not flagged (expected: {row.expected}) | | |")
-    flagged = sum(r.hit is not None for r in rows)
-    out.append("")
-    out.append(f"{flagged} of {len(rows)} bugs flagged at the culprit line, "
-               f"{sum(isinstance(r.expected, OutOfReach) for r in rows)} out of reach; "
-               f"errors on fixed twins: {sum(len(r.fixed_errors) for r in rows)}.")
-    return "\n".join(out)
-
-
-def main() -> int:
-    print(markdown_table(measure()))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -2,7 +2,7 @@
 at the culprit line; no fixed twin, compat job or example gets an error it does not mean.
 
 The expectations are ddpdoctor/lint/catalogue.py's EXPECTED (one line a bug), which also
-prints the README's table (``python -m ddpdoctor.lint.catalogue``)."""
+prints the README's table (``python docs/tools/lint_catalogue.py``)."""
 
 from __future__ import annotations
 
