@@ -71,6 +71,7 @@ class DataFlow(StateChecks):
     in_join: bool = False
     nested_defs: bool = True  # walk functions defined inside (False at a module's top level)
     passthrough: bool = False  # every return hands back the same argument
+    ddp_seen: bool = False  # this walk has met the model wrapped in DDP (a wrap, a DDP param)
 
     # -- helpers ------------------------------------------------------------------------------
     def mark_before_ddp(self, stmts: list[ast.stmt]) -> None:
@@ -150,6 +151,14 @@ class DataFlow(StateChecks):
             return self.env.shape(key)
         return self.taint_of(it)
 
+    def shape_of(self, value: ast.expr) -> Taint | None:
+        """What a new value's length or keys depend on: a call's result (``loss_dict =
+        model(batch)``) has the length and keys its code gives it, whatever the data."""
+        t = self.trip_taint(value)
+        if isinstance(value, ast.Call) and t is not None and t.kind == TaintKind.DATA:
+            return None
+        return t
+
     # -- assignments ----------------------------------------------------------------------------
     def visit_Assign(self, stmt: ast.Assign) -> None:
         self.calls_in(stmt.value)
@@ -214,7 +223,7 @@ class DataFlow(StateChecks):
         else:
             self.env.taints[key] = t
         self.env.shapes[key] = t if value is None else \
-            stronger(self.trip_taint(value), self.control_taint())
+            stronger(self.shape_of(value), self.control_taint())
         self.env.uniform.discard(key)
         if isinstance(value, ast.Call) and self._uniform_call(value):
             self.env.uniform.add(key)
@@ -303,6 +312,7 @@ class DataFlow(StateChecks):
                 self.wrapped_class(call)
         if is_ddp_wrap(call, self.module):
             self.env.before_ddp = False
+            self.ddp_seen = True
 
     def wrapped_class(self, ddp: ast.Call) -> None:
         """The file's module class a DDP wraps, checked for parameters a forward skips."""

@@ -127,8 +127,9 @@ class StateChecks:
 
     # -- replicas after DDP ---------------------------------------------------------------------
     def after_ddp(self) -> bool:
-        return not self.env.before_ddp and any("ddp" in labels
-                                               for labels in self.env.kinds.values())
+        """True once this walk has seen the model wrapped in DDP (here, or handed in as a DDP
+        model): a method that merely shares its class with a DDP attribute may run before."""
+        return self.ddp_seen and not self.env.before_ddp
 
     def model_rooted(self, node: ast.expr) -> bool:
         """True for an expression reached from the (DDP) model: ``model.module.fc``."""

@@ -120,6 +120,7 @@ RANK_ATTRS = frozenset({"rank", "local_rank", "global_rank", "node_rank", "is_gl
                         "local_process_index", "is_world_process_zero",
                         "is_local_process_zero", "is_last_process"})
 RANK_METHODS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "rank"})
+WORLD_METHODS = frozenset({"get_world_size", "get_global_size", "get_local_size"})
 WORLD_ATTRS = frozenset({"world_size", "num_processes", "num_replicas"})
 RANK_NAMES = frozenset({"rank", "local_rank", "global_rank", "node_rank", "rank_id",
                         "process_index"})
@@ -228,9 +229,27 @@ class TaintEval:
                        ast.DictComp) -> Taint | None:
         """What the items depend on, and which and how many there are (iterables, filters)."""
         parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        saved = (dict(self.env.taints), set(self.env.uniform))
         for gen in node.generators:
             parts += [gen.iter, *gen.ifs]
-        return self.all_of(parts)
+            source = gen.iter
+            if isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute) and \
+                    source.func.attr in ("items", "values", "keys") and not source.args:
+                source = source.func.value
+            uniform = key_of(source) in self.env.uniform
+            item = None if uniform else self.of(gen.iter)
+            for target in ast.walk(gen.target):  # the comprehension's own names
+                if isinstance(target, ast.Name):
+                    self.env.taints.pop(target.id, None)
+                    self.env.uniform.discard(target.id)
+                    if item is not None:
+                        self.env.taints[target.id] = item
+                    elif uniform:  # {k: v.item() for k, v in reduced.items()}
+                        self.env.uniform.add(target.id)
+        try:
+            return self.all_of(parts)
+        finally:
+            self.env.taints, self.env.uniform = saved
 
     _ListComp = _SetComp = _GeneratorExp = _DictComp = _comprehension
 
@@ -240,7 +259,7 @@ class TaintEval:
                 isinstance(node.left, ast.Constant) and self._device(node.comparators[0]):
             return None  # "cuda" in device: the device's type, the same on every rank
         taints = [self.of(side) for side in sides]
-        if len(node.ops) == 1:
+        if len(node.ops) <= 2:
             for side, t in zip(sides, taints):
                 if t is not None and t.kind == TaintKind.RANK and is_presence_test(node, side):
                     return None  # "is there a rank at all?": every rank answers alike
@@ -349,12 +368,15 @@ class TaintEval:
         attr = node.func.attr if isinstance(node.func, ast.Attribute) else ""
         if attr in RANK_METHODS and name not in WORLD_CALLS:
             return Taint(TaintKind.RANK, line)
+        if attr in WORLD_METHODS:
+            return Taint(TaintKind.WORLD, line)
         if name in FS_CALLS or attr in FS_METHODS:
             return Taint(TaintKind.FILESYSTEM, line)
         if name in TIME_CALLS:
             return Taint(TaintKind.TIME, line)
-        if name in DATA_CALLS:
-            return Taint(TaintKind.DATA, line)
+        if name in DATA_CALLS:  # isnan(x): as rank-local as x (a reduced value is not)
+            args = self.all_of(node.args)
+            return args if args is not None or node.args else Taint(TaintKind.DATA, line)
         if name.startswith(RANDOM_PREFIXES) and name.rsplit(".", 1)[-1] not in RANDOM_EXEMPT:
             return Taint(TaintKind.RANDOM, line)
         if name in TORCH_RANDOM and not any(k.arg == "generator" for k in node.keywords):

@@ -28,18 +28,17 @@ LENGTH_KEEPING = frozenset({"tqdm", "track", "enumerate", "iter", "list", "tuple
                             "reversed", "trange_wrap", "progress", "ProgressBar"})
 BENIGN_EXCEPTIONS = frozenset({"ImportError", "ModuleNotFoundError", "StopIteration",
                                "StopAsyncIteration"})
-NOT_A_LOSS = frozenset({"scaler", "fn", "func", "function", "functions", "fns", "module",
-                        "cls", "class", "type", "types", "scale", "weight", "weights", "config",
-                        "cfg", "name", "names", "key", "keys", "kwargs", "args", "criterion",
-                        "obj", "factory", "builder", "meter", "meters", "history", "log",
-                        "logger", "list", "dict", "scalers", "mode", "reduction", "coef",
-                        "coeff", "ratio"})
 ABSENT = (-1, None)
 
 
 def is_presence_test(test: ast.Compare, rank_side: ast.expr) -> bool:
     """``rank != -1``, ``rank == -1``, ``rank is None``, ``rank >= 0``, ``rank < 0``: a test of
-    whether a rank exists at all, which every rank of a job answers alike."""
+    whether a rank exists at all, which every rank of a job answers alike; and the range
+    check ``0 <= rank < world_size``."""
+    if len(test.ops) == 2 and rank_side is test.comparators[0] and \
+            _constant(test.left) == 0 and all(isinstance(op, (ast.LtE, ast.Lt))
+                                              for op in test.ops):
+        return True  # 0 <= rank < world_size: true on every rank of a valid job
     if len(test.ops) != 1:
         return False
     other = test.comparators[0] if rank_side is test.left else test.left
@@ -102,18 +101,25 @@ def same_iteration(a: ast.expr, b: ast.expr) -> bool:
 
 
 def benign_handler(handler: ast.ExceptHandler) -> bool:
-    """An ``except`` that every rank takes alike (an import that failed, a loader's end)."""
+    """An ``except`` that every rank takes alike (an import that failed, a loader's end:
+    ``StopIteration``, ``DataloaderExhaustedError``)."""
     kind = handler.type
     names = kind.elts if isinstance(kind, ast.Tuple) else [kind] if kind is not None else []
-    return bool(names) and all(callee_name(n) in BENIGN_EXCEPTIONS for n in names)
+    return bool(names) and all(callee_name(n) in BENIGN_EXCEPTIONS or
+                               "Exhausted" in callee_name(n) for n in names)
+
+
+LOSS_SUFFIXES = frozenset({"val", "value", "item", "sum", "avg", "mean", "total"})
 
 
 def names_a_loss(name: str) -> bool:
-    """``loss``, ``train_loss``, ``val_losses``: a loss value; ``loss_scaler``, ``loss_fn``,
-    ``criterion``: not one."""
-    words = name.lower().strip("_").split("_")
-    return any(w in ("loss", "losses") or w.endswith("loss") for w in words) and \
-        not any(w in NOT_A_LOSS for w in words)
+    """``loss``, ``train_loss``, ``val_losses``, ``loss_val``: a loss value (its last word, or
+    the word before a value suffix); ``loss_scaler``, ``loss_fn``, ``loss_mesh``: a thing about
+    losses, not one."""
+    words = [w for w in name.lower().split("_") if w]
+    if len(words) > 1 and words[-1] in LOSS_SUFFIXES:
+        words = words[:-1]
+    return bool(words) and (words[-1] in ("loss", "losses") or words[-1].endswith("loss"))
 
 
 DEVICE_WORDS = ("cuda", "xpu", "npu", "mps", "hpu", "xla", "cpu")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ddpdoctor.lint.collectives import receiver_name
+from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, receiver_name
 from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
 from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
     lock_across_collective, rank_dependent_loop, recv_before_send
@@ -54,6 +54,7 @@ class FunctionWalker(DataFlow):
                 self.env.taints[arg.arg] = Taint(TaintKind.WORLD, node.lineno)
             if (has_ddp and arg.arg in MODEL_PARAMS) or ddp_annotation(arg, self.module):
                 self.env.kinds[arg.arg] = frozenset({"ddp"})
+                self.ddp_seen = True
 
     # -- blocks -------------------------------------------------------------------------------
     def block(self, stmts: list[ast.stmt], loop: bool = False) -> None:
@@ -118,18 +119,29 @@ class FunctionWalker(DataFlow):
                 isinstance(stmt.test.ops[0], (ast.In, ast.NotIn))
             if not skip_rule:
                 self.emit(conditional_collective.check(t, stmt.lineno, body, orelse, membership))
-        self.branches(t, stmt.lineno, [stmt.body, stmt.orelse])
+        raw = self.taint_of(stmt.test)
+        single = raw is not None and raw.kind == TaintKind.WORLD  # if world_size > 1: ...
+        self.branches(t, stmt.lineno, [stmt.body, stmt.orelse], single_process_side=single)
 
     def branches(self, t: Taint | None, line: int, bodies: list[list[ast.stmt]],
-                 loop: bool = False) -> None:
+                 loop: bool = False, single_process_side: bool = False) -> None:
+        """Walk each body from the same state and join them. ``single_process_side``: the
+        condition tests the world size, so one side runs where there is one rank only, and
+        what the other side made uniform (a reduce) is uniform after the join."""
         if t is not None:
             self.control.append(Control(t, line, len(self.frames)))
         start = self.env
         merged: Env | None = None
+        reduced: set[str] = set()
         for body in bodies:
             self.env = start.copy()
             self.block(body, loop)
+            reduced |= self.env.uniform
             merged = self.env if merged is None else merged.merge(self.env)
+        if merged is not None and single_process_side:
+            merged.uniform |= reduced
+            for key in reduced:
+                merged.taints.pop(key, None)
         self.env = merged if merged is not None else start
         if t is not None:
             self.control.pop()
@@ -140,7 +152,40 @@ class FunctionWalker(DataFlow):
         t = t if t is not None and t.divergent() else None
         if t is not None and not self.quiet:
             self.facts.uneven_loops[id(stmt)] = t
+        if stmt.iter.lineno in self.facts.world_splits and self.uses_rank(stmt.body):
+            self.facts.world_splits.discard(stmt.iter.lineno)  # i + rank: split after all
         self.loop(stmt, t)
+        self.reduced_in_loop(stmt)
+
+    def uses_rank(self, stmts: list[ast.stmt]) -> bool:
+        """True when the statements read the rank (``params[base + rank]``)."""
+        for stmt in stmts:
+            for node in ast.walk(stmt):
+                if isinstance(node, (ast.Name, ast.Attribute)):
+                    t = self.taint_of(node)
+                    if t is not None and t.kind == TaintKind.RANK:
+                        return True
+        return False
+
+    def reduced_in_loop(self, stmt: ast.For | ast.AsyncFor) -> None:
+        """``for v in d.values(): dist.all_reduce(v)``: every value of ``d`` is the same on
+        every rank afterwards."""
+        it = stmt.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and
+                it.func.attr in ("values", "items") and not it.args):
+            return
+        key = key_of(it.func.value)
+        target = stmt.target.elts[-1] if isinstance(stmt.target, ast.Tuple) and \
+            it.func.attr == "items" else stmt.target
+        var = key_of(target)
+        if key is None or var is None:
+            return
+        for node in ast.walk(ast.Module(stmt.body, [])):
+            if isinstance(node, ast.Call) and node.args and key_of(node.args[0]) == var and \
+                    dist_op(node, self.module) in IN_PLACE_UNIFORM:
+                self.env.taints.pop(key, None)
+                self.env.uniform.add(key)
+                return
 
     visit_AsyncFor = visit_For
 
@@ -260,6 +305,8 @@ class FunctionWalker(DataFlow):
         control = next((c for c in reversed(self.control) if c.depth > scope), None)
         if control is None:
             return
+        if word == "raise" and control.taint.kind == TaintKind.EXCEPTION:
+            return  # an error re-raised: the rank fails, and the launcher ends the job
         skipped = []
         if word == "break":
             skipped = self.sites(self.frames[loop_at].stmts)

@@ -152,3 +152,78 @@ def test_names_merely_containing_loss_are_no_loss_values():
         if train_loss > 10:
             dist.barrier()  # expect: conditional_collective
     """)
+
+
+def test_values_reduced_in_a_loop_guarded_by_the_world_size():
+    check("""
+    def log_losses(model, data, world):
+        loss_dict = model(data)
+        if dist.get_world_size() > 1:
+            for v in loss_dict.values():
+                dist.all_reduce(v)
+        reduced = {k: v.item() / world for k, v in loss_dict.items()}
+        if torch.isnan(torch.tensor(sum(reduced.values()))):
+            raise AssertionError("NaN")
+        dist.barrier()
+        if torch.isnan(data).any():
+            return  # expect: conditional_skip
+        dist.barrier()
+    """)
+
+
+def test_error_paths_and_validity_checks_are_no_divergence():
+    check("""
+    def setup(world_size):
+        rank_str = os.environ.get("RANK", "0")
+        try:
+            rank = int(rank_str)
+        except ValueError as e:
+            raise ValueError(f"bad RANK {rank_str}") from e
+        if not 0 <= rank < world_size:
+            raise ValueError("RANK out of range")
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        if rank == 1:
+            raise RuntimeError("rank 1 gives up")  # expect: rank_dependent_skip
+        dist.barrier()
+    """)
+
+
+def test_loader_end_by_any_name_and_things_about_losses():
+    check("""
+    class DataloaderExhaustedError(Exception):
+        pass
+    def train(model, it, loss_mesh):
+        model = DDP(model)
+        while True:
+            try:
+                batch = next(it)
+            except DataloaderExhaustedError:
+                break
+            if loss_mesh is not None:
+                dist.all_reduce(torch.ones(1))
+            model(batch).sum().backward()
+    """)
+
+
+def test_world_split_offset_by_the_rank_is_a_split():
+    check("""
+    def step(params, rank, world_size):
+        for base in range(len(params))[::world_size]:
+            if base + rank < len(params):
+                params[base + rank].grad.zero_()
+        for base in range(len(params))[::world_size]:  # expect: duplicate_data
+            params[base].grad.zero_()
+    """)
+
+
+def test_model_change_in_a_method_before_the_wrap_is_no_drift():
+    check("""
+    class Trainer:
+        def __init__(self, model, rank):
+            self.model = model
+            self.load(rank)
+            self.ddp_model = DDP(self.model)
+        def load(self, rank):
+            if rank == 0:
+                self.model.load_state_dict(torch.load("ckpt.pt"))
+    """)
