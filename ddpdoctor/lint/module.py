@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,5 +145,7 @@ def parse_module(path: Path, shown: str) -> ParsedModule:
 
 def parse_source(text: str, shown: str) -> ParsedModule:
     """Parse source text; SyntaxError (or ValueError) when it is not valid Python."""
-    tree = ast.parse(text, filename=shown)
+    with warnings.catch_warnings():  # the user's invalid escapes are not lint's to report
+        warnings.simplefilter("ignore")
+        tree = ast.parse(text, filename=shown)
     return ParsedModule(shown, tree, text.splitlines(), _collect_aliases(tree))
