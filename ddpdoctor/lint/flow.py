@@ -10,7 +10,7 @@ from typing import Callable
 
 from ddpdoctor.lint.collectives import (BEFORE_DDP, IN_PLACE_UNIFORM, Site, call_kinds,
                                         dist_op, is_ddp_wrap, uniform_result)
-from ddpdoctor.lint.module import ParsedModule
+from ddpdoctor.lint.module import ParsedModule, own
 from ddpdoctor.lint.rules import Draft, rank_dependent_model, unused_parameters
 from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
 from ddpdoctor.lint.state_checks import StateChecks
@@ -77,15 +77,13 @@ class DataFlow(StateChecks):
     def mark_before_ddp(self, stmts: list[ast.stmt]) -> None:
         """A scope that wraps a model in DDP itself: a backward before the wrap is a plain
         autograd backward (no gradient all-reduce yet)."""
-        stack: list[ast.AST] = list(stmts)
-        while stack:
-            n = stack.pop()
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        for stmt in stmts:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
-            if isinstance(n, ast.Call) and is_ddp_wrap(n, self.module):
-                self.env.before_ddp = True
-                return
-            stack.extend(ast.iter_child_nodes(n))
+            for n in [stmt, *own(stmt)]:
+                if isinstance(n, ast.Call) and is_ddp_wrap(n, self.module):
+                    self.env.before_ddp = True
+                    return
 
     def taint_of(self, node: ast.expr | None) -> Taint | None:
         return TaintEval(self.module, self.env, self._returns, self._uniform_call,
@@ -271,14 +269,11 @@ class DataFlow(StateChecks):
     # -- calls inside simple statements ---------------------------------------------------------
     def calls_in(self, node: ast.AST) -> None:
         """Calls that change what we know: in-place collectives, mutators, seeds, loaders."""
-        stack = [node]
-        while stack:
-            n = stack.pop()
-            if isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                continue
+        if isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return
+        for n in [node, *own(node)]:
             if isinstance(n, ast.Call):
                 self.on_call(n)
-            stack.extend(ast.iter_child_nodes(n))
 
     def on_call(self, call: ast.Call) -> None:
         if not self.quiet:

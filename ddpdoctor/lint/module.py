@@ -36,12 +36,27 @@ class ParsedModule:
         return self.lines[lineno - 1].strip() if 0 < lineno <= len(self.lines) else ""
 
     def nodes(self, scope: ast.AST | None = None) -> list[ast.AST]:
-        """Every node under ``scope`` (the whole file by default), computed once a scope."""
-        scope = self.tree if scope is None else scope
-        cache = self.__dict__.setdefault("_nodes", {})
+        """Every node under ``scope`` (the whole file by default): one walk of the file in
+        pre-order, where each function's nodes are a slice."""
+        spans = self.__dict__.get("_spans")
+        if spans is None:
+            order, spans = preorder(self.tree)
+            self.__dict__["_order"], self.__dict__["_spans"] = order, spans
+        order = self.__dict__["_order"]
+        if scope is None or scope is self.tree:
+            return order
+        span = spans.get(id(scope))
+        if span is None:
+            return walk(scope)
+        return order[span[0]:span[1]]
+
+    def own_nodes(self, scope: ast.AST) -> list[ast.AST]:
+        """The nodes of a function's (or the file's) own body: nested functions, classes and
+        lambdas left out, the scope itself too."""
+        cache = self.__dict__.setdefault("_own", {})
         found = cache.get(id(scope))
         if found is None:
-            found = cache[id(scope)] = walk(scope)
+            found = cache[id(scope)] = list(own(scope))
         return found
 
     def buffer_classes(self) -> set[str]:
@@ -64,6 +79,13 @@ class ParsedModule:
     def qualified(self, node: ast.expr) -> str | None:
         """The dotted name ``node`` stands for through the imports, e.g. ``dist.barrier`` ->
         ``torch.distributed.barrier``; None for anything but a name or attribute chain."""
+        cache = self.__dict__.setdefault("_qualified_names", {})  # keyed by the node itself
+        if node in cache:
+            return cache[node]
+        cache[node] = found = self._qualified(node)
+        return found
+
+    def _qualified(self, node: ast.expr) -> str | None:
         parts: list[str] = []
         while isinstance(node, ast.Attribute):
             parts.append(node.attr)
@@ -89,6 +111,54 @@ def walk(node: ast.AST) -> list[ast.AST]:
             elif isinstance(value, list):
                 out.extend(v for v in value if isinstance(v, ast.AST))
     return out
+
+
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def own(scope: ast.AST) -> list[ast.AST]:
+    """The nodes under ``scope``, not entering nested functions, classes or lambdas."""
+    out: list[ast.AST] = []
+    stack: list[ast.AST] = [scope]
+    while stack:
+        node = stack.pop()
+        if node is not scope and isinstance(node, NESTED):
+            continue
+        if node is not scope:
+            out.append(node)
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, ast.AST))
+    return out
+
+
+def preorder(tree: ast.AST) -> tuple[list[ast.AST], dict[int, tuple[int, int]]]:
+    """Every node in pre-order, and where each function's or class's nodes begin and end."""
+    order: list[ast.AST] = []
+    spans: dict[int, tuple[int, int]] = {}
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            spans[id(node)] = (spans[id(node)][0], len(order))
+            continue
+        if isinstance(node, SCOPES):
+            spans[id(node)] = (len(order), -1)
+            stack.append((node, True))
+        order.append(node)
+        children: list[ast.AST] = []
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                children.append(value)
+            elif isinstance(value, list):
+                children.extend(v for v in value if isinstance(v, ast.AST))
+        stack.extend((c, False) for c in reversed(children))
+    return order, spans
 
 
 def _collect_aliases(tree: ast.Module) -> dict[str, str]:

@@ -12,6 +12,9 @@ from ddpdoctor.lint.taint import Taint, key_of
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 NO_GRAD_CALLS = ("no_grad", "inference_mode")
+DDP_MARKERS = ("DistributedDataParallel", "FullyShardedDataParallel", "auto_model", ".prepare",
+               "Trainer", "Fabric")  # calls that make a file's backward a gradient all-reduce
+NESTED_SCOPES = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 MONITORING = ("ModelCheckpoint", "EarlyStopping")  # callbacks that read a logged metric
 MODEL_PARAMS = frozenset({"model", "ddp_model", "net", "module", "wrapped_model"})
 RANK_DECORATORS = ("rank_zero_only", "on_main_process", "on_local_main_process",
@@ -77,11 +80,9 @@ def _index(program: Program) -> None:
             if isinstance(node, ast.arg) and ddp_annotation(node, module):
                 program.ddp_modules.add(module.path)  # def train(model: DDP, ...)
             if isinstance(node, ast.Call):
-                if any(n in (module.qualified(node.func) or "") for n in
-                       ("DistributedDataParallel", "FullyShardedDataParallel", "auto_model",
-                        ".prepare", "Trainer", "Fabric")):
-                    program.ddp_modules.add(module.path)
                 name = module.qualified(node.func) or ""
+                if any(n in name for n in DDP_MARKERS):
+                    program.ddp_modules.add(module.path)
                 if name.endswith(MONITORING):
                     for k in node.keywords:
                         if k.arg == "monitor" and isinstance(k.value, ast.Constant) and \
@@ -183,12 +184,16 @@ class SiteScanner:
         stack = list(nodes)
         while stack:
             node = stack.pop()
-            if isinstance(node, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef,
-                                 ast.ClassDef)):
+            if isinstance(node, NESTED_SCOPES):
                 continue
             if isinstance(node, ast.Call):
                 found.append(node)
-            stack.extend(ast.iter_child_nodes(node))
+            for name in node._fields:
+                value = getattr(node, name, None)
+                if isinstance(value, ast.AST):
+                    stack.append(value)
+                elif isinstance(value, list):
+                    stack.extend(v for v in value if isinstance(v, ast.AST))
         found.sort(key=lambda c: (c.end_lineno or 0, c.end_col_offset or 0))
         sites = []
         for call in found:

@@ -10,6 +10,7 @@ from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, receiver_name
 from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
 from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
     lock_across_collective, rank_dependent_loop, recv_before_send
+from ddpdoctor.lint.module import own
 from ddpdoctor.lint.summaries import MODEL_PARAMS, FunctionInfo, ddp_annotation, \
     no_grad_decorated, rank_decorator, with_flags
 from ddpdoctor.lint.uniformity import benign_handler, strip_wrappers
@@ -363,17 +364,12 @@ def hands_back_argument(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     the wrapper only, so the result is the argument whichever path is taken."""
     params = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
     bases: set[str] = set()
-    stack: list[ast.AST] = list(node.body)
-    while stack:
-        n = stack.pop()
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
+    for n in own(node):
         if isinstance(n, ast.Return):
             base = strip_wrappers(n.value) if n.value is not None else None
             if not isinstance(base, ast.Name) or base.id not in params:
                 return False
             bases.add(base.id)
-        stack.extend(ast.iter_child_nodes(n))
     return len(bases) == 1
 
 

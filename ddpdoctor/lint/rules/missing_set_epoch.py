@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from ddpdoctor.lint.findings import Severity
-from ddpdoctor.lint.module import ParsedModule
+from ddpdoctor.lint.module import ParsedModule, own
 from ddpdoctor.lint.rules import Draft
 
 KIND = "missing_set_epoch"
@@ -28,15 +28,7 @@ def _is_sampler(call: ast.AST, module: ParsedModule) -> bool:
 
 def _local_nodes(func: ast.AST) -> list[ast.AST]:
     """The nodes of a function's own body (nested functions and classes left out)."""
-    out: list[ast.AST] = []
-    stack = list(ast.iter_child_nodes(func))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        out.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    return out
+    return own(func)
 
 
 def _names_in(node: ast.AST) -> set[str]:
