@@ -237,3 +237,14 @@ def test_links_in_the_finding_round_trip_as_the_contract_names_them() -> None:
                                               "to_host", "unacked_bytes", "idle_s")} == \
         {"from_rank": 0, "to_rank": 1, "from_host": "host-a", "to_host": "host-b",
          "unacked_bytes": 10, "idle_s": 1.5}
+
+
+def test_a_stalled_connection_to_a_service_outside_the_job_is_not_its_link() -> None:
+    runs = two_hosts([rank(r, steps(3) + bucket_call(3, 4)) for r in (0, 1)])
+    j = job(runs)
+    outside = stalled_links([RankSocket(0, "host-a", sock(f"{A}:5000", "203.0.113.7:443",
+                                                          5000, "retransmit", 4))])
+    assert outside and outside[0].to_host == "203.0.113.7"
+    found = stalled_call(j, rank_states(j), outside)
+    assert found is not None and "none returns" in found.summary
+    assert "links" not in found.evidence

@@ -92,11 +92,15 @@ def _ring_note(job: JobView, states: dict[int, RankState]) -> str:
 
 
 def _links_of(job: JobView, links: list[Link] | None) -> list[Link]:
-    if links is not None:
-        return links
-    from ddpdoctor.analysis.connections import job_links
+    """The stalled links between the job's ranks (or towards a host of the job whose side
+    was not captured): a rank's stalled connection to a service outside the job is not
+    what its collective waits on."""
+    if links is None:
+        from ddpdoctor.analysis.connections import job_links
 
-    return job_links(job)
+        links = job_links(job)
+    hosts = {str(run.header.host) for run in job.ranks.values()}
+    return [k for k in links if k.to_rank is not None or k.to_host in hosts]
 
 
 def _on_links(what: str, call: Call | None, ranks: list[int], lines: list[str],
@@ -183,7 +187,7 @@ def stalled_behind(job: JobView, states: dict[int, RankState], waits: list[Wait]
             any(not set(by_rank[r].waits_for) <= set(behind) for r in ahead):
         return None
     found = _links_of(job, links)
-    if not any(k.from_rank in states or k.to_rank in states for k in found):
+    if not found:
         return None
     call = calls[behind[0]]
     assert call is not None
