@@ -6,7 +6,7 @@ run dir layout, a damaged file) has no connections here."""
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.causal.links import Link, RankSocket, stalled_links
+from ddpdoctor.analysis.causal.links import LinkFacts, RankSocket, link_facts
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.proc.sockets import SOCKETS_FILE, SocketCapture
 from ddpdoctor.rundir.layout import read_json_object
@@ -25,6 +25,6 @@ def rank_sockets(job: JobView) -> list[RankSocket]:
     return out
 
 
-def job_links(job: JobView) -> list[Link]:
-    """The stalled directions among the ranks' connections (none without captures)."""
-    return stalled_links(rank_sockets(job))
+def job_link_facts(job: JobView) -> LinkFacts:
+    """The ranks' connections and their stalled directions (none without captures)."""
+    return link_facts(rank_sockets(job))

@@ -46,8 +46,8 @@ def _start(hosts: TwoHosts, tmp_path: Path, pause: Path) -> list[subprocess.Pope
     procs = []
     for node in (0, 1):
         argv = hosts.run_in(node) + [
-            sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir", str(tmp_path / f"node{node}"),
-            "--hang-timeout", "6", "--doctor-store", f"{hosts.ctl_ip(0)}:{STORE_PORT}", "--",
+            sys.executable, "-m", "ddpdoctor.cli", "run",
+            "--run-dir", str(tmp_path / f"node{node}"), "--hang-timeout", "6", "--doctor-store", f"{hosts.ctl_ip(0)}:{STORE_PORT}", "--",
             sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
             "--node-rank", str(node), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{hosts.ctl_ip(0)}:{RDZV_PORT}", "--rdzv-id", "link",

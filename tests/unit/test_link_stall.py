@@ -13,7 +13,7 @@ from pathlib import Path
 from ddpdoctor.analysis.causal.diagnose import diagnose
 from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.graph import wait_for_graph
-from ddpdoctor.analysis.causal.links import Link, RankSocket, stalled_links
+from ddpdoctor.analysis.causal.links import Link, RankSocket, link_facts, stalled_links
 from ddpdoctor.analysis.causal.stall import stalled_behind, stalled_call
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.model import Finding, RankRun, Severity
@@ -174,8 +174,7 @@ def test_a_peer_whose_host_was_not_captured_is_named_by_its_address() -> None:
 def test_every_rank_inside_the_bucket_with_a_stalled_link_is_a_stalled_call_naming_it() -> None:
     runs = two_hosts([rank(r, steps(3) + bucket_call(3, 4), host="h") for r in (0, 1)])
     j = job(runs)
-    links = stalled_links(blackholed_pair())
-    found = stalled_call(j, rank_states(j), links)
+    found = stalled_call(j, rank_states(j), link_facts(blackholed_pair()))
     assert found is not None and found.kind == "stalled_call" and found.ranks == (0, 1)
     assert found.summary == ("all_reduce (DDP bucket 0) stalled on the link host-a -> host-b: "
                              "2 connections hold 1.2 MB unacknowledged, idle 41 s; no rank is "
@@ -184,7 +183,9 @@ def test_every_rank_inside_the_bucket_with_a_stalled_link_is_a_stalled_call_nami
             for k in found.evidence["links"]] == [(0, 1, "host-a", "host-b"),
                                                   (1, 0, "host-b", "host-a")]
     assert "ip route get 10.9.0.2" in found.fix and "no route" in found.detail
-    plain = stalled_call(j, rank_states(j), [])
+    assert [(c["rank"], c["peer"], c["stalled"]) for c in found.evidence["connections"]] == \
+        [(0, 1, True), (1, 0, True)]  # the store's connection is no peer's
+    plain = stalled_call(j, rank_states(j), link_facts([]))
     assert plain is not None and "none returns" in plain.summary  # one host: as before
 
 
@@ -195,12 +196,12 @@ def test_ranks_behind_in_a_matched_bucket_on_a_stalled_link_are_no_ones_fault() 
                       rank(1, steps(3) + bucket_call(3, 4))])
     j = job(runs)
     states = rank_states(j)
-    found = stalled_behind(j, states, wait_for_graph(j, states), stalled_links(
-        blackholed_pair()))
+    found = stalled_behind(j, states, wait_for_graph(j, states),
+                           link_facts(blackholed_pair()))
     assert found is not None and found.ranks == (0, 1) and found.seq == 3
     assert found.evidence["behind"] == [1]
     assert "Rank 0 finished it, went on to" in found.detail
-    assert stalled_behind(j, states, wait_for_graph(j, states), []) is None
+    assert stalled_behind(j, states, wait_for_graph(j, states), link_facts([])) is None
 
 
 def test_diagnose_reads_the_captures_and_blames_no_rank(tmp_path: Path) -> None:
@@ -242,9 +243,9 @@ def test_links_in_the_finding_round_trip_as_the_contract_names_them() -> None:
 def test_a_stalled_connection_to_a_service_outside_the_job_is_not_its_link() -> None:
     runs = two_hosts([rank(r, steps(3) + bucket_call(3, 4)) for r in (0, 1)])
     j = job(runs)
-    outside = stalled_links([RankSocket(0, "host-a", sock(f"{A}:5000", "203.0.113.7:443",
-                                                          5000, "retransmit", 4))])
-    assert outside and outside[0].to_host == "203.0.113.7"
+    outside = link_facts([RankSocket(0, "host-a", sock(f"{A}:5000", "203.0.113.7:443",
+                                                       5000, "retransmit", 4))])
+    assert outside.links and outside.links[0].to_host == "203.0.113.7"
     found = stalled_call(j, rank_states(j), outside)
     assert found is not None and "none returns" in found.summary
     assert "links" not in found.evidence

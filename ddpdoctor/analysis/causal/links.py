@@ -70,6 +70,37 @@ class Link:
                 "arrived": self.arrived, "path": list(self.path)}
 
 
+@dataclass(frozen=True)
+class PeerConnection:
+    """A rank's connection to another rank (``peer``), as its kernel tells it: bytes it
+    wrote that are unacknowledged, retransmissions, seconds since new data last arrived
+    on it, and whether its sending direction stalled."""
+
+    rank: int
+    peer: int
+    local: str
+    remote: str
+    unacked_bytes: int
+    retransmits: int
+    idle_s: float | None
+    stalled: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "peer": self.peer, "local": self.local,
+                "remote": self.remote, "unacked_bytes": self.unacked_bytes,
+                "retransmits": self.retransmits, "idle_s": self.idle_s,
+                "stalled": self.stalled}
+
+
+@dataclass(frozen=True)
+class LinkFacts:
+    """What the ranks' captured sockets say: each rank's connections to the other ranks,
+    and the stalled directions (among them, or towards hosts and processes outside)."""
+
+    connections: tuple[PeerConnection, ...] = ()
+    links: tuple[Link, ...] = ()
+
+
 def sending_stalled(s: TcpSocket) -> bool:
     """Does this socket hold bytes the network does not deliver?  Unacknowledged bytes and
     the kernel retransmitting them, or probing a window the peer left open (a true zero
@@ -132,11 +163,31 @@ def stalled_links(sockets: list[RankSocket]) -> list[Link]:
             idle_ms = s.last_ack_recv_ms
         links.append(Link(rs.rank, peer.rank if peer else None, rs.host,
                           peer.host if peer else hosts.get(_ip(s.remote), _ip(s.remote)),
-                          s.local, s.remote, s.tx_queue,
-                          round(idle_ms / 1000, 1) if idle_ms is not None else None,
-                          s.retransmits, s.notsent_bytes,
-                          arrived(s, peer.socket) if peer else None))
+                          s.local, s.remote, s.tx_queue, _seconds(idle_ms), s.retransmits,
+                          s.notsent_bytes, arrived(s, peer.socket) if peer else None))
     return sorted(links, key=lambda k: (-k.unacked_bytes, k.from_rank, k.from_addr))
+
+
+def _seconds(ms: int | None) -> float | None:
+    return round(ms / 1000, 1) if ms is not None else None
+
+
+def link_facts(sockets: list[RankSocket]) -> LinkFacts:
+    """The ranks' connections to each other (both ends captured) and the stalled
+    directions."""
+    by_ends: dict[tuple[str, str], list[RankSocket]] = {}
+    for rs in sockets:
+        by_ends.setdefault((rs.socket.local, rs.socket.remote), []).append(rs)
+    conns = []
+    for rs in sockets:
+        peer = _peer_of(rs, by_ends)
+        if peer is not None:
+            s = rs.socket
+            conns.append(PeerConnection(rs.rank, peer.rank, s.local, s.remote, s.tx_queue,
+                                        s.retransmits, _seconds(s.last_data_recv_ms),
+                                        sending_stalled(s)))
+    conns.sort(key=lambda c: (c.rank, c.peer, c.local))
+    return LinkFacts(tuple(conns), tuple(stalled_links(sockets)))
 
 
 def size_text(n: int) -> str:

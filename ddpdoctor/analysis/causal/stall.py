@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ddpdoctor.analysis.causal.findings import frame_text, ranks_text, whereabouts
 from ddpdoctor.analysis.causal.graph import Wait
-from ddpdoctor.analysis.causal.links import Link, host_pairs, link_line, links_summary
+from ddpdoctor.analysis.causal.links import (Link, LinkFacts, host_pairs, link_line,
+                                             links_summary)
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.clocks import ordered
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
@@ -21,6 +22,7 @@ STALL_FIX = ("Nothing in the ranks' own code differs: look at what carries the c
              "to another host's interface stalls the connections); for NCCL, NCCL_DEBUG=INFO. "
              "An environment variable torch cannot parse can stall it too: see the notices.")
 MAX_LINK_LINES = 16
+MAX_CONNECTIONS = 256  # the ranks' connections to each other kept in the evidence
 
 
 def link_fix(links: list[Link]) -> str:
@@ -91,38 +93,43 @@ def _ring_note(job: JobView, states: dict[int, RankState]) -> str:
             "call too, so it waits as well.")
 
 
-def _links_of(job: JobView, links: list[Link] | None) -> list[Link]:
+def _links_of(job: JobView, facts: LinkFacts | None) -> LinkFacts:
     """The stalled links between the job's ranks (or towards a host of the job whose side
     was not captured): a rank's stalled connection to a service outside the job is not
-    what its collective waits on."""
-    if links is None:
-        from ddpdoctor.analysis.connections import job_links
+    what its collective waits on.  ``facts`` None: read from the job's captures."""
+    if facts is None:
+        from ddpdoctor.analysis.connections import job_link_facts
 
-        links = job_links(job)
+        facts = job_link_facts(job)
     hosts = {str(run.header.host) for run in job.ranks.values()}
-    return [k for k in links if k.to_rank is not None or k.to_host in hosts]
+    return LinkFacts(facts.connections, tuple(k for k in facts.links if
+                                              k.to_rank is not None or k.to_host in hosts))
 
 
-def _on_links(what: str, call: Call | None, ranks: list[int], lines: list[str],
-              links: list[Link], evidence: dict) -> Finding:
-    """The stalled_call of a call that stopped on the network: the links named."""
+def _on_links(what: str, call: Call, ranks: list[int], lines: list[str],
+              facts: LinkFacts, evidence: dict) -> Finding:
+    """The stalled_call of a call that stopped on the network: the links named, and every
+    rank's connections to the others in the evidence."""
+    links = list(facts.links)
     summary = f"{what} stalled on {links_summary(links)}; no rank is at fault"
     lines = lines + ["The connections that hold the ranks' bytes undelivered:"] + \
         [link_line(k) for k in links[:MAX_LINK_LINES]]
     if len(links) > MAX_LINK_LINES:
         lines.append(f"... and {len(links) - MAX_LINK_LINES} more connections.")
-    return Finding("stalled_call", Severity.ERROR, tuple(ranks),
-                   call.seq if call is not None else None, summary, "\n".join(lines),
-                   link_fix(links), {**evidence, "links": [k.to_dict() for k in links],
-                                     "hosts": [list(p) for p in host_pairs(links)]})
+    return Finding("stalled_call", Severity.ERROR, tuple(ranks), call.seq, summary,
+                   "\n".join(lines), link_fix(links), {
+                       **evidence, "links": [k.to_dict() for k in links],
+                       "hosts": [list(p) for p in host_pairs(links)],
+                       "connections": [c.to_dict() for c in
+                                       facts.connections[:MAX_CONNECTIONS]]})
 
 
 def stalled_call(job: JobView, states: dict[int, RankState],
-                 links: list[Link] | None = None) -> Finding | None:
+                 links: LinkFacts | None = None) -> Finding | None:
     """Every rank of the job inside init_process_group (or new_group, or the same matched
     collective) and none missing in a job judged hung: no rank is at fault, the call itself
-    does not complete.  ``links``: the stalled connections (None: read from the job's
-    captures); when there are some, the finding names them."""
+    does not complete.  ``links``: the ranks' connections (None: read from the job's
+    captures); when some stalled, the finding names them."""
     if job.outcome != "hung" or len(states) < 2 or len(states) != job.world_size:
         return None
     call = None
@@ -154,8 +161,8 @@ def stalled_call(job: JobView, states: dict[int, RankState],
         lines.append("ddpdoctor noticed: " + " | ".join(notes))
     evidence = {"group": group, "stalled": what, "ranks": ranks_text(sorted(states)),
                 "notices": notes}
-    found = _links_of(job, links) if call is not None else []
-    if found:
+    found = _links_of(job, links) if call is not None else LinkFacts()
+    if found.links:
         return _on_links(call_label(call), call, sorted(states), lines, found,  # type: ignore
                          evidence)
     summary = (f"every rank ({len(states)}) is inside {what}" + (f" at {at}" if at else "") +
@@ -165,7 +172,7 @@ def stalled_call(job: JobView, states: dict[int, RankState],
 
 
 def stalled_behind(job: JobView, states: dict[int, RankState], waits: list[Wait],
-                   links: list[Link] | None = None) -> Finding | None:
+                   links: LinkFacts | None = None) -> Finding | None:
     """Every rank of the job blocked in a collective of one group; those behind are inside
     a call that every member entered (nobody is missing from it), the others went on and
     wait for them in a later call; and the connections hold bytes the network does not
@@ -187,7 +194,7 @@ def stalled_behind(job: JobView, states: dict[int, RankState], waits: list[Wait]
             any(not set(by_rank[r].waits_for) <= set(behind) for r in ahead):
         return None
     found = _links_of(job, links)
-    if not found:
+    if not found.links:
         return None
     call = calls[behind[0]]
     assert call is not None
