@@ -249,3 +249,23 @@ def test_a_stalled_connection_to_a_service_outside_the_job_is_not_its_link() -> 
     found = stalled_call(j, rank_states(j), outside)
     assert found is not None and "none returns" in found.summary
     assert "links" not in found.evidence
+
+
+def test_the_supervisor_writes_what_the_analysis_reads(tmp_path: Path) -> None:
+    from ddpdoctor.analysis.connections import rank_sockets
+    from ddpdoctor.supervisor.connections import capture_connections
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    near, _ = server.accept()
+    try:
+        run = rank(0)
+        run.trace.header = replace(run.header, pid=os.getpid())
+        run.trace.path = tmp_path / "traces" / f"pid-{os.getpid()}.ring"
+        capture_connections([os.getpid()], tmp_path / "stacks")
+        me = "%s:%d" % client.getsockname()
+        found = rank_sockets(job([run], world=1))
+        assert any(s.rank == 0 and s.socket.local == me for s in found)
+    finally:
+        for s in (client, near, server):
+            s.close()
