@@ -16,6 +16,7 @@ from ddpdoctor.rundir.layout import free_bytes, write_json_atomic
 from ddpdoctor.report.build import build_report
 from ddpdoctor.report.console import NEVER_INITIALIZED, NO_ACTIVITY, print_summary
 from ddpdoctor.redact import redact_argv
+from ddpdoctor.supervisor.connections import capture_connections
 from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
 from ddpdoctor.supervisor.stacks import capture_stacks
 
@@ -44,12 +45,23 @@ class JobEnding:
         live = [r for r, p in ranks.items() if p.hi or p.groups]
         t0 = time.monotonic()
         asked = request_dumps(self.run_dir)  # ranks dump while py-spy samples them
+        self._capture_connections(live_pids)
         capture_stacks(live_pids, self.run_dir / "stacks")
         self.log("stacks", why=why, pids=live_pids, seconds=round(time.monotonic() - t0, 3))
         missing = wait_for_dumps(self.run_dir, live, asked)
         self.log("flight_recorder", ranks=sorted(set(live) - set(missing)), missing=missing,
                  seconds=round(time.monotonic() - t0, 3))
         self.remote_stacks(None)  # node 0 of many: the other nodes' stacks too
+
+    def _capture_connections(self, pids: list[int]) -> None:
+        """The ranks' TCP connections, first: the kernel's idle times as at the verdict."""
+        try:
+            found = capture_connections(pids, self.run_dir / "stacks")
+        except Exception as e:  # noqa: BLE001 - the report goes on without them
+            self.log("sockets", error=f"{type(e).__name__}: {e}")
+            return
+        self.log("sockets", pids=pids, sockets=sum(len(c.sockets) for c in found.values()),
+                 errors={str(p): c.error for p, c in found.items() if c.error})
 
     def _write(self, outcome: str | None, exit_code: int | None, live: bool) -> dict[str, Any]:
         self._check_membership(final=True)

@@ -136,6 +136,8 @@ class NodesMixin:
             # node 0's verdict (all ranks asked): the flight recorder dumps too
             asked = request_dumps(self.run_dir) if ranks is None else None  # type: ignore
             if pids:
+                if ranks is None:  # at the verdict: the connections too, first
+                    self._capture_connections(pids)  # type: ignore[attr-defined]
                 capture_stacks(pids, self.run_dir / "stacks")  # type: ignore[attr-defined]
                 self.log("stacks", why="node 0 asked", pids=pids)  # type: ignore
             if asked is not None:

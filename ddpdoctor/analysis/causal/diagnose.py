@@ -108,6 +108,12 @@ def diagnose(job: JobView) -> Diagnosis:
             if s is not None and s.kind == StateKind.DIED and s.call is not None and \
                     (s.call.group, s.call.seq) == (div.group, div.seq):
                 covered.setdefault(r, cause)
+    if not b.roots:  # ranks behind in a call every member entered, on a stalled link
+        from ddpdoctor.analysis.causal.stall import stalled_behind
+
+        behind = stalled_behind(job, states, judged)
+        if behind is not None:
+            b.add(behind, set(states))
     for cycle in cycles(judged):
         if all(r in by_rank for r in cycle):
             b.add(_cycle_finding(cycle, job, by_rank, states), set(cycle))
