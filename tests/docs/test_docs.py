@@ -16,6 +16,7 @@ Conventions of the markdown (docs/testing.md says them to writers):
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import io
 import os
@@ -165,10 +166,17 @@ def test_inline_commands_exist():
 
 
 def test_every_text_block_is_checked_or_says_why_not():
+    assert not [b.where for b in BLOCKS if not b.language], "a block without a language"
     unmarked = [b.where for b in BLOCKS if b.language == "text" and b.marker is None]
     assert not unmarked, f"text blocks with neither an output nor a recorded marker: {unmarked}"
     outputs = [b for b in BLOCKS if b.marker and b.marker[0] == "output of"]
     assert outputs and all(b.language == "text" for b in outputs)
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.language == "python"],
+                         ids=lambda b: b.where)
+def test_python_blocks_are_python(block):
+    ast.parse(block.text)
 
 
 def test_readme_is_short_and_its_links_exist():
