@@ -103,3 +103,10 @@ def test_analyze_takes_a_report_json_and_exits_by_the_one_rule(tmp_path):
 def test_analyze_json_of_a_report_prints_it(capsys):
     assert main(["analyze", str(REPORTS / "early_stop_per_rank.json"), "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["schema"] == "ddpdoctor.report/1"
+
+
+def test_bugs_list_verbose_is_every_bug_in_full(capsys):
+    assert main(["bugs", "list", "-v"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.count("\nsource ") + shown.startswith("source ") == len(CATALOGUE)
+    assert all(bug.name in shown for bug in CATALOGUE)
