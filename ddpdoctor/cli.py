@@ -13,7 +13,7 @@ from ddpdoctor.errors import UserError
 EXIT_USAGE = 2
 EXIT_FINDING = 1  # a diagnosing command (analyze, attach, lint) found an error
 # the one exit rule of the diagnosing commands, in each one's --help
-EXIT_DIAGNOSING = ("Exit status: 0 no finding of severity error, 1 at least one, 2 usage error "
+EXIT_DIAGNOSING = ("Exit status: 0 no finding of severity error, 1 at least one, 2 usage error\n"
                    "or unreadable input.")
 # torchrun options that `ddpdoctor run` passes through to torch's launcher (name, takes value)
 LAUNCHER_OPTIONS = (("--nnodes", True), ("--node-rank", True), ("--rdzv-endpoint", True),
@@ -21,6 +21,28 @@ LAUNCHER_OPTIONS = (("--nnodes", True), ("--node-rank", True), ("--rdzv-endpoint
                     ("--max-restarts", True), ("--master-addr", True),
                     ("--master-port", True), ("--monitor-interval", True),
                     ("--standalone", False))
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs wrapped to the terminal (80 columns in a pipe): prose lines
+    join into paragraphs, "Exit status:" starts its own, and indented lines (examples, keys)
+    and headers ("examples:") keep their own line, so no --help line runs past the width."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        blocks: list[tuple[str, str]] = []  # (text, lead of its wrapped lines)
+        for line in text.splitlines():
+            prose = line.strip() and not line[0].isspace() and not line.endswith(":")
+            if prose and blocks and blocks[-1][1] == "" and blocks[-1][0] \
+                    and not blocks[-1][0].endswith(":") and not line.startswith("Exit status"):
+                blocks[-1] = (blocks[-1][0] + " " + line.strip(), "")
+            else:
+                lead = "" if prose else " " * (len(line) - len(line.lstrip()) + 2)
+                blocks.append((line, lead))
+        return "\n".join(textwrap.fill(block, width, initial_indent=indent,
+                                       subsequent_indent=indent + lead) if block.strip()
+                         else "" for block, lead in blocks)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,7 +74,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "  ddpdoctor run -- torchrun --nproc-per-node 4 train.py\n"
         "  ddpdoctor run -- python train_spawn.py\n"
         "  ddpdoctor run --ui --nproc-per-node 4 train.py",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("--nproc-per-node", type=int, metavar="N",
                    help="ranks on this node, when COMMAND is a script (started through "
                    "torch.distributed.run)")
@@ -107,7 +129,7 @@ def _add_attach(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  ddpdoctor attach            # the one job on this node\n"
         "  ddpdoctor attach 4242       # the job of this torchrun (or rank) PID\n"
         "  ddpdoctor attach --stop     # diagnose, then stop the whole job",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("pids", nargs="*", type=_pid, metavar="PID",
                    help="the job's launcher or rank PIDs (default: find the job)")
     p.add_argument("--report", type=Path, metavar="PATH",
@@ -128,7 +150,7 @@ def _add_lint(sub: argparse._SubParsersAction) -> None:
         "system, skips around them,\nand the silent bugs visible in the source.\n"
         + EXIT_DIAGNOSING,
         epilog="examples:\n  ddpdoctor lint train.py\n  ddpdoctor lint --format json src/",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                    help="Python files, or directories searched for *.py")
     p.add_argument("--format", choices=("text", "json"), default="text",
@@ -145,7 +167,7 @@ def _add_repro(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  ddpdoctor repro ddpdoctor-runs/<run>\n"
         "  ddpdoctor repro ddpdoctor-runs/<run> -o hang_repro.py\n"
         "  ddpdoctor run --hang-timeout 5 --nproc-per-node 2 hang_repro.py",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("-o", "--output", type=Path, metavar="FILE",
                    help="where the script goes (default: RUN_DIR/repro.py)")
@@ -163,7 +185,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
         "  ddpdoctor analyze ddpdoctor-runs/<node0> ddpdoctor-runs/<node1>\n"
         "  ddpdoctor analyze fr_dumps/            # torch flight recorder dumps\n"
         "  ddpdoctor analyze ddpdoctor-runs/<run>/report.json --json",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("run_dirs", nargs="+", type=Path, metavar="PATH",
                    help="run dirs, flight recorder dump dirs, or one report.json")
     p.add_argument("--report", type=Path, metavar="PATH",
@@ -182,7 +204,7 @@ def _add_ui(sub: argparse._SubParsersAction) -> None:
         "path that is not a run dir or a report.",
         epilog="keys:\n" + keys_help() + "\n\nexamples:\n  ddpdoctor ui ddpdoctor-runs/<run>\n"
         "  ddpdoctor ui ddpdoctor-runs/<run>/report.json",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("path", type=Path, metavar="PATH", help="a run dir or a report.json")
 
 
@@ -194,13 +216,13 @@ def _add_bugs(sub: argparse._SubParsersAction) -> None:
         "show 0; run: the run's own (as `ddpdoctor run`); 2 for an\nunknown bug name.",
         epilog="examples:\n  ddpdoctor bugs list\n  ddpdoctor bugs show metric_rank0_only\n"
         "  ddpdoctor bugs run metric_rank0_only\n  ddpdoctor bugs run metric_rank0_only --fixed",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     bsub = b.add_subparsers(dest="bugs_cmd", metavar="ACTION", parser_class=_Parser)
     bl = bsub.add_parser("list", help="one line a bug, grouped by what ddpdoctor reports",
                          description="List the bugs, one line each, grouped by the finding "
                          "ddpdoctor reports.\nExit status: 0.",
                          epilog="examples:\n  ddpdoctor bugs list\n  ddpdoctor bugs list -v",
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+                         formatter_class=HelpFormatter)
     bl.add_argument("-v", "--verbose", action="store_true",
                     help="every bug in full: symptom, finding, ranks blamed, fix, source")
     bs = bsub.add_parser("show", help="one bug in full",
@@ -208,7 +230,7 @@ def _add_bugs(sub: argparse._SubParsersAction) -> None:
                          "reports, the fix and where\nthe bug comes from.\nExit status: 0; 2 "
                          "for an unknown name.",
                          epilog="example:\n  ddpdoctor bugs show early_stop_per_rank",
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+                         formatter_class=HelpFormatter)
     bs.add_argument("name", metavar="NAME")
     br = bsub.add_parser("run", help="run a bug (or its fix) under ddpdoctor",
                          description="Run a bug's script (or its fixed twin) from sample_bugs/ "
@@ -217,7 +239,7 @@ def _add_bugs(sub: argparse._SubParsersAction) -> None:
                          epilog="examples:\n  ddpdoctor bugs run metric_rank0_only\n"
                          "  ddpdoctor bugs run metric_rank0_only --fixed\n"
                          "  ddpdoctor bugs run metric_rank0_only --repro",
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+                         formatter_class=HelpFormatter)
     br.add_argument("name", metavar="NAME")
     br.add_argument("--fixed", action="store_true", help="run the fixed twin")
     br.add_argument("--repro", action="store_true",
@@ -231,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
                      epilog="examples:\n  ddpdoctor run --nproc-per-node 2 train.py\n"
                      "  ddpdoctor ui ddpdoctor-runs/<run>\n  ddpdoctor lint train.py\n"
                      "`ddpdoctor COMMAND --help` says what each command does and its exit "
-                     "status.", formatter_class=argparse.RawDescriptionHelpFormatter)
+                     "status.", formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"ddpdoctor {__version__}")
     sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     _add_run(sub)

@@ -2,6 +2,8 @@
 
 No Textual import here: the command line's help reads it without loading the UI."""
 
+import textwrap
+
 KEYS = (
     ("r t f p l", "show the Ranks, Timeline, Findings, Profile or Log tab (or click a tab)"),
     ("w", "show who waits for whom (the Waits tab, when the report has a wait-for graph)"),
@@ -17,7 +19,9 @@ KEYS = (
 )
 
 
-def keys_help() -> str:
-    """The keys as plain lines, for `ddpdoctor ui --help`."""
+def keys_help(columns: int = 76) -> str:
+    """The keys as plain lines for `ddpdoctor ui --help`, wrapped to ``columns``."""
     width = max(len(key) for key, _ in KEYS)
-    return "\n".join(f"  {key:<{width}}  {meaning}" for key, meaning in KEYS)
+    indent = " " * (width + 4)
+    return "\n".join(textwrap.fill(meaning, columns - 1, initial_indent=f"  {key:<{width}}  ",
+                                   subsequent_indent=indent) for key, meaning in KEYS)
