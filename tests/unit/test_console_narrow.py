@@ -102,3 +102,15 @@ def test_lint_saw_nothing_says_nothing():
     mark_lint_seen(report["findings"], lint)
     assert all(lint_note(f) is None for f in report["findings"])
     assert "lint saw" not in render(report).lower()
+
+
+def test_a_report_read_back_says_what_lint_saw(tmp_path):
+    from ddpdoctor.report.load import load_report
+
+    report = load("barrier_in_rank0_checkpoint")
+    for finding in report["findings"]:
+        finding["evidence"].pop(LINT_KEY, None)  # as written before findings said so
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    again = load_report(tmp_path / "report.json")
+    assert lint_note(again["findings"][0]).startswith(
+        "lint saw this at barrier_in_rank0_checkpoint.py:60 before the run")
