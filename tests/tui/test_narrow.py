@@ -51,8 +51,11 @@ def test_rank_screen_at_80x24(snap_compare) -> None:
 async def test_op_and_site_shown_whole_enough_at_80_columns() -> None:
     running = app()
     async with running.run_test(size=SIZE) as pilot:
-        await pilot.pause()
-        text = screen_text(running)
+        for _ in range(50):  # until the table is laid out at its width (no time limit)
+            await pilot.pause()
+            text = screen_text(running)
+            if "…ckpoint.py:55" in text:
+                break
     assert "barrier " in text and "all_reduce [DDP" in text
     assert "…ckpoint.py:60" in text and "…ckpoint.py:55" in text  # the line is never cut
 

@@ -150,10 +150,6 @@ class MainScreen(Screen[None]):
         self.query_one(TabbedContent).active = tab
         self._focus_pane(tab, from_filter=True)
 
-    def on_rank_table_width_changed(self, event: RankTable.WidthChanged) -> None:
-        event.stop()
-        self._refresh_tab("ranks")
-
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         pane = event.pane.id or ""
         if pane in TABS:

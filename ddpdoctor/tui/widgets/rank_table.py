@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.binding import Binding
-from textual.message import Message
 from textual.widgets.data_table import ColumnKey
 
 from ddpdoctor.tui.messages import RankSelected
@@ -69,6 +68,7 @@ class RankTable(SyncedTable):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)
         self._cells: dict[str, tuple[tuple[object, ...], tuple[Cell, ...]]] = {}
+        self._shown: tuple[ReportView, str, float] | None = None
 
     def on_resize(self) -> None:
         """Give the current op and the user's site the width the table has."""
@@ -82,13 +82,12 @@ class RankTable(SyncedTable):
         if changed:
             self._require_update_dimensions = True
             self.refresh()
-            self.post_message(self.WidthChanged())
-
-    class WidthChanged(Message):
-        """The site column changed width: the rows are shown again to fit their sites."""
+            if self._shown is not None:
+                self.show(*self._shown)  # the sites again, fitted to their column
 
     def show(self, view: ReportView, query: str, now: float) -> None:
         """Show the ranks of `view` that match `query`; `now` is unix seconds."""
+        self._shown = (view, query, now)
         faulty = view.faulty_ranks
         reference = view.reference_time(now)
         rows = []
