@@ -17,7 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table

@@ -74,4 +74,3 @@ def _print_notices(findings: list[dict[str, Any]], script: Path, console: Consol
                       highlight=False)
     more = f"{len(findings) - SHOWN} more; " if len(findings) > SHOWN else ""
     console.print(f"[dim]ddpdoctor: lint: {more}the fixes: {command}[/dim]", highlight=False)
-
