@@ -17,7 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -147,20 +146,65 @@ def _print_repro(console: Console, run_dir: Path | None) -> None:
     print(target.read_text(), end="", flush=True)
 
 
-def list_bugs(console: Console) -> int:
-    """Print the catalogue as a table; returns 0."""
-    table = Table(title="ddpdoctor bug catalogue (sample_bugs/)", box=box.SIMPLE_HEAD,
-                  header_style="bold", pad_edge=False)
-    table.add_column("bug", no_wrap=True)
-    table.add_column("symptom", min_width=20)
-    table.add_column("ddpdoctor reports", min_width=14)
-    for bug in CATALOGUE:
-        blame = ", ".join(map(str, bug.culprit_ranks))
-        plural = "s" if len(bug.culprit_ranks) > 1 else ""
-        table.add_row(f"[bold cyan]{bug.name}[/]\n[dim]{bug.nproc} ranks, {bug.launch.value}[/]",
-                      escape(bug.symptom),
-                      f"{bug.finding_kind}\n[dim]blames rank{plural} {blame}[/]", end_section=True)
-    console.print(table)
-    console.print("Run one: [bold]ddpdoctor bugs run NAME[/] (add [bold]--fixed[/] for its "
-                  "fix). The scripts and their sources: sample_bugs/README.md")
+def list_bugs(console: Console, verbose: bool = False) -> int:
+    """Print the catalogue: one line a bug, grouped by the finding ddpdoctor reports (with
+    ``verbose``, each bug in full); returns 0."""
+    if verbose:
+        for bug in CATALOGUE:
+            _print_bug(bug, console)
+            console.print()
+    else:
+        _print_compact(console)
+    console.print("One in full: [bold]ddpdoctor bugs show NAME[/]; run one: [bold]ddpdoctor "
+                  "bugs run NAME[/] (add [bold]--fixed[/] for its fix). Sources: "
+                  "sample_bugs/README.md", highlight=False)
     return 0
+
+
+def _print_compact(console: Console) -> None:
+    """Each finding kind, then its bugs: name, ranks blamed, symptom cut to the line."""
+    name_width = 2 + max(len(b.name) for b in CATALOGUE)
+    blame_width = max(len(_blames(b)) for b in CATALOGUE)
+    table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1), expand=True)
+    table.add_column("bug", no_wrap=True, style="cyan", min_width=name_width)
+    table.add_column("blames", no_wrap=True, style="dim", min_width=blame_width)
+    table.add_column("symptom", no_wrap=True, overflow="ellipsis", ratio=1)
+    for kind in FINDING_KINDS:
+        bugs = [b for b in CATALOGUE if b.finding_kind == kind]
+        if bugs:
+            table.add_row(f"[bold]{kind}[/] ({len(bugs)})", "", "", style="not dim")
+        for bug in bugs:
+            table.add_row(f"  {bug.name}", _blames(bug), escape(bug.symptom))
+    console.print(table)
+
+
+def _blames(bug: Bug) -> str:
+    if bug.finishes:
+        return "healthy"
+    plural = "s" if len(bug.culprit_ranks) > 1 else ""
+    return f"rank{plural} {','.join(map(str, bug.culprit_ranks))} of {bug.nproc}"
+
+
+def show_bug(name: str, console: Console) -> int:
+    """`ddpdoctor bugs show NAME`: one bug in full; returns 0 (a UserError for no such bug)."""
+    _print_bug(find_bug(name), console)
+    return 0
+
+
+def _print_bug(bug: Bug, console: Console) -> None:
+    """One bug: symptom, launch, what ddpdoctor reports, the fix, the source."""
+    blame = ", ".join(map(str, bug.culprit_ranks))
+    plural = "s" if len(bug.culprit_ranks) > 1 else ""
+    reports = (f"at most {bug.finding_kind} (a slow but healthy job: no error)" if bug.finishes
+               else f"{bug.finding_kind}, blaming rank{plural} {blame}")
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    table.add_row("symptom", escape(bug.symptom))
+    table.add_row("ranks", f"{bug.nproc}, started by {bug.launch.value} "
+                  f"(sample_bugs/{escape(bug.script)})")
+    table.add_row("reports", reports)
+    table.add_row("fix", escape(bug.fix) + f" (sample_bugs/{escape(bug.fixed_script)})")
+    table.add_row("source", escape(bug.source))
+    console.print(f"[bold cyan]{bug.name}[/]", highlight=False)
+    console.print(table)

@@ -11,12 +11,38 @@ from ddpdoctor import __version__
 from ddpdoctor.errors import UserError
 
 EXIT_USAGE = 2
+EXIT_FINDING = 1  # a diagnosing command (analyze, attach, lint) found an error
+# the one exit rule of the diagnosing commands, in each one's --help
+EXIT_DIAGNOSING = ("Exit status: 0 no finding of severity error, 1 at least one, 2 usage error\n"
+                   "or unreadable input.")
 # torchrun options that `ddpdoctor run` passes through to torch's launcher (name, takes value)
 LAUNCHER_OPTIONS = (("--nnodes", True), ("--node-rank", True), ("--rdzv-endpoint", True),
                     ("--rdzv-backend", True), ("--rdzv-id", True), ("--rdzv-conf", True),
                     ("--max-restarts", True), ("--master-addr", True),
                     ("--master-port", True), ("--monitor-interval", True),
                     ("--standalone", False))
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs wrapped to the terminal (80 columns in a pipe): prose lines
+    join into paragraphs, "Exit status:" starts its own, and indented lines (examples, keys)
+    and headers ("examples:") keep their own line, so no --help line runs past the width."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        blocks: list[tuple[str, str]] = []  # (text, lead of its wrapped lines)
+        for line in text.splitlines():
+            prose = line.strip() and not line[0].isspace() and not line.endswith(":")
+            if prose and blocks and blocks[-1][1] == "" and blocks[-1][0] \
+                    and not blocks[-1][0].endswith(":") and not line.startswith("Exit status"):
+                blocks[-1] = (blocks[-1][0] + " " + line.strip(), "")
+            else:
+                lead = "" if prose else " " * (len(line) - len(line.lstrip()) + 2)
+                blocks.append((line, lead))
+        return "\n".join(textwrap.fill(block, width, initial_indent=indent,
+                                       subsequent_indent=indent + lead) if block.strip()
+                         else "" for block, lead in blocks)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,17 +66,22 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run", help="run a DDP job under ddpdoctor",
         description="Run COMMAND with every rank instrumented; on a hang or a failure, "
-        "capture every rank's stack, name the root cause and write a JSON report.",
+        "capture every rank's stack,\nname the root cause and write a JSON report. The "
+        "script is linted first (notices only).\nExit status: the job's own; 124 when "
+        "ddpdoctor stopped a hung job; 128+N when stopped by\nsignal N (130 for Ctrl-C); "
+        "2 usage error.",
         epilog="examples:\n  ddpdoctor run --nproc-per-node 4 train.py --lr 0.1\n"
         "  ddpdoctor run -- torchrun --nproc-per-node 4 train.py\n"
-        "  ddpdoctor run -- python train_spawn.py",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "  ddpdoctor run -- python train_spawn.py\n"
+        "  ddpdoctor run --ui --nproc-per-node 4 train.py",
+        formatter_class=HelpFormatter)
     p.add_argument("--nproc-per-node", type=int, metavar="N",
                    help="ranks on this node, when COMMAND is a script (started through "
                    "torch.distributed.run)")
     p.add_argument("--hang-timeout", type=_positive_float, default=60.0, metavar="SECONDS",
-                   help="a rank waiting this long inside one collective means the job "
-                   "hangs (default: 60)")
+                   help="ranks waiting this long (in a collective, a p2p op or the "
+                   "rendezvous) on ranks that make no progress mean the job hangs; a rank "
+                   "still computing is a straggler (default: 60)")
     p.add_argument("--on-hang", choices=("stop", "wait"), default="stop",
                    help="stop: write the report, then stop every rank (exit 124); wait: "
                    "write the report and leave the job running (default: stop)")
@@ -60,9 +91,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    help="where traces, stacks and reports go "
                    "(default: ./ddpdoctor-runs/<time>-<id>)")
     p.add_argument("--ddp", choices=("ring", "torch"), default="ring",
-                   help="ring: the script's DistributedDataParallel runs as ddpdoctor's "
-                   "instrumented ring-allreduce DDP; torch: torch's DDP, its buckets "
-                   "recorded (default: ring)")
+                   help="ring: the script's DistributedDataParallel runs with ddpdoctor's "
+                   "instrumented ring all-reduce as its comm hook; torch: torch's DDP as it "
+                   "is, its bucket all-reduces recorded as they are issued (default: ring)")
     p.add_argument("--ui", action="store_true", help="show the live terminal UI")
     p.add_argument("--doctor-store", metavar="HOST:PORT",
                    help="many nodes: where the nodes' supervisors meet (node 0 hosts a "
@@ -94,12 +125,11 @@ def _add_attach(sub: argparse._SubParsersAction) -> None:
         "torchrun agent,\nor processes with RANK and WORLD_SIZE in their environment), "
         "sample every rank's stack\nwith py-spy, read any torch flight recorder dumps the "
         "job wrote, name the root cause\nand write the same report as `ddpdoctor run`. The "
-        "job is left running unless --stop.\nExit status: 0 nothing wrong, 1 a problem "
-        "named, 2 usage error.",
+        "job is left running unless --stop.\n" + EXIT_DIAGNOSING,
         epilog="examples:\n  ddpdoctor attach            # the one job on this node\n"
         "  ddpdoctor attach 4242       # the job of this torchrun (or rank) PID\n"
         "  ddpdoctor attach --stop     # diagnose, then stop the whole job",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("pids", nargs="*", type=_pid, metavar="PID",
                    help="the job's launcher or rank PIDs (default: find the job)")
     p.add_argument("--report", type=Path, metavar="PATH",
@@ -117,10 +147,10 @@ def _add_lint(sub: argparse._SubParsersAction) -> None:
         "lint", help="find collectives that only some ranks reach, before the job runs",
         description="Static analysis of Python source (never imported or run): collectives, "
         "explicit and implicit,\nthat depend on the rank, on rank-local data or on the file "
-        "system, skips around them,\nand the silent bugs visible in the source.\nExit status: "
-        "0 no error finding, 1 an error finding, 2 usage error or unreadable input.",
+        "system, skips around them,\nand the silent bugs visible in the source.\n"
+        + EXIT_DIAGNOSING,
         epilog="examples:\n  ddpdoctor lint train.py\n  ddpdoctor lint --format json src/",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                    help="Python files, or directories searched for *.py")
     p.add_argument("--format", choices=("text", "json"), default="text",
@@ -137,39 +167,102 @@ def _add_repro(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  ddpdoctor repro ddpdoctor-runs/<run>\n"
         "  ddpdoctor repro ddpdoctor-runs/<run> -o hang_repro.py\n"
         "  ddpdoctor run --hang-timeout 5 --nproc-per-node 2 hang_repro.py",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("-o", "--output", type=Path, metavar="FILE",
                    help="where the script goes (default: RUN_DIR/repro.py)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="ddpdoctor", description="Find out why a PyTorch DDP job hangs, "
-                     "crashes or silently trains wrong.")
-    parser.add_argument("--version", action="version", version=f"ddpdoctor {__version__}")
-    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
-    _add_run(sub)
-    a = sub.add_parser("analyze", help="rebuild a report offline from run dirs",
-                       description="Rebuild the report from run dirs (several run dirs, one "
-                       "per node, merge into one job).")
-    a.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
-    a.add_argument("--report", type=Path, metavar="PATH",
+def _add_analyze(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "analyze", help="rebuild a report offline (run dirs, flight recorder dumps, a report)",
+        description="Rebuild the report from run dirs, offline, and print its summary. Several "
+        "run dirs (one\nper node, or one per `attach`) merge into one job. A directory of "
+        "torch flight recorder\ndumps (JSON, one file per rank) is a run dir too; a "
+        "report.json is read and summed up\nas it is (what `ddpdoctor ui` takes, analyze "
+        "takes).\n" + EXIT_DIAGNOSING,
+        epilog="examples:\n  ddpdoctor analyze ddpdoctor-runs/<run>\n"
+        "  ddpdoctor analyze ddpdoctor-runs/<node0> ddpdoctor-runs/<node1>\n"
+        "  ddpdoctor analyze fr_dumps/            # torch flight recorder dumps\n"
+        "  ddpdoctor analyze ddpdoctor-runs/<run>/report.json --json",
+        formatter_class=HelpFormatter)
+    p.add_argument("run_dirs", nargs="+", type=Path, metavar="PATH",
+                   help="run dirs, flight recorder dump dirs, or one report.json")
+    p.add_argument("--report", type=Path, metavar="PATH",
                    help="where to write the report (default: RUN_DIR/report.analyzed.json)")
-    a.add_argument("--json", action="store_true", help="print the report as JSON")
-    _add_attach(sub)
-    _add_lint(sub)
-    _add_repro(sub)
-    u = sub.add_parser("ui", help="open the terminal UI on a run dir or a report.json")
-    u.add_argument("path", type=Path, metavar="PATH")
-    b = sub.add_parser("bugs", help="the catalogue of reproducible DDP bugs")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def _add_ui(sub: argparse._SubParsersAction) -> None:
+    from ddpdoctor.tui.keys import keys_help
+
+    p = sub.add_parser(
+        "ui", help="open the terminal UI on a run dir or a report.json",
+        description="Show a run in the terminal UI: the ranks, the collective timeline, the "
+        "findings,\neach rank's stack, who waits for whom. PATH is a run dir (live: it "
+        "follows the job;\nfinished) or a report.json.\nExit status: 0 after q, 2 for a "
+        "path that is not a run dir or a report.",
+        epilog="keys:\n" + keys_help() + "\n\nexamples:\n  ddpdoctor ui ddpdoctor-runs/<run>\n"
+        "  ddpdoctor ui ddpdoctor-runs/<run>/report.json",
+        formatter_class=HelpFormatter)
+    p.add_argument("path", type=Path, metavar="PATH", help="a run dir or a report.json")
+
+
+def _add_bugs(sub: argparse._SubParsersAction) -> None:
+    b = sub.add_parser(
+        "bugs", help="the catalogue of reproducible DDP bugs",
+        description="The catalogue of real DDP bugs in sample_bugs/, each with its fixed "
+        "twin and what\nddpdoctor must report (kind, ranks blamed).\nExit status: list and "
+        "show 0; run: the run's own (as `ddpdoctor run`); 2 for an\nunknown bug name.",
+        epilog="examples:\n  ddpdoctor bugs list\n  ddpdoctor bugs show metric_rank0_only\n"
+        "  ddpdoctor bugs run metric_rank0_only\n  ddpdoctor bugs run metric_rank0_only --fixed",
+        formatter_class=HelpFormatter)
     bsub = b.add_subparsers(dest="bugs_cmd", metavar="ACTION", parser_class=_Parser)
-    bsub.add_parser("list", help="list the bugs")
-    br = bsub.add_parser("run", help="run a bug (or its fix) under ddpdoctor")
-    br.add_argument("name")
+    bl = bsub.add_parser("list", help="one line a bug, grouped by what ddpdoctor reports",
+                         description="List the bugs, one line each, grouped by the finding "
+                         "ddpdoctor reports.\nExit status: 0.",
+                         epilog="examples:\n  ddpdoctor bugs list\n  ddpdoctor bugs list -v",
+                         formatter_class=HelpFormatter)
+    bl.add_argument("-v", "--verbose", action="store_true",
+                    help="every bug in full: symptom, finding, ranks blamed, fix, source")
+    bs = bsub.add_parser("show", help="one bug in full",
+                         description="One bug in full: symptom, launch, what ddpdoctor "
+                         "reports, the fix and where\nthe bug comes from.\nExit status: 0; 2 "
+                         "for an unknown name.",
+                         epilog="example:\n  ddpdoctor bugs show early_stop_per_rank",
+                         formatter_class=HelpFormatter)
+    bs.add_argument("name", metavar="NAME")
+    br = bsub.add_parser("run", help="run a bug (or its fix) under ddpdoctor",
+                         description="Run a bug's script (or its fixed twin) from sample_bugs/ "
+                         "under `ddpdoctor run`.\nExit status: the run's own (124 for a "
+                         "hang ddpdoctor stopped); 2 for an unknown name.",
+                         epilog="examples:\n  ddpdoctor bugs run metric_rank0_only\n"
+                         "  ddpdoctor bugs run metric_rank0_only --fixed\n"
+                         "  ddpdoctor bugs run metric_rank0_only --repro",
+                         formatter_class=HelpFormatter)
+    br.add_argument("name", metavar="NAME")
     br.add_argument("--fixed", action="store_true", help="run the fixed twin")
     br.add_argument("--repro", action="store_true",
                     help="after the run, write the repro script of its run dir and print it")
     br.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ddpdoctor", description="Find out why a PyTorch DDP job hangs, "
+                     "crashes or silently trains wrong.",
+                     epilog="examples:\n  ddpdoctor run --nproc-per-node 2 train.py\n"
+                     "  ddpdoctor ui ddpdoctor-runs/<run>\n  ddpdoctor lint train.py\n"
+                     "`ddpdoctor COMMAND --help` says what each command does and its exit "
+                     "status.", formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"ddpdoctor {__version__}")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    _add_run(sub)
+    _add_analyze(sub)
+    _add_attach(sub)
+    _add_lint(sub)
+    _add_repro(sub)
+    _add_ui(sub)
+    _add_bugs(sub)
     _add_plugin_commands(sub)
     return parser
 
@@ -216,36 +309,61 @@ def _analyze(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from ddpdoctor.rundir.layout import write_json_atomic
-    from ddpdoctor.report.attempts import analyze_attempts, describe_attempts
-    from ddpdoctor.report.build import build_report
     from ddpdoctor.report.console import print_summary
 
-    attempts = analyze_attempts(args.run_dirs[0]) if len(args.run_dirs) == 1 else None
+    report, path = _analyzed_report(list(args.run_dirs), args.report)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print_summary(report, path, Console())
+        if report.get("attempts"):
+            from ddpdoctor.report.attempts import describe_attempts
+
+            print(f"ddpdoctor: {describe_attempts(report['attempts'])}")
+    return diagnosis_exit_code(report)
+
+
+def diagnosis_exit_code(report: dict) -> int:
+    """The diagnosing commands' one rule: 1 when a finding is an error, else 0."""
+    errors = [f for f in report.get("findings") or []
+              if isinstance(f, dict) and f.get("severity") == "error"]
+    return EXIT_FINDING if errors else 0
+
+
+def _analyzed_report(paths: list[Path], report_path: Path | None) -> tuple[dict, Path]:
+    """The report of ``paths``: a report.json read as it is, or run dirs rebuilt (and the
+    rebuilt report written); bad input is a UserError (exit 2)."""
+    from ddpdoctor.report.attempts import analyze_attempts
+    from ddpdoctor.report.build import build_report
+    from ddpdoctor.report.load import load_report
+    from ddpdoctor.rundir.layout import write_json_atomic
+
+    files = [p for p in paths if p.is_file()]
+    if files:
+        if len(paths) > 1:
+            raise UserError(f"{files[0]} is a file: give one report.json alone, or run dirs "
+                            "to merge", EXIT_USAGE)
+        return load_report(files[0]), files[0]
+    attempts = analyze_attempts(paths[0]) if len(paths) == 1 else None
     if attempts is not None:
         report, per_attempt = attempts
         for attempt_path, attempt_report in per_attempt:
             try:
                 write_json_atomic(attempt_path, attempt_report)
             except OSError as e:
-                raise UserError(f"cannot write {attempt_path}: {e.strerror or e}", 1) from None
+                raise UserError(f"cannot write {attempt_path}: {e.strerror or e}") from None
     else:
-        report = build_report(list(args.run_dirs), live=False)
+        report = build_report(paths, live=False)
     if not report["ranks"] and report.get("problems"):
-        raise UserError(f"no readable rank trace in {', '.join(map(str, args.run_dirs))}: "
-                        f"{report['problems'][0]}", 1)
-    path = args.report or args.run_dirs[0] / "report.analyzed.json"
+        raise UserError(f"no readable rank trace in {', '.join(map(str, paths))}: "
+                        f"{report['problems'][0]}")
+    path = report_path or paths[0] / "report.analyzed.json"
     try:
         write_json_atomic(path, report)
     except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror or e}", 1) from None
-    if args.json:
-        print(json.dumps(report, indent=2, default=str))
-    else:
-        print_summary(report, path, Console())
-        if report.get("attempts"):
-            print(f"ddpdoctor: {describe_attempts(report['attempts'])}")
-    return 0
+        raise UserError(f"cannot write {path}: {e.strerror or e}; choose another with "
+                        "--report") from None
+    return report, path
 
 
 def _attach(args: argparse.Namespace) -> int:
@@ -281,7 +399,9 @@ def _bugs(args: argparse.Namespace) -> int:
     if args.bugs_cmd == "run":
         extra = [a for a in args.extra if a != "--"]
         return bugs.run_bug(args.name, args.fixed, extra, repro=args.repro)
-    return bugs.list_bugs(Console())
+    if args.bugs_cmd == "show":
+        return bugs.show_bug(args.name, Console())
+    return bugs.list_bugs(Console(), verbose=bool(getattr(args, "verbose", False)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

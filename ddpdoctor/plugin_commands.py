@@ -14,14 +14,24 @@ from ddpdoctor.plugins import (ENV_ALLOW, allowed_names, load_failures, plugin_t
 
 def add_cli_commands(subparsers: argparse._SubParsersAction) -> None:
     """`ddpdoctor plugins`, `ddpdoctor export`, and the commands plugins add."""
+    from ddpdoctor.cli import HelpFormatter
+
     p = subparsers.add_parser("plugins", help="list the loaded plugins and what they add",
                               description="List the loaded plugins (built-in and installed), "
-                              "their detectors and exporters, and plugins that failed.")
+                              "their detectors and exporters, and plugins that failed.\n"
+                              "Exit status: 0; 1 when a plugin failed to load.",
+                              epilog="examples:\n  ddpdoctor plugins\n  ddpdoctor plugins --json",
+                              formatter_class=HelpFormatter)
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(handler=_plugins_command)
     e = subparsers.add_parser("export", help="export a run dir to another format",
                               description="Export a run dir's traces to another format, "
-                              "e.g. a Chrome/Perfetto trace (ddpdoctor-chrome-trace).")
+                              "e.g. a Chrome/Perfetto trace (ddpdoctor-chrome-trace).\n"
+                              "Exit status: 0 written; 1 when it cannot be written; 2 for an "
+                              "unknown format or a run dir it cannot read.",
+                              epilog="example:\n  ddpdoctor export --format chrome-trace "
+                              "ddpdoctor-runs/<run>",
+                              formatter_class=HelpFormatter)
     e.add_argument("--format", "-f", required=True, metavar="FORMAT",
                    help="an exporter's format (see `ddpdoctor plugins`)")
     e.add_argument("run_dir", type=Path, metavar="RUN_DIR")

@@ -139,7 +139,8 @@ def _sources(dumps: dict[int, FlightRecorderDump], samples: list[StackSample],
 
 
 def run_attach(config: AttachConfig) -> int:
-    """Diagnose the running job; exit 0 (nothing wrong), 1 (a problem named) or 2."""
+    """Diagnose the running job; the diagnosing commands' exit rule: 0 no finding of severity
+    error, 1 at least one, 2 usage error."""
     if py_spy_path() is None:
         raise UserError("py-spy is not installed: pip install py-spy")
     ranks = find_ranks(list(config.pids))
@@ -176,8 +177,8 @@ def run_attach(config: AttachConfig) -> int:
         left = stop_job_tree(job_roots(ranks, list(config.pids)))
         if left:
             raise UserError(f"could not stop processes {', '.join(map(str, left))}", 1)
-    named = any(f.severity in (Severity.ERROR, Severity.WARNING) for f in findings)
-    return EXIT_PROBLEM if named else 0
+    errors = any(f.severity == Severity.ERROR for f in findings)  # a warning alone: 0
+    return EXIT_PROBLEM if errors else 0
 
 
 def _show(report: dict[str, Any], path: Path, ui: bool) -> None:

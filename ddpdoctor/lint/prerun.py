@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +10,8 @@ from rich.markup import escape
 
 from ddpdoctor.errors import UserError
 from ddpdoctor.lint.engine import lint_files
-from ddpdoctor.rundir.layout import write_json_atomic
+from ddpdoctor.rundir.lint_results import write_lint_results
 
-LINT_FILE = "lint.json"
 SHOWN = 3  # notices printed at most (errors first); the report keeps them all
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
@@ -52,10 +49,7 @@ def lint_before_run(command: list[str], run_dir: Path, console: Console) -> list
         console.print(f"[dim]ddpdoctor: lint skipped ({e.__class__.__name__})[/dim]",
                       highlight=False)
         return []
-    try:
-        write_json_atomic(run_dir / LINT_FILE, findings)
-    except OSError:
-        pass  # the notices below still tell the user; the report will lack its lint key
+    write_lint_results(run_dir, findings)  # when it cannot be written, the notices still tell
     if findings:
         _print_notices(findings, script, console)
     return findings
@@ -80,16 +74,3 @@ def _print_notices(findings: list[dict[str, Any]], script: Path, console: Consol
                       highlight=False)
     more = f"{len(findings) - SHOWN} more; " if len(findings) > SHOWN else ""
     console.print(f"[dim]ddpdoctor: lint: {more}the fixes: {command}[/dim]", highlight=False)
-
-
-def read_lint(run_dir: Path) -> list[dict[str, Any]] | None:
-    """The lint findings kept for a run dir (or its parent, for an attempt's dir), if any."""
-    for where in (run_dir, run_dir.parent) if run_dir.name.startswith("attempt-") else (run_dir,):
-        path = where / LINT_FILE
-        if os.path.isfile(path):
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                return None
-            return data if isinstance(data, list) else None
-    return None

@@ -10,8 +10,9 @@ from typing import Any, Iterator
 from ddpdoctor.analysis.engine import analyze_with_waits
 from ddpdoctor.analysis.load import load_job
 from ddpdoctor.analysis.model import JobView
-from ddpdoctor.lint.prerun import read_lint
+from ddpdoctor.rundir.lint_results import read_lint_results
 from ddpdoctor.report import schema
+from ddpdoctor.report.lint_match import mark_lint_seen
 from ddpdoctor.trace.layout import HEADER_SIZE
 from ddpdoctor.trace.reader import TraceError, read_header
 
@@ -73,9 +74,10 @@ def build_report(run_dir: Path | list[Path], live: bool = True,
                        tail=LIVE_TAIL if live and not full else None)
         findings, waits = analyze_with_waits(job)
         report = _report(job, findings, waits)
-    lint = read_lint(dirs[0])  # what `ddpdoctor run` linted in the script before the start
+    lint = read_lint_results(dirs[0])  # what `ddpdoctor run` linted before the start
     if lint is not None:
         report["lint"] = lint
+        mark_lint_seen(report["findings"], lint)
     return report
 
 

@@ -10,6 +10,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ddpdoctor.report.lint_match import lint_note
+
 STATE_STYLE = {"computing": "green", "in_collective": "cyan", "waiting": "yellow",
                "exited": "dim", "failed": "bold red", "hung": "bold magenta",
                "stopped": "bold yellow", "killed": "bold red", "starting": "dim",
@@ -31,8 +33,11 @@ def _op(current: Any) -> str:
 
 def rank_table(report: dict[str, Any]) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("rank", "state", "pid", "step", "seq", "inside", "at"):
-        table.add_column(col)
+    for col in ("rank", "state", "pid", "step", "seq"):
+        table.add_column(col, no_wrap=True)
+    # the op and the user's file:line fold onto a second line at 80 columns, never cut
+    table.add_column("inside", overflow="fold", ratio=1)
+    table.add_column("at", overflow="fold", ratio=1)
     ranks = report.get("ranks") or []
     shown = ranks if len(ranks) <= MAX_RANK_ROWS else [
         r for r in ranks if r.get("state") not in ("computing", "exited", "in_collective")
@@ -94,18 +99,22 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
             console.print(Text("No problem found.", "green"))
         else:
             console.print(Text(_no_activity_text(report), "yellow"))
-    for f in findings[:8]:
+    for number, f in enumerate(findings[:8], start=1):
         sev = str(f.get("severity"))
-        body = Text()
+        body = Text(overflow="fold")
         if isinstance(f.get("caused_by"), int):
-            body.append(f"(a consequence of finding {f['caused_by'] + 1})\n", "dim")
+            body.append(f"(a consequence of finding {finding_number(f['caused_by'])})\n", "dim")
         body.append(str(f.get("summary", "")) + "\n", "bold")
         if f.get("detail"):
             body.append(str(f["detail"])[:1500] + "\n")
+        note = lint_note(f)
+        if note:
+            body.append(note[0].upper() + note[1:] + ".\n", "cyan")
         if f.get("fix"):
             body.append("Fix: ", "bold green")
             body.append(str(f["fix"]))
-        console.print(Panel(body, title=Text(f"{sev}: {f.get('kind')}",
+        body.rstrip()
+        console.print(Panel(body, title=Text(f"finding {number}, {sev}: {f.get('kind')}",
                                              SEVERITY_STYLE.get(sev, "")),
                             title_align="left", border_style=SEVERITY_STYLE.get(sev, "")))
     if len(findings) > 8:
@@ -113,4 +122,10 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
     for problem in (report.get("problems") or [])[:5]:
         console.print(Text(f"note: {problem}", "dim"))
     if path is not None:
-        console.print(Text(f"Report: {path}"))
+        console.print(Text(f"Report: {path}", overflow="fold"))
+
+
+def finding_number(index: int) -> int:
+    """Findings are numbered from 1 for people wherever they are shown (console, why text,
+    TUI); ``caused_by`` in report.json stays the 0-based index into ``findings``."""
+    return index + 1

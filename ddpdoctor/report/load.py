@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.errors import UserError
+from ddpdoctor.report.lint_match import mark_lint_seen
 from ddpdoctor.report.schema import SCHEMA
 
 MAX_REPORT_BYTES = 256 << 20
@@ -23,6 +24,9 @@ def validate(data: Any, path: Path) -> dict[str, Any]:
         raise UserError(f"{path} is a damaged ddpdoctor report (ranks or findings missing)")
     data["ranks"] = [r for r in data["ranks"] if isinstance(r, dict)]
     data["findings"] = [f for f in data["findings"] if isinstance(f, dict)]
+    lint = data.get("lint")
+    if isinstance(lint, list):  # a report written before findings said what lint saw
+        mark_lint_seen(data["findings"], [f for f in lint if isinstance(f, dict)])
     return data
 
 

@@ -44,11 +44,17 @@ def transports(job: "JobView") -> list[dict[str, Any]]:
     return list(entries.values())
 
 
+# the transports in plain words for people (report.json keeps "shm" and "gloo")
+TRANSPORT_WORDS = {"shm": "shared memory", "gloo": "gloo (TCP)"}
+
+
 def transport_line(entries: list[dict[str, Any]]) -> str:
-    """One line for a console or a summary: "ring: group 0 shm; group 1 gloo (why)"."""
+    """One line for a console or a summary: "gradients: group 0 over shared memory; group 1
+    over gloo (TCP) (why)"."""
     parts = []
     for e in entries:
         why = f" ({e['why']})" if e.get("why") else ""
         refused = f", {len(e['refused'])} stranger(s) refused" if e.get("refused") else ""
-        parts.append(f"group {e.get('group')} {e.get('transport')}{why}{refused}")
-    return "ring: " + "; ".join(parts) if parts else ""
+        words = TRANSPORT_WORDS.get(str(e.get("transport")), str(e.get("transport")))
+        parts.append(f"group {e.get('group')} over {words}{why}{refused}")
+    return "gradients: " + "; ".join(parts) if parts else ""

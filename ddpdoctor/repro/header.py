@@ -30,7 +30,8 @@ def header_lines(job: ReplayJob) -> list[str]:
     if job.finding:
         lines.append("Found:  " + wrap(job.finding, "        "))
     lines += [f"Replay: {replay_command(job, 'THIS_FILE')}",
-              f"        (or torchrun --nproc-per-node {n} THIS_FILE, which hangs as the job did)",
+              f"        (plain torchrun --nproc-per-node {n} THIS_FILE runs it too, but without",
+              "        ddpdoctor a gloo mismatch often aborts within seconds instead of hanging)",
               "Needs torch only: no model, no data, no import of the job's code. Each call",
               "says where the job made it (file:line and its source line)."]
     for note in job.notes:

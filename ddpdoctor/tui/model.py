@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from ddpdoctor.report.transports import transport_line
@@ -28,16 +29,34 @@ class Frame:
             "/site-packages/",
             "/dist-packages/",
             "/torch/",
-            "/ddpdoctor/",
             "/lib/python",
             "<frozen",
         )
-        return path.startswith("<") or any(m in path for m in markers)
+        return path.startswith("<") or self.is_ddpdoctor or any(m in path for m in markers)
+
+    @property
+    def is_ddpdoctor(self) -> bool:
+        """A frame of ddpdoctor's own package (its patches, recorder, DDP hook), wherever it is
+        installed: ``.../ddpdoctor/<one of its modules>``; never the user's code, even in a
+        checkout named ddpdoctor."""
+        path = self.filename.replace("\\", "/")
+        _, sep, tail = path.rpartition("/ddpdoctor/")
+        return bool(sep) and tail.split("/", 1)[0] in OWN_MODULES
 
     @property
     def location(self) -> str:
         return f"{self.filename}:{self.line}" if self.line is not None else self.filename
 
+
+def _own_modules() -> frozenset[str]:
+    """The names directly inside ddpdoctor's package directory (subpackages and modules)."""
+    import ddpdoctor
+
+    root = Path(ddpdoctor.__file__).resolve().parent
+    return frozenset(p.name for p in root.iterdir() if p.name != "__pycache__")
+
+
+OWN_MODULES = _own_modules()
 
 # How the UI names the API that issued a collective the user never wrote.
 ORIGIN_LABELS = {Origin.DDP_FORWARD: "DDP forward", Origin.DDP_BACKWARD: "DDP backward",

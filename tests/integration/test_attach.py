@@ -96,7 +96,7 @@ def test_flight_recorder_dumps_of_a_hung_job_give_the_root_cause_of_run(tmp_path
     proc = subprocess.run([sys.executable, "-m", "ddpdoctor.cli", "analyze", str(dumps),
                            "--report", str(tmp_path / "fr.json")],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # the dumps' mismatch is an error finding
     by_dumps = json.loads((tmp_path / "fr.json").read_text())["findings"][0]
     assert (by_dumps["kind"], by_dumps["seq"], by_dumps["evidence"]["group"]) == \
         (by_run["kind"], by_run["seq"], by_run["evidence"]["group"]) == \

@@ -73,7 +73,7 @@ def test_analyze_corrupt_run_dir(doctor, tmp_path):
     traces = tmp_path / "bad" / "traces"
     traces.mkdir(parents=True)
     (traces / "pid-1.ring").write_bytes(b"\x00garbage" * 100)
-    line = one_line_error(doctor(["analyze", str(tmp_path / "bad")]), code=1)
+    line = one_line_error(doctor(["analyze", str(tmp_path / "bad")]))
     assert "no readable rank trace" in line and "pid-1.ring" in line
 
 

@@ -250,6 +250,6 @@ def test_each_groups_transport_is_recorded_reported_and_shown(tmp_path: Path) ->
     assert by_rank[0]["why"] == "the left neighbour offers no shared memory"
     assert all(t["group_ranks"] == [0, 1] and t["refused"] == [] for t in by_rank.values())
     shown = summary_text(ReportView.from_dict(report), 0.0, 400).plain
-    assert "ring: group 0 gloo (" in shown and "asks for gloo" in shown
+    assert "gradients: group 0 over gloo (TCP) (" in shown and "asks for gloo" in shown
 
 

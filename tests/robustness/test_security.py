@@ -113,7 +113,7 @@ def test_run_dir_is_owner_only(run_dir):
                      env={"BUG": "op"})  # a hang: stacks, report, supervisor log, traces
     assert run.returncode == 124, run.stderr[-2000:]
     assert (run_dir / "report.json").is_file() and any((run_dir / "stacks").iterdir())
-    assert run_doctor(["analyze", str(run_dir)]).returncode == 0
+    assert run_doctor(["analyze", str(run_dir)]).returncode == 1  # the mismatch: an error
     loose = []
     for path in [run_dir, *run_dir.rglob("*")]:
         mode = stat.S_IMODE(path.lstat().st_mode)

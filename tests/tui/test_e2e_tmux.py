@@ -113,9 +113,9 @@ def test_ui_shows_a_hang_report_and_follows_keys(terminal_factory, tmp_path: Pat
     term = terminal_factory(ui_command(HANG_4RANKS), tmp_path)
     screen = term.wait_for(r"collective_mismatch", timeout=60)
     assert " HUNG " in screen and "4 ranks" in screen
-    assert re.search(r"!2\s+gpu-node-00\s+41214\s+hung\s+6\s+0\s+7\s+broadcast 1 float32", screen), screen
+    assert re.search(r"!2\s+hung\s+broadcast 1 float32\s+\S+\s+train\.py:63\s+7\s+6\s+0", screen), screen
     for rank in (0, 1, 3):
-        assert re.search(rf"\n\s+{rank}\s+gpu-node-00\s+\d+\s+hung.*all_reduce 4096x1024", screen), screen
+        assert re.search(rf"\n\s+{rank}\s+hung\s+all_reduce 4096x1024", screen), screen
 
     term.keys("t")
     screen = term.wait_for(r"!r2\s+BC(\s+AR){6}\s+BC")
@@ -127,7 +127,7 @@ def test_ui_shows_a_hang_report_and_follows_keys(terminal_factory, tmp_path: Pat
     assert "ERROR" in screen and "straggler" in screen
 
     term.keys("r")
-    term.wait_for(r"time in op")  # the table is shown, so its focus (queued) has landed
+    term.wait_for(r"current op")  # the table is shown, so its focus (queued) has landed
     term.keys("Down", "Down", "Enter")
     screen = term.wait_for(r"▶ sync_loss_scale")
     assert re.search(r"rank 2 +hung", screen), screen
@@ -172,8 +172,8 @@ def test_ui_on_a_real_hung_job(terminal_factory, tmp_path: Path) -> None:
     term = terminal_factory(ui_command(run_dir), tmp_path)
     screen = term.wait_for(r"collective_mismatch", timeout=60)
     assert " HUNG " in screen
-    assert re.search(r"\s!?0\s+\S+\s+\d+\s+hung.*all_reduce 64x8 float32", screen), screen
-    assert re.search(r"\s!?1\s+\S+\s+\d+\s+hung.*broadcast 1 float32", screen), screen
+    assert re.search(r"\s!?0\s+hung\s+all_reduce 64x8 float32", screen), screen
+    assert re.search(r"\s!?1\s+hung\s+broadcast 1 float32", screen), screen
     term.keys("t")
     screen = term.wait_for(r"r1\s+(AR\s+){4}BC")
     assert re.search(r"r0\s+(AR\s+){4}AR", screen), screen
@@ -192,11 +192,11 @@ def test_run_ui_follows_the_live_job_until_it_hangs(terminal_factory, tmp_path: 
                           "--run-dir", str(run_dir), str(HANG_JOB)])
     term = terminal_factory(command, tmp_path)
     screen = term.wait_for(r"● running", timeout=120)
-    live_row = r"\n\s*!?[01]\s+\S+\s+\d+\s+(starting|computing|in_collective|waiting)\s"
+    live_row = r"\n\s*!?[01]\s+(starting|computing|in_collective|waiting)\s"
     screen = term.wait_for(live_row, timeout=120)
     # the top bar and the findings pane are redrawn apart: a capture can fall between them
     screen = term.wait_for(r"(?s)\A(?=.* HUNG ).*collective_mismatch", timeout=120)
-    assert re.search(r"\n\s*!?1\s+\S+\s+\d+\s+hung\s", screen), screen
+    assert re.search(r"\n\s*!?1\s+hung\s", screen), screen
     term.keys("l")
     term.wait_for(r"rank [01] step 3")
     term.keys("q")

@@ -46,7 +46,7 @@ async def test_the_issuing_api_is_shown_beside_the_op(tmp_path: Path) -> None:
         screen = app.screen
         assert isinstance(screen, RankScreen) and screen.rank == 2
         recent = screen.query_one("#recent")
-        ops = [_plain(recent.get_row_at(i)[2]) for i in range(recent.row_count)]
+        ops = [_plain(recent.get_row_at(i)[1]) for i in range(recent.row_count)]  # seq, op, at
         assert ops[0] == "broadcast [DDP forward]"  # newest first
         assert all("[" not in op for op in ops[1:])
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from ddpdoctor.lint.prerun import job_script, read_lint
+from ddpdoctor.lint.prerun import job_script
+from ddpdoctor.rundir.lint_results import read_lint_results as read_lint
 
 
 @pytest.mark.parametrize("command", [

@@ -311,7 +311,10 @@ def consequence(ranks: list[int], states: dict[int, RankState], root: Finding,
                f"{root.kind} on {ranks_text(root.ranks)}")
     detail = "\n".join(states[r].death.detail[:600] for r in ranks[:4])  # type: ignore
     return Finding("rank_failed", Severity.INFO, tuple(ranks), None, summary, detail,
-                   f"Fix the root cause (finding {root_index}): {root.summary}",
+                   # no number here: findings are sorted after this (caused_by is remapped;
+                   # a number in the text would not be), and people count from 1
+                   f"Fix the root cause ({root.kind} on {ranks_text(root.ranks)}): "
+                   f"{root.summary}",
                    {"consequence": True, "causes": {str(r): states[r].death.cause  # type: ignore
                                                     for r in ranks}}, caused_by=root_index)
 

@@ -10,21 +10,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ddpdoctor.tui.keys import KEYS
 from ddpdoctor.tui.styles import OP_ABBREVIATIONS, RANK_STATES, STATE_STYLES
 
-KEYS = (
-    ("r t f p l", "show the Ranks, Timeline, Findings, Profile or Log tab (or click a tab)"),
-    ("w", "show who waits for whom (the Waits tab, when the report has a wait-for graph)"),
-    ("↑ ↓ / mouse", "move in a table or the timeline"),
-    ("enter / click", "open the selected rank: its stack and last collectives"),
-    ("[  ]", "previous / next rank (on a rank's screen)"),
-    ("/", "filter ranks: 3  0-7  1,5  hung  broadcast  gpu-node-02 (words combine)"),
-    ("escape", "clear the filter, or go back"),
-    ("g", "timeline: next process group"),
-    ("d", "timeline: scroll to the divergent seq"),
-    ("?", "this help"),
-    ("q", "quit (the job, if any, is not affected by leaving the UI)"),
-)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -64,7 +52,7 @@ def help_text() -> Table:
             "at the divergent seq   [black on yellow] AR [/] the others there   · not reached"
         ),
     )
-    table.add_row("stack", Text.from_markup("[b]your frames[/] bold, [b red]▶[/] the innermost; [dim]torch, site-packages, stdlib dim[/]"))
+    table.add_row("stack", Text.from_markup("[b]your frames[/] bold, [b red]▶[/] the innermost; [dim]torch, site-packages, stdlib dim; ddpdoctor's own frames folded into one line[/]"))
     table.add_row("", "")
-    table.add_row("time in op", Text.from_markup("how long the rank has been in its current collective: [yellow]>5s[/], [b red]>30s[/]"))
+    table.add_row("time", Text.from_markup("how long the rank has been in its current collective: [yellow]>5s[/], [b red]>30s[/]"))
     return table

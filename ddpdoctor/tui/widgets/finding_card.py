@@ -11,6 +11,8 @@ from rich.text import Text
 from textual import events
 from textual.widgets import Static
 
+from ddpdoctor.report.console import finding_number
+from ddpdoctor.report.lint_match import LINT_KEY, lint_note
 from ddpdoctor.tui.messages import RankSelected
 from ddpdoctor.tui.model import FindingView
 from ddpdoctor.tui.styles import SEVERITY_STYLES
@@ -33,7 +35,9 @@ class FindingCard(Static):
 
 def finding_panel(finding: FindingView) -> RenderableType:
     """A finding as a Rich panel."""
+    number = f" finding {finding_number(finding.index)}" if finding.index is not None else ""
     title = Text.assemble(
+        (number, "bold"),
         (f" {finding.severity.upper()} ", SEVERITY_STYLES.get(finding.severity, "")),
         (f" {finding.kind} ", "bold"),
     )
@@ -44,8 +48,14 @@ def finding_panel(finding: FindingView) -> RenderableType:
         shown = ", ".join(map(str, finding.ranks[:16])) + (" …" if len(finding.ranks) > 16 else "")
         where.append(f"rank{'s' if len(finding.ranks) > 1 else ''} {shown}")
     parts: list[RenderableType] = [Text(finding.summary, style="bold")]
+    if finding.caused_by is not None:
+        parts.append(Text(f"a consequence of finding {finding_number(finding.caused_by)}",
+                          style="dim"))
     if finding.detail:
         parts += [Text(""), Text(finding.detail)]
+    note = lint_note({"evidence": dict(finding.evidence)})
+    if note:
+        parts += [Text(""), Text(note[0].upper() + note[1:] + ".", style="bold cyan")]
     if finding.fix:
         parts += [Text(""), Text.assemble(("Fix: ", "bold green"), finding.fix)]
     if finding.evidence:
@@ -65,6 +75,8 @@ def _evidence(evidence: Mapping[str, Any]) -> Text:
     """Evidence compactly: a line a key, nested objects one level deeper, values as JSON."""
     text = Text()
     for key, value in evidence.items():
+        if key == LINT_KEY:
+            continue  # said in words above the evidence
         if isinstance(value, dict) and value:
             text.append(f"{key}:\n", style="cyan")
             for sub_key, sub_value in value.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.binding import Binding
+from textual.widgets.data_table import ColumnKey
 
 from ddpdoctor.tui.messages import RankSelected
 from ddpdoctor.tui.model import (RankView, ReportView, dtypes_text, origin_label, shapes_text,
@@ -14,6 +15,34 @@ from ddpdoctor.tui.widgets.synced_table import Cell, SyncedTable
 
 #: Seconds in one collective after which "time in op" turns yellow, then red.
 SLOW_S, STUCK_S = 5.0, 30.0
+#: (narrowest, widest) of the current op and the user's site columns
+OP_WIDTH, SITE_WIDTH = (18, 34), (14, 30)
+#: the columns left of and between them: rank, state, time in op
+FIXED_FIRST = 4 + 11 + 6
+
+
+def column_widths(table_width: int, padding: int) -> dict[str, int]:
+    """The widths of the op and site columns for a table ``table_width`` cells wide: what
+    the rank, state and time columns leave (less a scrollbar), split evenly, each within its
+    (narrowest, widest); what is left goes to seq, step, epoch, host and pid, which scroll
+    off to the right on a narrow terminal."""
+    room = table_width - FIXED_FIRST - 5 * padding - 2
+    op = min(OP_WIDTH[1], max(OP_WIDTH[0], room // 2))
+    site = min(SITE_WIDTH[1], max(SITE_WIDTH[0], room - op))
+    return {"op": op, "site": site}
+
+
+def fit_site(site: str, width: int) -> str:
+    """A ``file.py:line`` in ``width`` cells: cut in the middle of the file name, never the
+    line (``barrier_in_ra…point.py:60``)."""
+    if len(site) <= width or width < 8:
+        return site
+    path, _, line = site.rpartition(":")
+    tail_len = min(len(path), max(3, (width - len(line) - 2) // 2))
+    head_len = width - 1 - tail_len - len(line) - 1
+    if head_len < 1:
+        return site[: width - 1] + "…"
+    return f"{path[:head_len]}…{path[-tail_len:]}:{line}"
 
 
 class RankTable(SyncedTable):
@@ -21,42 +50,68 @@ class RankTable(SyncedTable):
 
     BINDINGS = [Binding("enter", "select_cursor", "Stack")]
 
+    # The current op and the user's site come first and get the width first (column_widths);
+    # the host and pid come last: at 80 columns they are what scrolls off to the right.
     COLUMNS = (
-        ("rank", "rank", 6),
+        ("rank", "rank", 4),
+        ("state", "state", 11),
+        ("op", "current op", OP_WIDTH[1]),
+        ("time", "time", 6),
+        ("site", "at", SITE_WIDTH[1]),
+        ("seq", "seq", 5),
+        ("step", "step", 5),
+        ("epoch", "epoch", 5),
         ("host", "host", 14),
         ("pid", "pid", 8),
-        ("state", "state", 13),
-        ("step", "step", 6),
-        ("epoch", "epoch", 5),
-        ("seq", "seq", 6),
-        ("op", "current op", 34),
-        ("time", "time in op", 10),
     )
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)
         self._cells: dict[str, tuple[tuple[object, ...], tuple[Cell, ...]]] = {}
+        self._shown: tuple[ReportView, str, float] | None = None
+
+    def on_resize(self) -> None:
+        """Give the current op and the user's site the width the table has."""
+        widths = column_widths(self.size.width, 2 * self.cell_padding)
+        changed = False
+        for key, width in widths.items():
+            column = self.columns.get(ColumnKey(key))
+            if column is not None and column.width != width:
+                column.width = width
+                changed = True
+        if changed:
+            self._require_update_dimensions = True
+            self.refresh()
+            if self._shown is not None:
+                self.show(*self._shown)  # the sites again, fitted to their column
 
     def show(self, view: ReportView, query: str, now: float) -> None:
         """Show the ranks of `view` that match `query`; `now` is unix seconds."""
+        self._shown = (view, query, now)
         faulty = view.faulty_ranks
         reference = view.reference_time(now)
         rows = []
+        site_width = self._site_width()
         for rank in iter_ranks(view, query):
             key = str(rank.rank)
-            rows.append((key, self._row(key, rank, rank.rank in faulty, reference)))
+            rows.append((key, self._row(key, rank, rank.rank in faulty, reference, site_width)))
         self.sync(rows)
 
-    def _row(self, key: str, rank: RankView, at_fault: bool, reference: float) -> tuple[Cell, ...]:
+    def _site_width(self) -> int:
+        column = self.columns.get(ColumnKey("site"))
+        return column.width if column is not None and column.width else SITE_WIDTH[1]
+
+    def _row(self, key: str, rank: RankView, at_fault: bool, reference: float,
+             site_width: int) -> tuple[Cell, ...]:
         """The cells of a rank, reused when nothing shown about it changed (cheap at 256 ranks)."""
         start = start_of(rank.current) if rank.current else None
         elapsed = format_duration(reference - start) if start is not None else ""
         signature = (rank.host, rank.pid, rank.state, rank.step, rank.epoch, rank.last_seq,
-                     rank.exit_code, rank.current, elapsed, at_fault)
+                     rank.exit_code, rank.current, elapsed, at_fault, site_width)
         cached = self._cells.get(key)
         if cached is not None and cached[0] == signature:
             return cached[1]
-        cells = rank_cells(rank, at_fault, reference)
+        cells = rank_cells(rank, at_fault, reference, site_width)
         self._cells[key] = (signature, cells)
         return cells
 
@@ -73,7 +128,8 @@ class RankTable(SyncedTable):
         return int(keys[self.cursor_row])
 
 
-def rank_cells(rank: RankView, at_fault: bool, reference: float) -> tuple[Cell, ...]:
+def rank_cells(rank: RankView, at_fault: bool, reference: float,
+               site_width: int = SITE_WIDTH[1]) -> tuple[Cell, ...]:
     """The cells of one rank's row."""
     current = rank.current
     op = Text()
@@ -92,16 +148,20 @@ def rank_cells(rank: RankView, at_fault: bool, reference: float) -> tuple[Cell, 
     elif rank.state in ("exited", "failed", "killed") and rank.exit_code is not None:
         op.append(f"exit code {rank.exit_code}", style="dim")
     seq = current.seq if current and current.seq >= 0 else rank.last_seq
+    site = Text(fit_site(current.short_site, site_width)
+                if current is not None and current.callsite else "",
+                style="bold cyan" if at_fault else "cyan")
     return (
         Text(f"{'!' if at_fault else ' '}{rank.rank}", style="bold red" if at_fault else ""),
-        rank.host,
-        str(rank.pid) if rank.pid is not None else "",
         Text(rank.state, style=STATE_STYLES.get(rank.state, "")),
-        _num(rank.step),
-        _num(rank.epoch),
-        _num(seq),
         op,
         Text(format_duration(elapsed), style=_time_style(elapsed), justify="right"),
+        site,
+        _num(seq),
+        _num(rank.step),
+        _num(rank.epoch),
+        rank.host,
+        str(rank.pid) if rank.pid is not None else "",
     )
 
 

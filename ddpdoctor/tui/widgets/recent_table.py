@@ -8,22 +8,26 @@ from ddpdoctor.trace.record import CallRecord
 from ddpdoctor.tui.model import (RankView, ReportView, dtypes_text, end_of, in_flight,
                                  origin_label, seq_of, shapes_text, start_of)
 from ddpdoctor.tui.styles import format_duration
+from ddpdoctor.tui.widgets.rank_table import fit_site
 from ddpdoctor.tui.widgets.synced_table import Cell, SyncedTable
 
 RECENT_LIMIT = 20
+SITE_WIDTH = 24  # a longer file:line is cut in its name, never its line (fit_site)
 
 
 class RecentTable(SyncedTable):
     """The last collectives of one rank, newest first."""
 
+    # the op and the user's line first (as in the rank table): at 80 columns the shapes,
+    # dtypes and group are what scroll off to the right
     COLUMNS = (
-        ("seq", "seq", 6),
-        ("group", "group", 5),
-        ("op", "op", 16),
+        ("seq", "seq", 5),
+        ("op", "op", 24),
+        ("callsite", "at", SITE_WIDTH),
+        ("took", "took", 8),
         ("shapes", "shapes", 18),
         ("dtypes", "dtypes", 9),
-        ("callsite", "callsite", 22),
-        ("took", "took", 10),
+        ("group", "group", 5),
     )
 
     def show(self, view: ReportView, rank: RankView, now: float) -> None:
@@ -51,10 +55,10 @@ def recent_cells(entry: CallRecord, reference: float) -> tuple[Cell, ...]:
     seq = seq_of(entry)
     return (
         "" if seq is None else str(seq),
-        entry.group,
         op,
+        Text(fit_site(entry.short_site, SITE_WIDTH) if entry.callsite else "", style="cyan"),
+        took,
         shapes_text(entry),
         dtypes_text(entry),
-        entry.callsite,
-        took,
+        entry.group,
     )

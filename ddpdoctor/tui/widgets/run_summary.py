@@ -91,16 +91,13 @@ def summary_text(view: ReportView, now: float, width: int = 120) -> Text:
         states.append(f" {count}  ")
     if view.problems:
         states.append(f" ⚠ {len(view.problems)} trace problem(s), see Findings", style="bold yellow")
+    if view.transports:  # on the states' line: the top finding below keeps two lines at 80
+        states.append(f"· {view.transports}", style="dim")
     states.truncate(width, overflow="ellipsis")
     text.append_text(states)
     if view.attempts:
         text.append("\n")
         text.append_text(attempts_text(view, width))
-    if view.transports:
-        text.append("\n")
-        ring = Text(f" {view.transports}", style="dim")
-        ring.truncate(width, overflow="ellipsis")
-        text.append_text(ring)
     top = view.findings[0] if view.findings else None
     if top is not None:
         text.append("\n")

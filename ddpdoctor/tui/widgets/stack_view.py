@@ -28,7 +28,14 @@ def stack_text(rank: RankView) -> Text:
     text = Text()
     first_user = next((i for i, f in enumerate(rank.stack) if not f.is_library), None)
     width = min(40, max(len(f.name) for f in rank.stack))
+    folded = 0
     for index, frame in enumerate(rank.stack):
+        if is_ddpdoctor_frame(frame):
+            folded += 1  # ddpdoctor's own frames (its patches around the call): one line
+            continue
+        if folded:
+            text.append(f"   {_folded_line(folded)}\n", style="dim italic")
+            folded = 0
         if frame.is_library:
             text.append(f"   {frame.name:<{width}}", style="dim")
             text.append(f"  {short_location(frame)}\n", style="dim italic")
@@ -37,8 +44,19 @@ def stack_text(rank: RankView) -> Text:
         text.append(f" {marker}", style="bold red")
         text.append(f"{frame.name:<{width}}", style="bold")
         text.append(f"  {frame.location}\n", style="bold cyan")
+    if folded:
+        text.append(f"   {_folded_line(folded)}\n", style="dim italic")
     text.rstrip()
     return text
+
+
+def _folded_line(count: int) -> str:
+    return f"⋯ {count} frame{'s' * (count != 1)} of ddpdoctor's instrumentation folded away"
+
+
+def is_ddpdoctor_frame(frame: Frame) -> bool:
+    """A frame of ddpdoctor's own package, folded away in a stack (``Frame.is_ddpdoctor``)."""
+    return frame.is_ddpdoctor
 
 
 def short_location(frame: Frame) -> str:

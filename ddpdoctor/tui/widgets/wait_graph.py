@@ -9,6 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ddpdoctor.report.console import finding_number
 from ddpdoctor.tui.model import FindingView, RankView, ReportView, WaitEdge, seq_of
 from ddpdoctor.tui.styles import SEVERITY_STYLES, STATE_STYLES
 
@@ -129,7 +130,9 @@ def _add_waiters(node: Tree, rank: int, waiting: dict[int, list[WaitEdge]], plac
 
 def _finding_label(finding: FindingView) -> Text:
     ranks = ", ".join(map(str, finding.ranks))
+    number = f"finding {finding_number(finding.index)} " if finding.index is not None else ""
     return Text.assemble(
+        (number, "bold"),
         (f" {finding.severity.upper()} ", SEVERITY_STYLES.get(finding.severity, "")),
         (f" {finding.kind}", "bold"),
         (f" rank{'s' if len(finding.ranks) > 1 else ''} {ranks}: " if ranks else ": ", "dim"),
