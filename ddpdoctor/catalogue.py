@@ -296,4 +296,26 @@ WHY_BUGS: tuple[Bug, ...] = (
          hang_timeout=5.0),
 )
 CATALOGUE = CATALOGUE + WHY_BUGS
+
+
+# -- right on shapes nobody catalogued: a rank killed without a word, data seeded per rank --
+REPLAY_GAPS["oom_killed_mid_epoch"] = (
+    "a rank killed by a signal leaves no exception to raise again: the replay's rank 1 just "
+    "stops calling, which reads as a rank that ran fewer steps (uneven_batches, rank 1)")
+RUNTIME_BUGS: tuple[Bug, ...] = (
+    _bug("sampler_seed_per_rank", 2, Launch.TORCHRUN,
+         "trains normally, but each rank's DistributedSampler slices its own permutation: a "
+         "quarter of the data is never drawn each epoch, a quarter twice",
+         "duplicate_data", (0, 1),
+         "NVlabs/LongLive#71; mlcommons/training#625; open-mmlab/mmengine#142",
+         "DistributedSampler(data, seed=BASE_SEED): one seed on every rank"),
+    _bug("oom_killed_mid_epoch", 2, Launch.TORCHRUN,
+         "rank 1 vanishes at step 3 with no traceback (the OOM killer's SIGKILL); rank 0 is "
+         "left in the gradient all-reduce",
+         "rank_failed", (1,),
+         "Lightning-AI/pytorch-lightning#6430; pytorch/pytorch#13246",
+         "keep detached values (or nothing) in the debug cache, not the autograd graph",
+         hang_timeout=5.0),
+)
+CATALOGUE = CATALOGUE + RUNTIME_BUGS
 CATALOGUE = tuple(replace(b, replay_gap=REPLAY_GAPS.get(b.name, "")) for b in CATALOGUE)

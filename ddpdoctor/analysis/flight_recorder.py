@@ -235,8 +235,13 @@ SAME_OP = {"_all_gather_base": "all_gather_into_tensor",
            "_reduce_scatter_base": "reduce_scatter_tensor"}
 
 
+GATHERS = {"all_gather", "all_gather_into_tensor"}  # a functional all_gather on gloo is
+# recorded by torch as its list ``allgather``
+
+
 def _same_op(a: str, b: str) -> bool:
-    return SAME_OP.get(a, a) == SAME_OP.get(b, b)
+    a, b = SAME_OP.get(a, a), SAME_OP.get(b, b)
+    return a == b or {a, b} <= GATHERS
 
 
 def _is_object(call: Call) -> bool:

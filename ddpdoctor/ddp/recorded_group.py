@@ -3,14 +3,15 @@ flight recorder, or by a recording group.
 
 No comm hook goes on such a DDP: torch's reducer keeps its own C++ path (the gradient is
 divided while it is copied into the bucket; a Python hook pays a pass over every bucket and
-Python per bucket, 2-4% of a small step).  On the default group, with torch's flight
-recorder on (``ddpdoctor run`` turns it on), the reducer keeps torch's own group and no
-Python runs per bucket (``FlightRecordedBuckets``): the trace says once that the DDP's
-buckets are left to the recorder, each rank dumps its recorder when the supervisor asks
-(runtime/fr_dump.py) and as it exits, and the analysis takes the buckets from the dumps
-(analysis/fr_buckets.py).  Elsewhere (a DDP on another group, the recorder off, or
-DDPDOCTOR_DDP_TORCH_BUCKETS=python), while torch builds the reducer (DDP's ``__init__`` and
-``__setstate__``), the reducer is given a ``RecordedGroup``: a process group with the DDP
+Python per bucket, 2-4% of a small step).  By default, while torch builds the reducer
+(DDP's ``__init__`` and ``__setstate__``), the reducer is given a ``RecordedGroup``, which
+records each bucket as it is launched, whatever way the job then ends.  On request
+(DDPDOCTOR_DDP_TORCH_BUCKETS=flight_recorder), on the default group with torch's flight
+recorder on, the reducer keeps torch's own group and no Python runs per bucket
+(``FlightRecordedBuckets``): the trace says once that the DDP's buckets are left to the
+recorder, each rank dumps its recorder when the supervisor asks (runtime/fr_dump.py) and
+as it exits, and the analysis takes the buckets from the dumps (analysis/fr_buckets.py);
+a rank killed without a dump then has none.  The ``RecordedGroup`` is a process group with the DDP
 group's own gloo backend, whose ``allreduce`` forwards the call and records the bucket right
 after its launch (one logical ``all_reduce``, BUCKET flag, bucket index in ``aux``).  The
 records of a backward pass's buckets are ended at its end, in the engine's final callbacks
@@ -50,7 +51,7 @@ _building = threading.local()  # .groups: the groups made for the DDP this threa
 _swap_lock = threading.Lock()
 _swap = {"depth": 0, "torch": None}  # DDPs being built, and torch's Reducer meanwhile
 _exit_dump = {"registered": False}
-BUCKETS_ENV = "DDPDOCTOR_DDP_TORCH_BUCKETS"  # "python": the recording group everywhere
+BUCKETS_ENV = "DDPDOCTOR_DDP_TORCH_BUCKETS"  # "flight_recorder": no Python per bucket
 
 
 class RecordedGroup(dist.ProcessGroup):
@@ -212,11 +213,16 @@ def _dump_now() -> None:
 
 
 def flight_recorded(pg: Any) -> bool:
-    """Can the flight recorder tell ``pg``'s buckets?  Only on the default group (the one
-    whose dump the analysis joins with the trace), with the recorder on (the size ``ddpdoctor
-    run`` sets unless the user set another), and unless DDPDOCTOR_DDP_TORCH_BUCKETS=python
-    asks for the recording group."""
-    if os.environ.get(BUCKETS_ENV, "") == "python" or bucket_record.group_arg(pg) is not None:
+    """Are ``pg``'s buckets left to the flight recorder?  Only when asked for
+    (DDPDOCTOR_DDP_TORCH_BUCKETS=flight_recorder), on the default group (the one whose dump
+    the analysis joins with the trace), with the recorder on (the size ``ddpdoctor run``
+    sets unless the user set another).  By default the recording group records each bucket
+    as it is launched: a rank killed mid-step (SIGKILL, the OOM killer: no dump at exit)
+    keeps its buckets in its trace, and the live seqs of the supervisor count the buckets
+    as the ranks issue them (with the recorder only, they lacked them until a dump: the
+    seqs of the ranks disagreed and a mismatch was named only at the hang timeout)."""
+    if os.environ.get(BUCKETS_ENV, "") != "flight_recorder" or \
+            bucket_record.group_arg(pg) is not None:
         return False
     size = next((os.environ[n] for n in fr_files.BUFFER_ENVS if n in os.environ), "0")
     try:

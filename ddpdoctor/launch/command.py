@@ -10,7 +10,7 @@ from pathlib import Path
 import ddpdoctor
 from ddpdoctor.config import RunConfig
 from ddpdoctor.errors import UserError
-from ddpdoctor.runtime.supervisor_watch import SUPERVISOR_PID_ENV
+from ddpdoctor.runtime.supervisor_watch import ON_HANG_ENV, SUPERVISOR_PID_ENV
 from ddpdoctor.trace import fr_files
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
@@ -66,6 +66,7 @@ def job_env(run_dir: Path, run_id: str, config: RunConfig) -> dict[str, str]:
     env["DDPDOCTOR_DDP"] = config.ddp.value
     env["DDPDOCTOR_PACKAGE_PARENT"] = str(Path(ddpdoctor.__file__).resolve().parents[1])
     env["DDPDOCTOR_HANG_TIMEOUT"] = str(config.hang_timeout)
+    env[ON_HANG_ENV] = config.on_hang.value  # the rank-side watch honours it too
     env[SUPERVISOR_PID_ENV] = str(os.getpid())
     if not any(name in env for name in fr_files.BUFFER_ENVS):  # the user's size wins
         env[fr_files.BUFFER_ENVS[0]] = fr_files.DEFAULT_BUFFER_SIZE

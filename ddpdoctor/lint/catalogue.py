@@ -71,6 +71,10 @@ EXPECTED: dict[str, Flagged | OutOfReach] = {
     "nan_loss_skip_one_rank": Flagged(44, "conditional_skip", W),
     "lock_held_across_barrier": Flagged(33, "lock_held_across_collective", E),
     "checkpoint_reentrant_ddp": Flagged(51, "reentrant_checkpoint", E),
+    "oom_killed_mid_epoch": OutOfReach("the kernel ends the rank at run time; what grows "
+                                       "is memory, not a path in the source"),
+    "sampler_seed_per_rank": OutOfReach("the sampler's seed is an expression of the rank; "
+                                        "a per-rank seed is right elsewhere (augmentation)"),
 }
 
 

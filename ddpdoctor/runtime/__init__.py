@@ -38,6 +38,7 @@ def on_torch_imported() -> None:
                       os.environ.get(ENV_DDP, "ring"))
     _install_optional("ddpdoctor.runtime.data_probes", "installing data probes")
     _install_optional("ddpdoctor.runtime.fr_dump", "watching for flight recorder requests")
+    _install_optional("ddpdoctor.runtime.lightning_log", "naming Lightning's deferred syncs")
 
 
 def _install_optional(module: str, what: str, *args: Any) -> None:

@@ -9,9 +9,12 @@ framework (Lightning, accelerate, ignite, transformers, DeepSpeed, ...) below it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sysconfig
+import threading
 from types import CodeType, FrameType
+from typing import Iterator
 
 from ddpdoctor.trace.origin import origin_of_frames
 
@@ -138,8 +141,46 @@ def _traced(frame: FrameType) -> str:
     return f"{outer.f_code.co_filename}:{outer.f_lineno}|"
 
 
+_queued = threading.local()  # .site: the user's line that queued the call being made now
+_queueing = [0]  # threads inside ``queued_at`` (0: the hot path checks nothing more)
+
+
+@contextlib.contextmanager
+def queued_at(site: str) -> Iterator[None]:
+    """The calls made inside are the user's line ``site``'s: a collective a framework
+    issues later for a call the user made earlier (Lightning syncing at the end of the
+    epoch what ``self.log(..., sync_dist=True)`` queued), named where it was queued."""
+    before = getattr(_queued, "site", None)
+    _queued.site = site
+    _queueing[0] += 1
+    try:
+        yield
+    finally:
+        _queued.site = before
+        _queueing[0] -= 1
+
+
+def _queued_site() -> str | None:
+    return getattr(_queued, "site", None) if _queueing[0] else None
+
+
+def _with_queued_site(frame: FrameType | None) -> str:
+    """``sites_text`` with the user's part replaced by the line that queued the call."""
+    site = _queued.site
+    _queued.site = None  # (sites_text itself, without the replacement)
+    try:
+        text = sites_text(frame)
+    finally:
+        _queued.site = site
+    return site + text[text.find("|"):] if "|" in text else site + "|"
+
+
 def user_site(frame: FrameType | None) -> str:
-    """``path:line`` of the user's innermost frame from ``frame`` up."""
+    """``path:line`` of the user's innermost frame from ``frame`` up (or the line that
+    queued the call, inside ``queued_at``)."""
+    queued = _queued_site()
+    if queued:
+        return queued
     user, _ = _walk(frame)
     if user is None:
         return "?"
@@ -167,7 +208,10 @@ def _origin_code(frame: FrameType | None, user: FrameType) -> str:
 def sites_text(frame: FrameType | None) -> str:
     """``user_path:line|framework_path:line[|origin]`` (framework path from its package
     root, empty when no framework frame made the call; the origin letter when an API
-    issued the call on the user's behalf, see trace/origin.py)."""
+    issued the call on the user's behalf, see trace/origin.py).  Inside ``queued_at`` the
+    user's part is the line that queued the call."""
+    if _queueing[0] and getattr(_queued, "site", None):
+        return _with_queued_site(frame)
     if frame is not None and _kinds.get(id(frame.f_code)) == USER:  # called by the user
         key1 = (id(frame.f_code), frame.f_lasti)
         text = _direct_sites.get(key1)

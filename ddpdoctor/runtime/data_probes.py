@@ -15,6 +15,8 @@ Patched at class level (no change to the user's script):
 - ``_BaseDataLoaderIter._reset``: with workers, an epoch's first indices are drawn there.
 - ``__del__`` of the iterators: an iterator the user dropped leaves its last count.
 - ``DistributedSampler.set_epoch``: a ``set_epoch`` meta event.
+- ``DistributedSampler.__init__``: where the sampler was built (the user's line), named
+  with its seed and rank in the ``loader_epoch`` event.
 
 Per iterator:
 
@@ -356,6 +358,24 @@ def _patch_del(cls: Any) -> None:
     cls.__del__ = __del__
 
 
+def _patch_sampler_init(cls: Any) -> None:
+    """Where a DistributedSampler was built (the user's line): the ``loader_epoch`` event
+    names it, so that a finding on the sampler's seed or rank points there."""
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if _on["batch"]:
+            try:
+                self.__dict__["_ddpdoctor_site"] = R.user_callsite(2)
+            except Exception as e:  # noqa: BLE001 - never into the user's code
+                _disable("batch", "DistributedSampler.__init__", e)
+
+    __init__.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+    cls.__init__ = __init__
+
+
 def _patch_set_epoch(cls: Any) -> None:
     original = cls.set_epoch
 
@@ -392,6 +412,7 @@ def install() -> None:
     _patch_del(dl._BaseDataLoaderIter)
     _patch_del(dl._MultiProcessingDataLoaderIter)
     _patch_set_epoch(DistributedSampler)
+    _patch_sampler_init(DistributedSampler)
     atexit.register(_at_exit)
     if os.register_at_fork is not None:
         os.register_at_fork(after_in_child=fetch_probes.after_fork)

@@ -22,6 +22,8 @@ _ASYNC = int(L.RecordFlag.ASYNC)
 _OPS: dict[str, tuple[str, int, int]] = {
     "all_reduce": ("all_reduce", 1, 2),
     "all_gather_tensor": ("all_gather_into_tensor", -1, 2),
+    "all_gather_single": ("all_gather_into_tensor", -1, 2),  # DTensor's (full_tensor, ...)
+    "reduce_scatter_single": ("reduce_scatter_tensor", 1, 3),  # DTensor's Partial -> Shard
     "reduce_scatter_tensor": ("reduce_scatter_tensor", 1, 3),
     "all_to_all_single": ("all_to_all_single", -1, 3),
     "broadcast": ("broadcast", -1, 2),

@@ -197,6 +197,7 @@ def _wrap_new_group(fn: Callable, size_of: Callable[[tuple, dict], int]) -> Call
         except Exception:  # noqa: BLE001 - a size we cannot tell is recorded as -1
             size = -1
         rec, handle = _open_mark(_OP_NEW_GROUP, seq, size)
+        _new_group_meta(rec, seq, args, kwargs)
         try:
             result = fn(*args, **kwargs)
         except BaseException:
@@ -207,6 +208,26 @@ def _wrap_new_group(fn: Callable, size_of: Callable[[tuple, dict], int]) -> Call
 
     new_group.__ddpdoctor_original__ = fn  # type: ignore[attr-defined]
     return new_group
+
+
+MAX_MEMBERS = 256  # a group's members listed in its new_group event, at most
+
+
+def _new_group_meta(rec: R.Recorder | None, seq: int, args: tuple, kwargs: dict) -> None:
+    """A ``new_group`` meta event: the call's number on this rank, the ranks it names (None:
+    every rank), whether only its members synchronise (``use_local_synchronization``), and
+    the user's line: a group that some ranks create and others do not is named there."""
+    if rec is None:
+        return
+    try:
+        ranks = kwargs.get("ranks", args[0] if args else None)
+        members = sorted(int(r) for r in ranks) if ranks is not None else None
+        rec.meta("new_group", seq=seq, site=R.user_callsite(3),
+                 ranks=members[:MAX_MEMBERS] if members is not None else None,
+                 size=len(members) if members is not None else -1,
+                 local=bool(kwargs.get("use_local_synchronization", False)))
+    except Exception as e:  # noqa: BLE001 - recording must never break the call
+        rec.fail("new_group record", e)
 
 
 def on_init() -> None:

@@ -83,6 +83,8 @@ def epoch_facts(loader: Any, it: Any, loader_id: int, epoch: int, steps: int) ->
         facts["sampler_epoch"] = sampler.epoch
         facts["sampler_seed"] = sampler.seed
         facts["num_replicas"] = sampler.num_replicas
+        facts["sampler_rank"] = getattr(sampler, "rank", None)
+        facts["sampler_site"] = sampler.__dict__.get("_ddpdoctor_site")
     if static["num_workers"] > 0:
         facts["worker_base_seed"] = getattr(it, "_base_seed", None)
     return facts

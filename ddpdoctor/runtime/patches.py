@@ -42,9 +42,20 @@ def _track_async(rec: R.Recorder, work: Any, handle: int) -> None:
         _end_once(handle)
         return
     try:
-        work.get_future().add_done_callback(lambda _fut, h=handle: _end_once(h))
+        work.get_future().add_done_callback(functools.partial(_end_from_future, handle))
     except (RuntimeError, AttributeError, NotImplementedError):
         pass  # this backend's Work has no future: wait() or the finalizer ends it
+
+
+def _end_from_future(handle: int, fut: Any) -> None:
+    """The async call's future completed: end its record, failed when the future holds an
+    error (a peer gone, a timeout), as a blocking call that raised is."""
+    try:
+        fut.value()
+        failed = False
+    except BaseException:  # noqa: BLE001 - the work's own error: the user's wait() raises it
+        failed = True
+    _end_once(handle, failed)
 
 
 def _end_once(handle: int, failed: bool = False) -> None:

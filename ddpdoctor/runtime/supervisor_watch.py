@@ -10,39 +10,37 @@ import threading
 import time
 from pathlib import Path
 
+from ddpdoctor.proc.progress import TreeProgress, made_progress
 from ddpdoctor.proc.reaper import REAP_GRACE_S, start_reaper, stop_marked
-from ddpdoctor.proc.table import proc_info
+from ddpdoctor.proc.table import descendants, proc_info, scan
 from ddpdoctor.rundir.attempts import is_attempt_dir
 
 SUPERVISOR_PID_ENV = "DDPDOCTOR_SUPERVISOR_PID"
+ON_HANG_ENV = "DDPDOCTOR_ON_HANG"  # stop or wait, as --on-hang
 ENDING_LOCK = "ending.lock"  # in the run dir: held by the one process that ends the job
 CHECK_S = 2.0
 WAIT_FOR_REAPER_S = 10.0  # beyond its grace: a reaper that did not end this process failed
-IDLE_CPU_SHARE = 0.1  # the ranks used less CPU than this share of the window: no compute
-
-
-def _cpu_ticks(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 class SupervisorWatch:
     """Decides from facts the job itself can see: the supervisor process is gone, no rank
-    wrote a trace record and no rank used CPU for ``hang_timeout`` seconds."""
+    wrote a trace record and no rank's process tree made progress (the supervisor's own
+    rule, ``proc.progress.made_progress``: CPU, I/O, a worker in a timed sleep) for
+    ``hang_timeout`` seconds.  Under ``--on-hang wait`` it says so once and leaves the job
+    running."""
 
-    def __init__(self, run_dir: Path, supervisor: int, hang_timeout: float):
+    def __init__(self, run_dir: Path, supervisor: int, hang_timeout: float,
+                 on_hang: str = "stop"):
         self.run_dir = run_dir
         self.supervisor = supervisor
         info = proc_info(supervisor)
         self.supervisor_start = info.start if info is not None else None
         self.hang_timeout = hang_timeout
-        self._last: tuple = ()
+        self.on_hang = on_hang
+        self._counts: dict[int, int] | None = None
+        self._trees: dict[int, TreeProgress] = {}
         self._still_since = time.monotonic()
-        self._tick_hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._left_running = False
 
     def supervisor_gone(self) -> bool:
         info = proc_info(self.supervisor)
@@ -63,15 +61,25 @@ class SupervisorWatch:
             out[header.pid] = header.count
         return out
 
+    def _trees_progressed(self, pids: list[int], now: float) -> bool:
+        """Did any rank's process tree make progress since the previous check?"""
+        table = scan() if pids else {}
+        progressed = False
+        for pid in pids:
+            tree = self._trees.setdefault(pid, TreeProgress(pid))
+            tree.set_children(descendants(table, [pid]))
+            look = tree.look(int(now * 1e9))
+            progressed = progressed or (look is not None and made_progress(look))
+        self._trees = {pid: t for pid, t in self._trees.items() if pid in pids}
+        return progressed
+
     def job_still(self, now: float) -> bool:
         """True when nothing moved for ``hang_timeout`` seconds (called every CHECK_S)."""
         counts = self._traces()
-        cpu = sum(_cpu_ticks(pid) for pid in counts) / self._tick_hz
-        last_counts, last_cpu, last_t = self._last or (None, cpu, now)
-        self._last = (counts, cpu, now)
-        busy = cpu - last_cpu > IDLE_CPU_SHARE * max(now - last_t, CHECK_S)
-        if counts != last_counts or busy:
+        moved = self._trees_progressed(sorted(counts), now)
+        if counts != self._counts or moved:
             self._still_since = now
+        self._counts = counts
         return now - self._still_since >= self.hang_timeout
 
     def run(self) -> None:
@@ -90,9 +98,17 @@ class SupervisorWatch:
 
     def _check(self) -> None:
         if not self.supervisor_gone():
-            self._last = ()
+            self._counts, self._trees = None, {}
             self._still_since = time.monotonic()
-        elif self.job_still(time.monotonic()):
+        elif not self.job_still(time.monotonic()):
+            self._left_running = False
+        elif self.on_hang == "wait":
+            if not self._left_running:
+                self._left_running = True
+                _say(f"ddpdoctor: the supervisor (pid {self.supervisor}) is gone and the job "
+                     f"made no progress for {self.hang_timeout:g} s: left running "
+                     f"(--on-hang wait)")
+        else:
             # returns while another process of the job ends it; should that one die before
             # its reaper starts, the claim is free again and the next check takes it
             end_job(f"the supervisor (pid {self.supervisor}) is gone and the job made "
@@ -163,5 +179,6 @@ def start() -> None:
         hang_timeout = float(os.environ.get("DDPDOCTOR_HANG_TIMEOUT", "60"))
     except ValueError:
         hang_timeout = 60.0
-    watch = SupervisorWatch(Path(run_dir), int(pid), hang_timeout)
+    on_hang = os.environ.get(ON_HANG_ENV, "stop")
+    watch = SupervisorWatch(Path(run_dir), int(pid), hang_timeout, on_hang)
     threading.Thread(target=watch.run, name="ddpdoctor-supervisor-watch", daemon=True).start()

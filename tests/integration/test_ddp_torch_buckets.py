@@ -1,6 +1,9 @@
-"""`ddpdoctor run --ddp torch`: no bucket is recorded from Python, and a hang inside a DDP
-bucket's all-reduce is still named (rank, seq, "DDP bucket k" at the user's backward line)
-from the ranks' flight recorder dumps, also when the recorder's ring wrapped."""
+"""`ddpdoctor run --ddp torch`: each bucket is recorded as it is launched, so that a rank
+killed without a word (SIGKILL) leaves its buckets in its trace and its peer is not blamed;
+with the flight recorder asked for (DDPDOCTOR_DDP_TORCH_BUCKETS=flight_recorder) no bucket
+is recorded from Python, and a hang inside a DDP bucket's all-reduce is still named (rank,
+seq, "DDP bucket k" at the user's backward line) from the ranks' flight recorder dumps,
+also when the recorder's ring wrapped."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from tests.conftest import warmed
 pytestmark = pytest.mark.slow
 
 JOB = Path(__file__).resolve().parent / "jobs" / "ddp_torch_bucket_hang.py"
+KILLED = Path(__file__).resolve().parent / "jobs" / "ddp_torch_killed.py"
 
 
 @pytest.mark.parametrize("buffer", ["2000", "40"], ids=["whole", "wrapped"])
@@ -22,7 +26,8 @@ def test_a_hang_in_a_bucket_is_named_from_the_flight_recorder(doctor, buffer):
     """30 steps of 2 buckets and a user's all_reduce each (91 collectives before the hang):
     the recorder holds them all, or (40 entries) only its last ones."""
     run = doctor(warmed(["run", "--ddp", "torch", "--hang-timeout", "5", "--nproc-per-node",
-                         "2", str(JOB)]), env={"TORCH_FR_BUFFER_SIZE": buffer, "STEPS": "30"})
+                         "2", str(JOB)]), env={"TORCH_FR_BUFFER_SIZE": buffer, "STEPS": "30",
+                                               "DDPDOCTOR_DDP_TORCH_BUCKETS": "flight_recorder"})
     assert run.returncode == 124, run.stderr[-3000:]
     findings = run.report["findings"]
     root = findings[0]
@@ -34,3 +39,23 @@ def test_a_hang_in_a_bucket_is_named_from_the_flight_recorder(doctor, buffer):
     for ring in (run.run_dir / "traces").glob("*.ring"):
         trace = read_trace(ring)
         assert not [r for r in trace.records if r.flags & L.RecordFlag.BUCKET], ring
+
+
+def test_a_rank_killed_mid_step_leaves_its_buckets(doctor):
+    """Rank 1 is SIGKILLed (as the OOM killer does: no dump at exit) after its third step;
+    rank 0 is left in the fourth step's bucket.  Both traces hold their buckets as launched,
+    and the killed rank is the one named."""
+    run = doctor(warmed(["run", "--ddp", "torch", "--hang-timeout", "10", "--nproc-per-node",
+                         "2", str(KILLED)]))
+    assert run.returncode != 0, run.stderr[-3000:]
+    root = next(f for f in run.report["findings"] if f["severity"] == "error")
+    assert (root["kind"], root["ranks"]) == ("rank_failed", [1]), root
+    assert not [f for f in run.report["findings"]
+                if f["severity"] == "error" and 0 in f["ranks"]], run.report["findings"]
+    buckets = {}
+    for ring in (run.run_dir / "traces").glob("*.ring"):
+        trace = read_trace(ring)
+        if trace.records:
+            buckets[trace.records[0].rank] = [r for r in trace.records
+                                              if r.flags & L.RecordFlag.BUCKET]
+    assert len(buckets[1]) >= 3 and len(buckets[0]) > len(buckets[1]), buckets

@@ -31,6 +31,7 @@ DELIBERATE = {
     ("tests/integration/jobs/restart_once.py", 25),  # rank 1 fails in attempt 0 on purpose
     ("tests/integration/jobs/data_train.py", 142),  # BUG=uneven_split/uneven_iterable loaders
     ("tests/integration/jobs/ddp_torch_bucket_hang.py", 26),  # rank 1 takes one step fewer
+    ("tests/integration/jobs/new_group_on_one_rank.py", 28),  # new_group on rank 0 only
 }
 
 

@@ -117,7 +117,7 @@ def test_fixed_twins_repros_end_cleanly(tmp_path_factory, nproc, tmp_path):
 
 
 DDP_TORCH_BUGS = ("early_stop_per_rank", "unused_parameters", "crash_mid_epoch",
-                  "last_batch_hand_split", "clean_exit_uneven_no_loader")
+                  "last_batch_hand_split", "clean_exit_uneven_no_loader", "oom_killed_mid_epoch")
 
 
 @pytest.mark.parametrize("name", DDP_TORCH_BUGS)

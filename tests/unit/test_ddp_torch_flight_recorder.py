@@ -43,10 +43,10 @@ class _Events:
 
 @pytest.fixture
 def fr_torch_mode(tmp_path, monkeypatch):
-    """A one-rank gloo group with the flight recorder on, torch's DDP patched as `ddpdoctor
-    run --ddp torch` patches it, and a stand-in recorder."""
+    """A one-rank gloo group with the flight recorder on and asked for, torch's DDP patched
+    as `ddpdoctor run --ddp torch` patches it, and a stand-in recorder."""
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "200")
-    monkeypatch.delenv(recorded_group.BUCKETS_ENV, raising=False)
+    monkeypatch.setenv(recorded_group.BUCKETS_ENV, "flight_recorder")
     monkeypatch.setattr(recorded_group, "_exit_dump", {"registered": True})  # no atexit
     events = _Events()
     monkeypatch.setattr(recorder, "_recorder", events)
@@ -86,10 +86,11 @@ def test_buckets_go_to_torchs_group_and_its_flight_recorder(fr_torch_mode) -> No
     assert sum(floats) == 3 * numel  # every bucket of the three passes, in the recorder
 
 
-def test_python_buckets_on_request_keep_the_recording_group(fr_torch_mode,
-                                                             monkeypatch) -> None:
+def test_by_default_buckets_are_recorded_as_launched(fr_torch_mode, monkeypatch) -> None:
+    """The recording group unless the flight recorder is asked for: a rank killed without a
+    dump keeps its buckets, and the live seqs count them."""
     ddp_class, events = fr_torch_mode
-    monkeypatch.setenv(recorded_group.BUCKETS_ENV, "python")
+    monkeypatch.delenv(recorded_group.BUCKETS_ENV)
     ddp = ddp_class(_ThreeLayers(), bucket_cap_mb=0.01)
     assert isinstance(recorded_group.group_of(ddp), recorded_group.RecordedGroup)
     assert events.events == []
@@ -97,6 +98,7 @@ def test_python_buckets_on_request_keep_the_recording_group(fr_torch_mode,
 
 def test_without_the_flight_recorder_buckets_are_recorded_from_python(
         tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(recorded_group.BUCKETS_ENV, "flight_recorder")
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "0")
     assert not recorded_group.flight_recorded(None)
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "2000")

@@ -90,6 +90,18 @@ def test_align_adds_collectives_the_patches_missed_and_keeps_call_sites():
     assert merged[-1].open
 
 
+def test_a_functional_all_gather_is_the_recorders_allgather():
+    """A DTensor's full_tensor() (a functional all_gather_into_tensor) is recorded by torch
+    on gloo as its list ``allgather``: the traced call keeps its line and its seq."""
+    traced = [call(0, "all_reduce", "a.py:1"), call(1, "all_gather_into_tensor", "a.py:5",
+                                                    open_=True)]
+    recorded = [call(0, "all_reduce", fr.NO_CALLSITE), call(1, "all_gather", fr.NO_CALLSITE,
+                                                            open_=True)]
+    merged = fr.align(traced, recorded)
+    assert [(c.seq, c.op, c.callsite) for c in merged] == [
+        (0, "all_reduce", "a.py:1"), (1, "all_gather_into_tensor", "a.py:5")]
+
+
 def test_align_refuses_sequences_that_do_not_match():
     assert fr.align([call(0, "all_reduce")], [call(0, "broadcast")]) is None
 

@@ -99,6 +99,24 @@ def test_supervisor_watch_sees_a_gone_supervisor(tmp_path: Path):
     assert watch.supervisor_gone()
 
 
+def test_supervisor_watch_leaves_a_still_job_running_under_on_hang_wait(tmp_path: Path):
+    """With the supervisor gone and nothing moving, ``--on-hang wait`` says so and ends
+    nothing (in a process of its own: ending the job would end that process)."""
+    (tmp_path / "traces").mkdir()
+    code = ("import sys, time\n"
+            "from pathlib import Path\n"
+            "from ddpdoctor.runtime.supervisor_watch import SupervisorWatch\n"
+            "w = SupervisorWatch(Path(sys.argv[1]), 999999999, hang_timeout=0.5,"
+            " on_hang='wait')\n"
+            "w.supervisor_start = None\n"
+            "w._check(); time.sleep(0.7); w._check(); w._check()\n"
+            "print('alive', flush=True)\n")
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, timeout=60, env={**os.environ})
+    assert run.returncode == 0 and run.stdout.strip() == "alive", run.stderr
+    assert run.stderr.count("left running (--on-hang wait)") == 1, run.stderr
+
+
 # A launcher that reacts to SIGTERM as torchrun does (it ends its workers) with two ranks in
 # sessions of their own; rank 1 has a `sleep` in a session of its own.  Rank 0 ends the job
 # when GO appears, as a rank's supervisor watch does.

@@ -124,3 +124,67 @@ def test_a_child_process_writing_is_its_ranks_progress(tmp_path: Path) -> None:
             os.kill(pid, 9)
         parent.kill()
         parent.wait()
+
+
+def _parent_with_forked_child(child_code: str) -> subprocess.Popen:
+    """A process that forks one child running ``child_code`` (a DataLoader worker's shape:
+    the same command line) and then waits on it, using no CPU itself."""
+    return subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, threading, time\n"
+        "if os.fork() == 0:\n"
+        f"    {child_code}\n"
+        "    os._exit(0)\n"
+        "os.wait()\n")])
+
+
+def _tree_looks(parent: subprocess.Popen, looks: int = 3) -> list:
+    from ddpdoctor.proc.progress import TreeProgress
+    from ddpdoctor.proc.table import descendants, scan
+
+    deadline = time.monotonic() + 20
+    while not descendants(scan(), [parent.pid]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    tree = TreeProgress(parent.pid)
+    tree.set_children(descendants(scan(), [parent.pid]))
+    assert tree.children, "the child was not found"
+    tree.look(time.time_ns())
+    got = []
+    for _ in range(looks):
+        time.sleep(0.6)
+        got.append(tree.look(time.time_ns()))
+    return got
+
+
+def _end(parent: subprocess.Popen) -> None:
+    from ddpdoctor.proc.table import descendants, scan
+
+    for pid in descendants(scan(), [parent.pid]):
+        os.kill(pid, 9)
+    parent.kill()
+    parent.wait()
+
+
+def test_a_worker_in_a_timed_sleep_or_computing_is_its_ranks_progress() -> None:
+    from ddpdoctor.proc.progress import made_progress
+
+    sleeper = _parent_with_forked_child("time.sleep(60)")
+    spinner = _parent_with_forked_child("while True: pass")
+    try:
+        slept, spun = _tree_looks(sleeper), _tree_looks(spinner)
+        assert all(made_progress(look) and look.worker_sleeping for look in slept)
+        assert not any(look.cpu_busy for look in slept)  # the rank itself only waits
+        assert any(made_progress(look) and look.children_cpu_s > 0 for look in spun)
+    finally:
+        _end(sleeper)
+        _end(spinner)
+
+
+def test_a_worker_blocked_on_a_lock_is_no_progress() -> None:
+    """A worker stuck for good (a lock, an event never set) is what a hang looks like."""
+    from ddpdoctor.proc.progress import made_progress
+
+    stuck = _parent_with_forked_child("threading.Event().wait()")
+    try:
+        assert not any(made_progress(look) for look in _tree_looks(stuck))
+    finally:
+        _end(stuck)

@@ -72,6 +72,7 @@ def _cycle_finding(cycle: tuple[int, ...], job: JobView, by_rank: dict[int, Wait
 
 def diagnose(job: JobView) -> Diagnosis:
     """The one causal model of ``job`` (live or offline)."""
+    from ddpdoctor.analysis.causal.group_calls import new_group_divergence
     from ddpdoctor.analysis.detectors import mismatch, uneven
 
     states = rank_states(job)
@@ -84,6 +85,9 @@ def diagnose(job: JobView) -> Diagnosis:
     if built is not None:
         raised = set(built.evidence["raised"])
         covered = dict.fromkeys(raised, b.add(built, raised))
+    grouped = new_group_divergence(job)
+    if grouped is not None:  # every later group is shifted: the waits it leads to are its
+        b.add(grouped, set(job.ranks))
     uneven_found = uneven.detect(job)
     late: list[Finding] = []
     for f in uneven_found:
@@ -114,8 +118,8 @@ def diagnose(job: JobView) -> Diagnosis:
         behind = stalled_behind(job, states, judged)
         if behind is not None:
             b.add(behind, set(states))
-    for cycle in cycles(judged):
-        if all(r in by_rank for r in cycle):
+    for cycle in cycles(judged):  # (groups shifted by a new_group: the waits are its)
+        if grouped is None and all(r in by_rank for r in cycle):
             b.add(_cycle_finding(cycle, job, by_rank, states), set(cycle))
     for target, into in sinks(judged, states).items():
         s = states[target]

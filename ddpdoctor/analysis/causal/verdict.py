@@ -52,7 +52,10 @@ class Straggling:
 
 def progressing(s: RankState, now_ns: int, window_ns: int) -> bool:
     """Does the rank make progress: CPU time advancing, or progress seen in the window?
-    A rank that sleeps, polls, or waits on I/O or a lock does not."""
+    Progress is the rank's process tree's (``proc.progress.made_progress``: the rank or a
+    process it waits on, a DataLoader worker or a subprocess, computing, doing I/O, or a
+    worker in a timed sleep) or its trace advancing.  A rank that sleeps, polls, or waits
+    on a lock, with nothing of its own working, does not."""
     if s.kind not in WORKING:
         return False
     return bool(s.cpu_busy) or (s.progress_ns is not None and now_ns - s.progress_ns < window_ns)
