@@ -64,7 +64,7 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     log: IO[bytes] | None = None
     if config.ui:
         log = open(run_dir / "job.log", "ab", buffering=0,  # noqa: SIM115
-                   opener=lambda path, flags: os.open(path, flags, 0o600))  # owner only
+                   opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o600))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         become_subreaper()  # orphans of the job come back here, not to init

@@ -380,7 +380,7 @@ def test_forged_or_replayed_messages_change_nothing(two_supervisors):
     earlier job (another session), one that claims to be node 1, a replay of node 0's own
     verdict to node 1, and node 1's report replayed to node 0: each is refused and logged;
     nothing changes; the real verdict still arrives."""
-    from ddpdoctor.supervisor.node_auth import Seal
+    from ddpdoctor.supervisor.node_auth import Refused, Seal
     from ddpdoctor.supervisor.node_channel import frame
 
     setup, leader, follower, logs = two_supervisors
@@ -411,8 +411,11 @@ def test_forged_or_replayed_messages_change_nothing(two_supervisors):
     follower._take(verdict_frame)  # the same bytes twice: the second is a replay
     assert _refusals(logs, "replayed")
     assert follower.verdict["message"] == "the real one" and not follower.verdict["stop"]
-    leader.hub.seal.open("report", real, once=True)
-    with pytest.raises(Exception, match="replayed"):
+    try:  # node 1's report, as node 0 reads it (its later ones may have come first)
+        leader.hub.seal.open("report", real, once=True)
+    except Refused:
+        pass
+    with pytest.raises(Refused, match="replayed"):  # the same bytes again
         leader.hub.seal.open("report", real, once=True)
     after = _state(leader, follower)
     assert after[:4] == before[:4] and after[-1]
@@ -536,3 +539,117 @@ def test_a_big_copy_goes_in_messages_the_channel_takes():
     seal = Seal(STORE_SECRET, "1", "s")
     assert all(len(frame("report", seal.seal("report", {"delta": p}))) < MAX_VALUE_BYTES
                for p in parts)
+
+
+# -- untrusted text ------------------------------------------------------------------------
+
+PWNED = "/tmp/ddpdoctor-pwned-by-a-call-site"
+HOSTILE_SITE = f"x.py:1\nimport os; os.system('touch {PWNED}')"
+
+
+def _hostile_run_dir(run_dir: Path) -> None:
+    """A one-rank run dir whose trace and run.json say hostile things: call sites, a
+    framework site, a group name, a loader-less command with line breaks, quotes and
+    backslashes, and a terminal escape."""
+    from ddpdoctor.trace import layout as L
+    from ddpdoctor.trace.writer import TraceWriter
+
+    (run_dir / "traces").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({
+        "command": ["train.py", '"""\nimport os\n"""', "\\", "\x1b[2J"],
+        "started_at": "now\nimport os", "hang_timeout": 5}))
+    w = TraceWriter(run_dir / "traces", "run-1", capacity=64)
+    w.set_identity(0, 1, 0)
+    w.meta("group", index=0, name="0\nimport os", ranks=[0])
+    sites = [HOSTILE_SITE, f"x.py:2\r\n'''\"\"\"\\\nos.system('touch {PWNED}')",
+             "x.py:3\u2028os.system('true')\x1b]0;title\x07"]
+    for i, site in enumerate(sites):
+        text = f"4|-|float32|{site}|torch/x.py:9\nimport sys".encode()
+        h = w.append(int(L.RecordKind.COLLECTIVE), L.OP_CODES["all_reduce"], 1, 0, 0, i,
+                     1000 + i, 0, 4, -1, 0, 0, -1, text[:L.TEXT_SIZE])
+        w.set_end(h, 2000 + i)
+    w.set_state(L.RankState.EXITED)
+    w.set_exit_code(0)
+    w.meta("exit")
+    w.close()
+
+
+def test_trace_text_is_read_as_text(tmp_path):
+    from ddpdoctor.trace.reader import read_trace
+
+    _hostile_run_dir(tmp_path)
+    [ring] = (tmp_path / "traces").glob("*.ring")
+    trace = read_trace(ring)
+    sites = [r.callsite for r in trace.records]
+    assert sites and sites[0].startswith("x.py:1\\nimport os")
+    for record in trace.records:
+        for text in (record.callsite, record.framework_site):
+            assert text.isprintable(), repr(text)
+    assert trace.group_names()[0] == "0\\nimport os"
+
+
+def test_a_repro_of_hostile_call_sites_runs_only_the_replay(tmp_path):
+    """Call sites that hold a line break and a statement, quotes, backslashes, a line
+    separator and terminal escapes: the repro parses, holds no such statement (no import
+    beyond its own, no call of os.system), and running it creates nothing."""
+    import ast
+
+    from ddpdoctor.repro.command import write_repro
+
+    if os.path.exists(PWNED):
+        os.unlink(PWNED)
+    _hostile_run_dir(tmp_path / "run")
+    script = write_repro(tmp_path / "run", tmp_path / "repro.py")
+    text = script.read_text()
+    tree = ast.parse(text)
+    imports = sorted(a.name for node in ast.walk(tree)
+                     if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names)
+    assert "sys" not in imports and "system" not in [
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)], imports
+    assert not any(line.lstrip().startswith(("import os;", "os.system"))
+                   for line in text.splitlines())
+    assert "\x1b" not in text and "\u2028" not in text and "\r" not in text
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env.pop("DDPDOCTOR_RUN_DIR", None)
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not os.path.exists(PWNED)
+
+
+# -- run dirs --------------------------------------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's directory needs root")
+def test_a_run_dir_prepared_by_someone_else_is_refused(tmp_path):
+    """Another user's directory, and a directory of this user that others can write (with
+    a link planted in it toward a root-only file): one line, exit 2, nothing written, the
+    file intact."""
+    victim = tmp_path / "victim"
+    victim.write_text("root's own\n")
+    victim.chmod(0o600)
+    theirs, shared = tmp_path / "theirs", tmp_path / "shared"
+    for d in (theirs, shared):
+        d.mkdir()
+        d.chmod(0o777)
+    os.chown(theirs, 65534, 65534)
+    (shared / "run.json").symlink_to(victim)
+    (shared / ".run.json.tmp").symlink_to(victim)
+    for d, why in ((theirs, "belongs to uid 65534"), (shared, "can be written by others")):
+        run = run_doctor([*run_args(d), str(TRAIN)])
+        assert run.returncode == 2 and why in run.stderr, run.stderr[-2000:]
+        assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+        assert not (d / "traces").exists()
+    assert victim.read_text() == "root's own\n"
+
+
+def test_a_link_at_a_temporary_name_is_replaced_not_followed(tmp_path):
+    from ddpdoctor.rundir.layout import write_json_atomic
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (tmp_path / "run").mkdir(mode=0o700)
+    (tmp_path / "run" / f".report.json.{os.getpid()}.tmp").symlink_to(victim)
+    write_json_atomic(tmp_path / "run" / "report.json", {"ok": True})
+    assert victim.read_text() == "keep\n"
+    assert json.loads((tmp_path / "run" / "report.json").read_text()) == {"ok": True}
