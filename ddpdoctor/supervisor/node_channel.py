@@ -143,6 +143,7 @@ class Hub:
         self.dropped = 0
         self.refused_connections = 0  # failed the challenge, or dropped for newer ones
         self.peers: dict[int, Peer] = {}  # fd -> peer
+        self._paused: set[Peer] = set()
         self._selector = selectors.DefaultSelector()
         self._pending: deque[socket.socket] = deque()
         self._ready: deque[Peer] = deque()
@@ -210,6 +211,7 @@ class Hub:
         closed meanwhile are forgotten first (their descriptor numbers come back)."""
         for peer in [p for p in self.peers.values() if p.closed]:
             self.forget(peer)
+            self._paused.discard(peer)
         with self._lock:
             new, self._ready = list(self._ready), deque()
         for peer in new:
@@ -220,9 +222,12 @@ class Hub:
 
     def refill(self) -> None:
         """Peers paused for their quota that may be read again."""
-        for peer in list(self.peers.values()):
-            if peer.paused and peer.refill():
+        for peer in list(self._paused):
+            if peer.closed:
+                self._paused.discard(peer)
+            elif peer.refill():
                 peer.paused = False
+                self._paused.discard(peer)
                 self._selector.register(peer.conn.fileno(), selectors.EVENT_READ, peer)
 
     def receive(self, timeout: float) -> list[tuple[Peer, Received]]:
@@ -247,6 +252,7 @@ class Hub:
         peer.charge(len(raw))
         if not peer.refill():
             peer.paused = True
+            self._paused.add(peer)
             self._selector.unregister(peer.conn.fileno())
         try:
             return open_frame(self.seal, raw)

@@ -25,7 +25,8 @@ from ddpdoctor.supervisor.node_messages import FinalWord, NodeVerdict, StackAsk
 from ddpdoctor.supervisor.node_store import NodeSetup
 from ddpdoctor.trace.sync import RunDirDelta, split_delta
 
-PUSH_EVERY_S = 0.25
+PUSH_EVERY_S = 0.25  # at least; node 0's beats may ask for less often (many nodes)
+MAX_PUSH_EVERY_S = 2.0
 CONNECT_S = 60.0  # how long node 0's channel may take to come up
 LEADER = "0"  # node 0's name as a sender
 MAX_ASKS_SEEN = 256
@@ -56,6 +57,7 @@ class NodeFollower:
         self._sent_done = threading.Event()
         self._delta: tuple[Path, RunDirDelta] | None = None
         self._drops = 0
+        self.push_every = PUSH_EVERY_S
         self._leader_seen = time.monotonic()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -114,9 +116,9 @@ class NodeFollower:
                 wait = max(0.0, next_push - time.monotonic())
                 if self.conn.poll(wait):
                     self._take(self.conn.recv_bytes(MAX_MESSAGE_BYTES))
-                if time.monotonic() >= next_push:
+                if time.monotonic() >= next_push or self._acks or self._done is not None:
                     self._push()
-                    next_push = time.monotonic() + PUSH_EVERY_S
+                    next_push = time.monotonic() + self.push_every
                 if time.monotonic() - self._leader_seen > self.lost_after_s:
                     self.failed = f"node 0 stopped answering through {self.setup.address}"
             except Exception as e:  # noqa: BLE001 - node 0 gone or the network down
@@ -150,6 +152,7 @@ class NodeFollower:
             if msg.topic == "beat" and msg.sender == LEADER and self.seal.fresh_ns(msg.t_ns):
                 self.seal.session = msg.session
                 self._leader_seen = time.monotonic()
+                self._take_beat(msg)
                 return
 
     def _take(self, raw: bytes) -> None:
@@ -163,7 +166,9 @@ class NodeFollower:
             self._dropped(f"{msg.topic!r} from {msg.sender[:32]!r}, not node 0")
             return
         self._leader_seen = time.monotonic()
-        if msg.topic == "ask":
+        if msg.topic == "beat":
+            self._take_beat(msg)
+        elif msg.topic == "ask":
             self._take_ask(msg)
         elif msg.topic == "verdict" and self.verdict is None:
             verdict = NodeVerdict.parse(msg.value)
@@ -174,6 +179,12 @@ class NodeFollower:
                 self.final = final.as_dict()
                 self._read_final = True  # said with every later push, and now:
                 self._send("report", {"t": time.time_ns(), "read_final": True})
+
+    def _take_beat(self, msg: Received) -> None:
+        """How often node 0 wants this node's news (within PUSH_EVERY_S..MAX_PUSH_EVERY_S)."""
+        every = msg.value.get("every") if isinstance(msg.value, dict) else None
+        if type(every) in (int, float):
+            self.push_every = min(MAX_PUSH_EVERY_S, max(PUSH_EVERY_S, float(every)))
 
     def _take_ask(self, msg: Received) -> None:
         """A stack request of node 0's, each once."""

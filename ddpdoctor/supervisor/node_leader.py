@@ -27,6 +27,8 @@ from ddpdoctor.trace.sync import apply_delta
 
 TICK_S = 0.1
 BEAT_S = 1.0  # node 0's beat to every node (a node silent for lost_after_s is lost)
+PUSH_EVERY_S = 0.25  # how often a node sends its news, with few nodes
+MESSAGES_PER_S = 1024.0  # with many: node 0 asks each for less (1,024 nodes: every 1 s)
 SKEW_CHANGE_NS = 50_000_000  # node.json is rewritten when the skew estimate moves this much
 MAX_PROBLEMS = 50  # problems kept from the other nodes' copies (then one line says more)
 
@@ -49,6 +51,8 @@ class NodeView:
     progress: dict[str, RankProgress] = field(default_factory=dict)
     ranks: set[int] = field(default_factory=set)
     read_final: bool = False  # it read node 0's final word
+    mirror: Path | None = None  # its mirror dir in the attempt's run dir, once written
+    mirror_attempt: int = -1
 
 
 class NodeLeader:
@@ -73,6 +77,7 @@ class NodeLeader:
         self._outbox: deque[tuple[str, Any]] = deque()  # sent by the thread
         self._asked = 0
         self._beat_at = 0.0
+        self._chores_at = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-nodes", daemon=True)
@@ -113,25 +118,37 @@ class NodeLeader:
         self.problems[-1] = more
 
     def tick(self) -> None:
-        """Greet newcomers, take the nodes' messages, send what is due, notice lost nodes."""
+        """Take the nodes' messages; every TICK_S: greet newcomers, send what is due,
+        notice lost nodes (the work over every node, done once per tick, not per message)."""
+        hub = self.hub
+        now = time.monotonic()
+        if now >= self._chores_at:
+            self._chores_at = now + TICK_S
+            self._chores(now)
+        for peer, msg in hub.receive(TICK_S):
+            self._on_message(peer, msg)
+        self._flush()
+
+    def _chores(self, now: float) -> None:
         hub = self.hub
         hub.refill()
         new = hub.adopt()
         if new:
-            beat = hub.sealed("beat", {"t": time.time_ns()})  # its session, before hello
+            beat = hub.sealed("beat", self._beat())  # its session, before hello
             for peer in new:
                 peer.send(beat)
-        for peer, msg in hub.receive(TICK_S):
-            self._on_message(peer, msg)
-        self._flush()
-        now = time.monotonic()
         if now - self._beat_at >= BEAT_S:
             self._beat_at = now
-            self._broadcast("beat", {"t": time.time_ns()})
+            self._broadcast("beat", self._beat())
         for view in list(self.nodes.values()):
-            if not view.lost and not view.done and \
-                    time.monotonic() - view.last_seen > self.lost_after_s:
+            if not view.lost and not view.done and now - view.last_seen > self.lost_after_s:
                 self._lose(view)
+
+    def _beat(self) -> dict[str, Any]:
+        """A beat: node 0's clock, and how often each node should send its news (so that
+        all of them together send about MESSAGES_PER_S)."""
+        every = max(PUSH_EVERY_S, len(self.hub.peers) / MESSAGES_PER_S)
+        return {"t": time.time_ns(), "every": round(every, 3)}
 
     def _flush(self) -> None:
         while self._outbox:
@@ -180,9 +197,12 @@ class NodeLeader:
             view.skew_ns = sample if view.skew_ns is None else max(view.skew_ns, sample)
         view.host = item.host or view.host
         view.attempt = item.attempt if item.attempt is not None else view.attempt
-        mirror = node_dir(self.run_dir_of(view.attempt), view.node)
-        if not (mirror / NODE_FILE).exists():
-            self._write_node(view, mirror)  # before its traces: they are read as another host's
+        mirror = view.mirror
+        if mirror is None or view.mirror_attempt != view.attempt:
+            mirror = node_dir(self.run_dir_of(view.attempt), view.node)
+            if not (mirror / NODE_FILE).exists():
+                self._write_node(view, mirror)  # before its traces: read as another host's
+            view.mirror, view.mirror_attempt = mirror, view.attempt
         if item.delta is not None and (item.delta.get("rings") or item.delta.get("files")):
             for problem in apply_delta(mirror, item.delta)[:3]:
                 self.problem(problem)

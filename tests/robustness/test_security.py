@@ -10,6 +10,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -224,10 +225,12 @@ def _first_ring_call_s(report: dict, rank: int) -> float:
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                     reason="another user's process needs root and setpriv")
 def test_a_stranger_cannot_use_a_ring_link_and_changes_nothing(tmp_path):
-    """Another uid, and a process of this uid that is not the neighbour, connect to the
-    ranks' link sockets first: each is refused (no descriptor, no byte), the other uid
-    cannot open the ranks' memory, and the job ends as without them: same output and exit,
-    shared memory still (no fallback to gloo), the real neighbour not made to wait."""
+    """Another uid floods the ranks' link sockets (32 connections each, more than their
+    backlog) and a process of this uid that is not the neighbour connects first: the other
+    uid cannot even connect (the socket sits in a directory only the ranks' user enters) nor
+    open the ranks' memory, the same-uid one is refused (no descriptor, no byte), and the
+    job ends as without them: same output and exit, shared memory still (no fallback to
+    gloo), the real neighbour not made to wait."""
     plain, plain_s, _ = _ring_run(tmp_path / "plain", strangers=False)
     spied, spied_s, seen = _ring_run(tmp_path / "spied", strangers=True)
     assert plain.returncode == 0 and spied.returncode == 0, spied.stderr[-2000:]
@@ -243,14 +246,34 @@ def test_a_stranger_cannot_use_a_ring_link_and_changes_nothing(tmp_path):
     assert nobody and same_uid, "the strangers never saw a link socket"
     for entry in nobody + same_uid:
         assert entry.get("got_fds", 0) == 0 and entry.get("got_bytes", 0) == 0, entry
+    assert all(not e["connected"] and not e["flood_connected"] for e in nobody), nobody
     assert all(e["memory"].startswith("denied") for e in nobody), nobody
     transports = report["transports"]
     assert {t["transport"] for t in transports} == {"shm"}, transports
     refused = [r for t in transports for r in t["refused"]]
-    assert any(r.endswith("uid 65534") for r in refused), refused
+    assert not any(r.endswith("uid 65534") for r in refused), refused
     assert any(r.endswith(f"uid {os.getuid()}") for r in refused), refused
     assert _first_ring_call_s(report, 1) < 5.0  # the link's timeout is 10 s
     assert _first_ring_call_s(alone, 1) < 5.0
+    assert not [p for p in Path(tempfile.gettempdir()).glob("ddpdoctor-ring-*")
+                if p.stat().st_mtime > time.time() - spied_s]  # removed once linked
+
+
+def test_a_group_that_fell_back_gives_the_first_hand_reason():
+    """The rank that could not link says why; the ranks that only heard of it join its
+    entry, so the report gives one reason, the true one."""
+    from ddpdoctor.report.transports import _first_hand
+
+    entries = [{"group": "0", "transport": "gloo", "why": "another rank of the group could "
+                "not link", "ranks": [0, 2], "refused": []},
+               {"group": "0", "transport": "gloo", "why": "link refused: timeout (the "
+                "neighbour never connected)", "ranks": [1], "refused": ["pid 9 uid 0"]},
+               {"group": "1", "transport": "gloo", "why": "another rank of the group could "
+                "not map", "ranks": [3], "refused": []}]
+    assert _first_hand(entries) == [
+        {"group": "0", "transport": "gloo", "why": "link refused: timeout (the neighbour "
+         "never connected)", "ranks": [0, 1, 2], "refused": ["pid 9 uid 0"]},
+        entries[2]]
 
 
 # -- the nodes' channel ------------------------------------------------------------------
