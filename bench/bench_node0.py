@@ -10,10 +10,11 @@ each: every connection passes the channel's challenge, learns node 0's session f
 beat, says hello, then sends what a following node sends while its job runs, as often as
 node 0's beats ask (every 0.25 s with few nodes; node 0 asks for about 1,024 messages a
 second in all: every 1 s at 1,024 nodes): its 8 ranks' progress, their ranks, no new
-records (an empty delta), sealed with the secret.  Node 0's CPU time (``time.process_time`` of its own
-process) over a window after every node joined, per message it took, times the messages due
-a second, is the fraction of one core it needs (on a machine too loaded to give it that
-much, it falls behind: the fraction taken says so); its peak RSS is its memory.  Exits 1
+records (an empty delta), sealed with the secret.  Node 0's CPU time
+(``time.process_time`` of its own process) over a window after every node joined, per
+message it took, times the messages due a second, is the fraction of one core it needs (on
+a machine too loaded to give it that much, it falls behind: the fraction taken says so);
+its peak RSS is its memory.  Exits 1
 past the budget (0.25 core), or when a node is lost or never joined.
 """
 
@@ -72,7 +73,8 @@ def node0(port: int, nodes: int, seconds: float, out: "mp.Queue") -> None:
     cpu, wall, n = time.process_time() - cpu0, time.monotonic() - wall0, taken[0] - n0
     every = leader._beat()["every"]
     lost = sum(1 for v in leader.nodes.values() if v.lost)
-    out.put({"joined": joined, "every_s": every, "cpu_s": cpu, "wall_s": wall, "messages": n, "lost": lost,
+    out.put({"joined": joined, "every_s": every, "cpu_s": cpu, "wall_s": wall,
+             "messages": n, "lost": lost,
              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
              "refused_connections": leader.hub.refused_connections})
     leader.close()

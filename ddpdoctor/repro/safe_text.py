@@ -1,4 +1,4 @@
-"""Trace text in a repro script: one line in a comment, quoted by ``repr`` in code, inert in the header.
+"""Trace text in a repro script: a one-line comment, a ``repr`` in code, inert in the header.
 
 A repro is a script the user is told to run, made from a trace the user's process wrote:
 its call sites, source lines, loader sites and the job's command are data, never code.  A

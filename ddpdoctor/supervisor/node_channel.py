@@ -1,4 +1,4 @@
-"""The nodes' channel: node 0 listens, every other node connects; nothing is read from a peer before it proved the secret.
+"""The nodes' channel: node 0 listens, the other nodes connect, each proves the secret first.
 
 Built on the standard library's ``multiprocessing.connection``: each connection is
 authenticated both ways by its HMAC challenge (``deliver_challenge``/``answer_challenge``)

@@ -106,8 +106,9 @@ class NodeFollower:
             self._learn_session(deadline)
             self._send("hello", {"node": self.node, "host": host_name()})
         except Exception as e:  # noqa: BLE001 - no node 0: this node decides alone
+            first = str(e).splitlines()[0][:120] if str(e) else ""
             self.failed = (f"cannot reach node 0 at {self.setup.address} "
-                           f"({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})")
+                           f"({type(e).__name__}: {first})")
             self._close_conn()
             return
         next_push = time.monotonic()
@@ -116,7 +117,8 @@ class NodeFollower:
                 wait = max(0.0, next_push - time.monotonic())
                 if self.conn.poll(wait):
                     self._take(self.conn.recv_bytes(MAX_MESSAGE_BYTES))
-                if time.monotonic() >= next_push or self._acks or self._done is not None:
+                ended = self._done is not None and not self._sent_done.is_set()
+                if time.monotonic() >= next_push or self._acks or ended:
                     self._push()
                     next_push = time.monotonic() + self.push_every
                 if time.monotonic() - self._leader_seen > self.lost_after_s:

@@ -183,7 +183,7 @@ class NodeLeader:
             return
         peer.node = node
         self._peers[node] = peer
-        for topic, value in self._kept.items():  # what the others were told already
+        for topic, value in list(self._kept.items()):  # what the others were told already
             peer.send(self.hub.sealed(topic, value))
         if node not in self.nodes:
             self.nodes[node] = NodeView(node)

@@ -1,4 +1,4 @@
-"""The secret a many-node job's supervisors share: from the environment or an owner-only file, never derived.
+"""The secret a many-node job's supervisors share: from the environment or a file, not derived.
 
 Every node of a ``run --nnodes N`` (N > 1) is given the same secret, in
 ``DDPDOCTOR_STORE_SECRET`` or in a file named by ``--node-secret-file`` (a regular file of

@@ -1,4 +1,4 @@
-"""Where the supervisors of a many-node job meet: the address node 0 listens on for the nodes' channel.
+"""Where the supervisors of a many-node job meet: the address node 0 listens on for the others.
 
 Node 0 (``--node-rank 0``, or the first supervisor to bind the port when torchrun's c10d
 rendezvous hands out node ranks) listens; every other node's supervisor connects to it

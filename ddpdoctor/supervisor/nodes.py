@@ -58,11 +58,11 @@ class NodesMixin:
         elif lead:
             self._lead(setup, lambda: open_hub(setup, seal, self._store_refused), lost_after)
             return
-        self.follower = NodeFollower(setup, this_node_id(setup), self._watched,
-                                     lost_after, secret.value, self.log)  # type: ignore[attr-defined]
+        self.follower = NodeFollower(setup, this_node_id(setup), self._watched, lost_after,
+                                     secret.value, self.log)  # type: ignore[attr-defined]
         self.follower.start()
-        self.say(f"following node 0 through {setup.address}: it decides and writes the "  # type: ignore
-                 "job's one report")
+        self.say(f"following node 0 through {setup.address}: it decides and "  # type: ignore
+                 "writes the job's one report")
 
     def _lead(self, setup: NodeSetup, open_hub: Callable[[], Hub],
               lost_after: float) -> None:
