@@ -65,8 +65,9 @@ class NodeFollower:
 
     @property
     def linked(self) -> bool:
-        """Connected (or still connecting) and node 0 answers: node 0 decides."""
-        return self.failed is None
+        """Connected (or still connecting) and node 0 answers, or node 0 said its final
+        word (it may close the channel a moment later): node 0 decides."""
+        return self.failed is None or self.final is not None
 
     def start(self) -> None:
         self._thread.start()
@@ -124,7 +125,9 @@ class NodeFollower:
                 if time.monotonic() - self._leader_seen > self.lost_after_s:
                     self.failed = f"node 0 stopped answering through {self.setup.address}"
             except Exception as e:  # noqa: BLE001 - node 0 gone or the network down
-                self.failed = f"lost node 0 at {self.setup.address} ({type(e).__name__})"
+                self.failed = f"lost node 0 at {self.setup.address} ({type(e).__name__}: {e})"
+        if self.failed is not None and self.final is None:
+            self.log("node_link_failed", why=self.failed[:300])
         self._close_conn()
 
     def _close_conn(self) -> None:

@@ -129,3 +129,21 @@ def test_a_taken_port_cannot_be_hosted_twice():
     leader.start()
     assert _until(lambda: leader.failed is not None, 10.0)  # said, not raised
     first.close()
+
+
+def test_node_0_gone_after_its_final_word_still_decided(tmp_path):
+    """Node 0 closes the channel once a node read its final word: the node, still stopping
+    its ranks, takes that word (it writes no report of its own)."""
+    setup = NodeSetup("127.0.0.1", free_port(), 2, None)
+    leader = NodeLeader(lambda: _host(setup, 10), lambda attempt: tmp_path / "node0",
+                        lambda *a: None, lambda *a, **k: None, 5.0, expected=1)
+    leader.start()
+    (tmp_path / "n1" / "traces").mkdir(parents=True)
+    follower = _follower(setup, "1", lambda: (0, tmp_path / "n1"), 5.0)
+    follower.start()
+    assert _until(lambda: "1" in leader.nodes)
+    leader.publish_final("/r/report.json", "hung", "h0")  # returns once node 1 read it
+    leader.close()
+    assert _until(lambda: follower.failed is not None)  # the channel closed
+    assert follower.linked and follower.finish(124, 5.0)["report"] == "/r/report.json"
+    follower.close()
