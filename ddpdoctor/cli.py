@@ -97,9 +97,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ui", action="store_true", help="show the live terminal UI")
     p.add_argument("--doctor-store", metavar="HOST:PORT",
                    help="many nodes: where the nodes' supervisors meet (node 0 hosts a "
-                   "c10d TCPStore there; default: the rendezvous host, its port + 1); "
-                   "set DDPDOCTOR_STORE_SECRET alike on every node so that only the job's "
-                   "supervisors can speak to it")
+                   "channel there; default: the rendezvous host, its port + 1)")
+    p.add_argument("--node-secret-file", type=Path, metavar="PATH",
+                   help="many nodes: a file of yours (mode 600) holding the secret every "
+                   "node is given alike (else DDPDOCTOR_STORE_SECRET)")
+    p.add_argument("--insecure-node-channel", action="store_true",
+                   help="many nodes without a secret: anyone who reaches node 0's port can "
+                   "speak for any node")
     launcher = p.add_argument_group("passed to torch.distributed.run (script form)")
     for name, takes_value in LAUNCHER_OPTIONS:
         if takes_value:
@@ -300,7 +304,8 @@ def _run(args: argparse.Namespace) -> int:
                         "in your own torchrun command after --)", EXIT_USAGE)
     config = RunConfig(tuple(command), args.nproc_per_node, args.hang_timeout,
                        OnHang(args.on_hang), args.report, args.run_dir, DdpMode(args.ddp),
-                       args.ui, tuple(launcher_args), args.doctor_store)
+                       args.ui, tuple(launcher_args), args.doctor_store,
+                       args.node_secret_file, args.insecure_node_channel)
     return run_job(config)
 
 

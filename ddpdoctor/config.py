@@ -44,6 +44,8 @@ class RunConfig:
     ui: show the live terminal UI.
     launcher_args: torchrun options passed through (--nnodes, --node-rank, --rdzv-*, ...).
     doctor_store: HOST:PORT where the supervisors of a many-node job meet (node 0 hosts it).
+    node_secret_file: a file (mode 600) holding the secret the nodes share.
+    insecure_node_channel: many nodes without a secret, accepted by the user.
     """
 
     command: tuple[str, ...]
@@ -56,6 +58,8 @@ class RunConfig:
     ui: bool = False
     launcher_args: tuple[str, ...] = field(default_factory=tuple)
     doctor_store: str | None = None
+    node_secret_file: Path | None = None
+    insecure_node_channel: bool = False
 
     def __post_init__(self) -> None:
         if not self.command:

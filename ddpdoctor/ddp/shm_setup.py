@@ -6,13 +6,17 @@ must know (its pid, uid, host, pid namespace, socket name, slot size: to the rig
 pid: to the left), connects to its left neighbour's socket, and the ranks agree around
 the ring that every link works, twice (connected; mapped).
 
-Only the job's own ranks get in.  The socket's name is in the abstract namespace, which
-any local user can read in /proc/net/unix, so each end checks the other with
+Only the job's own ranks get in.  The listening socket is a path socket alone in a
+directory of its own, made with mode 0700 under the temporary directory and named after the
+rank's pid and a random 62-bit token that only its neighbours learn: no other user can
+reach it (not even to fill its backlog: a flood of strangers' connections is refused by the
+kernel, and the ring neither waits nor falls back to gloo), and nobody can plant it
+beforehand.  A process of this same user can reach it, so each end checks the other with
 ``SO_PEERCRED``: a connection to this rank's socket is accepted only from the right
 neighbour's pid (traded above) under this process's uid; any other is closed unanswered,
-noted once in the trace, and the rank keeps accepting until its neighbour arrives (the
-neighbour is never made to wait, nothing falls back to gloo).  The connecting rank checks
-the same of the listener it reached.  The memfd goes out as a read-only descriptor (a
+noted once in the trace, and the rank keeps accepting until its neighbour arrives.  The
+connecting rank checks the same of the listener it reached.  The socket and its directory
+are removed once the neighbour is in.  The memfd goes out as a read-only descriptor (a
 reopen of it with ``O_RDONLY``): the receiver maps it copy-on-write (``ACCESS_COPY``), so
 it sees every byte the sender writes and can never write into the sender's memory; it
 never writes there at all (its "slot free" goes on the socket), and a write-protected
@@ -28,7 +32,10 @@ import mmap
 import os
 import secrets
 import socket
+import stat
 import struct
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -117,9 +124,23 @@ def _all_agree(pg: Any, ok: bool, tag: int) -> bool:
     return bool(flag)
 
 
+def socket_dir(pid: int, token: int) -> str:
+    """The directory (mode 0700) that holds the listening socket of rank ``pid``."""
+    return os.path.join(tempfile.gettempdir(), f"ddpdoctor-ring-{pid:x}-{token:x}")
+
+
 def socket_name(pid: int, token: int) -> str:
-    """A listening socket's name in the abstract namespace (gone with its process)."""
-    return f"\0ddpdoctor-ring-{pid:x}-{token:x}"
+    """The path of the listening socket of rank ``pid`` (``token``: its set-up's)."""
+    return os.path.join(socket_dir(pid, token), "s")
+
+
+def _private_dir(path: str) -> None:
+    """Make ``path`` a new directory of this user that nobody else can enter; raises
+    OSError (it exists already: planted, or a leftover)."""
+    os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise OSError(f"{path} is not a private directory")
 
 
 def peer_cred(sock: socket.socket) -> tuple[int, int]:
@@ -154,9 +175,15 @@ class _Parts:
         self.fd: int | None = None
         self.out_map: mmap.mmap | None = None
         self.in_map: mmap.mmap | None = None
+        self.path: str | None = None  # the listening socket's, until it is removed
+        self._acceptor: threading.Thread | None = None
+        self._accept_why = ""
+        self._stop_accepting = threading.Event()
 
     def offer(self, size: int, name: str) -> None:
         """The listening socket and this rank's sealed memfd, mapped; raises OSError."""
+        _private_dir(os.path.dirname(name))
+        self.path = name
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(name)
         self.listener.listen(8)
@@ -168,41 +195,78 @@ class _Parts:
 
     def connect(self, left: Identity) -> str:
         """Connect to the left neighbour's socket and check who listens there ("" when it
-        is the neighbour)."""
+        is the neighbour).  A full backlog (others' connections its acceptor has not
+        refused yet) is waited out."""
         self.into = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.into.setblocking(False)
+        deadline = time.monotonic() + CONNECT_S
+        while True:
+            try:
+                self.into.connect(socket_name(left.pid, left.token))
+                break
+            except (BlockingIOError, InterruptedError):
+                if time.monotonic() > deadline:
+                    return ("link refused: the neighbour's socket stayed full (others' "
+                            "connections)")
+                time.sleep(0.001)
         self.into.settimeout(CONNECT_S)
-        self.into.connect(socket_name(left.pid, left.token))
         pid, uid = peer_cred(self.into)
         if pid != left.pid or uid != os.getuid():
             return f"link refused: the socket is held by pid {pid} uid {uid}, not the neighbour"
         return ""
 
-    def accept(self, right_pid: int, refused: list[str]) -> str:
-        """Accept the right neighbour's connection, refusing anyone else's, until it comes
-        or ``CONNECT_S`` passes ("" once it came)."""
+    def _take(self, conn: socket.socket, right_pid: int, refused: list[str]) -> None:
+        """Keep ``conn`` if it is the right neighbour's (the first), else close it."""
+        try:
+            pid, uid = peer_cred(conn)
+        except OSError:
+            pid, uid = -1, -1
+        if self.out is None and pid == right_pid and uid == os.getuid():
+            conn.setblocking(True)
+            self.out = conn
+            self.unlink()  # nobody else needs to reach it now
+            return
+        conn.close()
+        if len(refused) < 8:
+            refused.append(f"pid {pid} uid {uid}")
+
+    def start_accepting(self, right_pid: int, refused: list[str]) -> None:
+        """Accept from now on, in a thread, until the right neighbour's connection comes
+        (refusing anyone else's at once, so that no flood fills the backlog while this
+        rank waits elsewhere) or ``CONNECT_S`` passes."""
+        self._acceptor = threading.Thread(target=self._accept, args=(right_pid, refused),
+                                          name="ddpdoctor-ring-accept", daemon=True)
+        self._acceptor.start()
+
+    def accepted(self) -> str:
+        """Wait for the acceptor: "" once the neighbour came, else why not."""
+        if self._acceptor is None:
+            return "link refused: not accepting"
+        self._acceptor.join()
+        self._acceptor = None
+        return self._accept_why
+
+    def _accept(self, right_pid: int, refused: list[str]) -> None:
         assert self.listener is not None
         deadline = time.monotonic() + CONNECT_S
-        while True:
+        while self.out is None:
             left_s = deadline - time.monotonic()
             if left_s <= 0:
-                return "link refused: timeout (the neighbour never connected)"
-            self.listener.settimeout(left_s)
+                self._accept_why = "link refused: timeout (the neighbour never connected)"
+                return
+            if self._stop_accepting.is_set():
+                self._accept_why = "link refused: another rank of the group could not link"
+                return
+            self.listener.settimeout(min(left_s, 0.05))
             try:
                 conn, _ = self.listener.accept()
             except TimeoutError:
                 continue
             except OSError as e:
-                return f"link refused: the socket failed ({e.strerror or e})"
-            try:
-                pid, uid = peer_cred(conn)
-            except OSError:
-                pid, uid = -1, -1
-            if pid == right_pid and uid == os.getuid():
-                self.out = conn
-                return ""
-            conn.close()
-            if len(refused) < 8:
-                refused.append(f"pid {pid} uid {uid}")
+                self._accept_why = f"link refused: the socket failed ({e.strerror or e})"
+                return
+            self._take(conn, right_pid, refused)
+        self._accept_why = ""
 
     def pass_memory(self, size: int) -> None:
         """Send the right neighbour a read-only descriptor of this rank's memfd; take the
@@ -233,7 +297,22 @@ class _Parts:
         self.out = self.into = self.out_map = self.in_map = None
         return made
 
+    def unlink(self) -> None:
+        """Remove the listening socket's path and its directory."""
+        if self.path is not None:
+            for remove, target in ((os.unlink, self.path), (os.rmdir, os.path.dirname(self.path))):
+                try:
+                    remove(target)
+                except OSError:
+                    pass  # gone already
+            self.path = None
+
     def close(self) -> None:
+        if self._acceptor is not None:
+            self._stop_accepting.set()
+            self._acceptor.join()
+            self._acceptor = None
+        self.unlink()
         for sock in (self.listener, self.into, self.out):
             if sock is not None:
                 sock.close()
@@ -267,13 +346,14 @@ def setup(pg: Any, wanted: bool, slot_bytes: int, size: int) -> Outcome:
         if not why:
             why = _mismatch(me, left)
         if not why:
+            parts.start_accepting(right_pid, refused)
             try:
                 why = parts.connect(left)
             except OSError as e:
                 why = f"link refused: cannot connect to the neighbour ({e.strerror or e})"
         if not _all_agree(pg, not why, _AGREE_TAG):
             return Outcome(None, why or "another rank of the group could not link", refused)
-        why = parts.accept(right_pid, refused)
+        why = parts.accepted()
         if not why:
             try:
                 parts.pass_memory(size)

@@ -23,8 +23,8 @@ from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
+from ddpdoctor.supervisor.node_secret import node_secret
 from ddpdoctor.supervisor.node_store import node_setup
-from ddpdoctor.supervisor.node_store import preload as preload_store
 
 
 def _check_report_path(path: Path) -> None:
@@ -44,6 +44,9 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     """Run the job under supervision and return ddpdoctor's exit status."""
     console = console or Console(stderr=True)
     argv = job_argv(config)  # validates the command before anything is created
+    nodes = node_setup(argv, config.doctor_store)
+    secret = node_secret(config.node_secret_file, config.insecure_node_channel) \
+        if nodes is not None else None  # many nodes: a secret, or no start
     run_id = new_run_id()
     run_dir = make_run_dir(config.run_dir, run_id)
     report_path = (config.report or run_dir / "report.json").absolute()
@@ -61,17 +64,14 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     log: IO[bytes] | None = None
     if config.ui:
         log = open(run_dir / "job.log", "ab", buffering=0,  # noqa: SIM115
-                   opener=lambda path, flags: os.open(path, flags, 0o600))  # owner only
-    nodes = node_setup(argv, config.doctor_store)
-    if nodes is not None:
-        preload_store()
+                   opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o600))
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         become_subreaper()  # orphans of the job come back here, not to init
         proc = start_job(argv, restarts_env(argv, job_env(run_dir, run_id, config)), log)
         supervisor = make_supervisor(argv, config, run_dir, proc, report_path, console,
                                      started)
-        supervisor.open_nodes(nodes)
+        supervisor.open_nodes(nodes, secret)
         if config.ui:
             return _run_with_ui(supervisor, run_dir)
         return supervisor.run()

@@ -41,7 +41,27 @@ def transports(job: "JobView") -> list[dict[str, Any]]:
             if isinstance(refused, list):
                 room = MAX_REFUSED - len(entry["refused"])
                 entry["refused"] += [str(r) for r in refused[:max(0, room)]]
-    return list(entries.values())
+    return _first_hand(list(entries.values()))
+
+
+SECOND_HAND = "another rank of the group could not"
+
+
+def _first_hand(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A group that fell back gives the reason of the rank that could not link: the ranks
+    that only heard of it ("another rank of the group could not link") join its entry."""
+    out = []
+    for e in entries:
+        if e["why"].startswith(SECOND_HAND):
+            cause = next((c for c in entries if c["group"] == e["group"] and
+                          c["transport"] == e["transport"] and c["why"] and
+                          not c["why"].startswith(SECOND_HAND)), None)
+            if cause is not None:
+                cause["ranks"] = sorted(set(cause["ranks"]) | set(e["ranks"]))
+                cause["refused"] = (cause["refused"] + e["refused"])[:MAX_REFUSED]
+                continue
+        out.append(e)
+    return out
 
 
 # the transports in plain words for people (report.json keeps "shm" and "gloo")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ddpdoctor.repro.ddp_replay import (CONSTRUCTION_CHECK, DDP_BACKWARD, DDP_BUILD,
                                         backward_note, build_text)
 from ddpdoctor.repro.loaders import BATCH, END, START
+from ddpdoctor.repro.safe_text import comment
 from ddpdoctor.repro.steps import Step
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8",
@@ -173,4 +174,4 @@ def comment_text(step: Step) -> str:
     if step.obj:
         extra.append("objects: None stands in")
     text = "  ".join(parts)
-    return f"# {text}" + (f"  [{'; '.join(extra)}]" if extra else "")
+    return comment(f"# {text}" + (f"  [{'; '.join(extra)}]" if extra else ""))

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ddpdoctor.errors import UserError
+from ddpdoctor.rundir.layout import write_bytes_atomic
 from ddpdoctor.repro.emit import script_text
 from ddpdoctor.repro.header import replay_command
 from ddpdoctor.repro.facts import ReplayJob, read_job
@@ -21,7 +22,7 @@ def write_repro(run_dir: Path, output: Path | None = None) -> Path:
 
 def _write(job: ReplayJob, target: Path) -> Path:
     try:
-        target.write_text(script_text(job).replace("THIS_FILE", target.name))
+        write_bytes_atomic(target, script_text(job).replace("THIS_FILE", target.name).encode())
     except OSError as e:
         raise UserError(f"cannot write {target}: {e.strerror or e}; give another -o FILE", 2)
     return target

@@ -11,6 +11,8 @@ from ddpdoctor.repro.calls import call_text, comment_text
 from ddpdoctor.repro.ddp_replay import DDP_BUILD, PARAMS_CLASS
 from ddpdoctor.repro.facts import OPTIMIZER_STEP, Ending, RankPlan, ReplayJob
 from ddpdoctor.repro.header import WIDTH, header_lines
+from ddpdoctor.repro import safe_text
+from ddpdoctor.repro.safe_text import literal
 from ddpdoctor.repro.steps import Step
 from ddpdoctor.repro.fold import Loop, fold, item_key
 from ddpdoctor.repro.loaders import BATCH, END, START
@@ -88,9 +90,8 @@ class ScriptWriter:
             while name in self.site_names.values():
                 name += "_"
             self.site_names[step.site] = name
-            doc = _docstring_safe(f"{step.site}  {step.source}".rstrip())
-            self.helpers += ["", "", f"def {name}(call, *args, **kwargs):",
-                             f'{INDENT}"""The job\'s calls at {doc}"""']
+            doc = literal(f"The job's calls at {step.site}  {step.source}".rstrip())
+            self.helpers += ["", "", f"def {name}(call, *args, **kwargs):", f"{INDENT}{doc}"]
             if step.ranked:
                 self.helpers += [f"{INDENT}if RANK_DEPENDENT:  # the job made this call under "
                                  "an `if` on the rank", f"{INDENT * 2}return call(*args, **kwargs)"]
@@ -111,7 +112,7 @@ class ScriptWriter:
         elif step.op in LOADER_WORDS:
             site = dict(self.job.loaders).get(step.group, "?")
             words = LOADER_WORDS[step.op].format(n=step.in_shapes[0][0] if step.in_shapes else 0)
-            comment = f"# {site}  [{words}]"
+            comment = safe_text.comment(f"# {site}  [{words}]")
         else:
             comment = comment_text(step)
             if re.fullmatch(r"[^:\s]+:\d+", step.site) and not step.wait:
@@ -281,10 +282,6 @@ def _common(keys: dict[int, list[Hashable]], ranks: list[int], start: int, limit
     return n - start
 
 
-def _docstring_safe(text: str) -> str:
-    return text.replace("\\", "/").replace(chr(34) * 3, chr(39) * 3)
-
-
 def _group_var(name: str, index: int) -> str:
     return f"g{name}" if re.fullmatch(r"\d+", name) else f"g_{index + 1}"
 
@@ -342,9 +339,8 @@ def script_text(job: ReplayJob) -> str:
                 "def optimizer_step():", f'{INDENT}"""An optimizer step, as the job took one '
                 'after its gradients were reduced."""', f"{INDENT}OPTIMIZER.step()"]
     for name, site in job.loaders:
-        out += ["", "", f"def {name}(n, rank):",
-                f'{INDENT}"""{_docstring_safe(site)}  (replayed: n batches of other numbers '
-                f'on each rank)."""',
+        doc = literal(f"{site}  (replayed: n batches of other numbers on each rank).")
+        out += ["", "", f"def {name}(n, rank):", f"{INDENT}{doc}",
                 f"{INDENT}return iter(DataLoader(range(rank * n, rank * n + n)))"]
     out += writer.helpers
     out += ["", "", "def main():", f'{INDENT}rank = int(os.environ["RANK"])',
@@ -363,4 +359,4 @@ def script_text(job: ReplayJob) -> str:
         out.append(f"{INDENT}{name} = {table}  # the group each rank made these calls on")
     out += writer.lines
     out += ["", "", 'if __name__ == "__main__":', f"{INDENT}main()", ""]
-    return "\n".join(out)
+    return safe_text.checked("\n".join(out))

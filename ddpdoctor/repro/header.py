@@ -7,6 +7,7 @@ import re
 import shlex
 
 from ddpdoctor.repro.facts import ReplayJob
+from ddpdoctor.repro.safe_text import doc
 
 WIDTH = 100  # the script's line width
 REPLAY_LINE = re.compile(r"^Replay: ddpdoctor run (.+)$", re.M)
@@ -17,15 +18,16 @@ def header_lines(job: ReplayJob) -> list[str]:
     words = [os.path.basename(c) if os.path.isabs(c) and
              re.fullmatch(r"python[\d.]*|torchrun", os.path.basename(c)) else c
              for c in job.command]
-    cmd = " ".join(shlex.quote(c) for c in words) or "unknown"
+    cmd = doc(" ".join(shlex.quote(c) for c in words) or "unknown")
     n = job.world_size
     lines = [
         "#!/usr/bin/env python",
         f'"""ddpdoctor repro: the collectives of a recorded job, replayed with zero tensors.',
         "",
         f"Job:    {cmd}",
-        f"        {n} ranks, started {job.started_at}, {job.outcome}; recorded by {job.source}",
-        f"        (run dir {job.run_dir})",
+        f"        {n} ranks, started {doc(str(job.started_at))}, {doc(str(job.outcome))}; "
+        f"recorded by {doc(str(job.source))}",
+        f"        (run dir {doc(str(job.run_dir))})",
     ]
     if job.finding:
         lines.append("Found:  " + wrap(job.finding, "        "))
@@ -55,7 +57,7 @@ def replay_args(script: str) -> list[str] | None:
 
 def wrap(text: str, indent: str) -> str:
     """``text`` broken into lines of the script's width, the later ones indented."""
-    words, out, line = text.replace('"""', "'''").split(), [], ""
+    words, out, line = doc(text).split(), [], ""
     for w in words:
         if line and len(line) + len(w) + 1 > WIDTH - len(indent):
             out.append(line)

@@ -1,10 +1,18 @@
-"""Create a run dir (owner-only) and record what the run was asked to do."""
+"""Create a run dir (owner-only) and record what the run was asked to do.
+
+A run dir that exists already (``--run-dir``) is used only if it is this user's directory
+and nobody else can write it: another user's, or a shared writable one, could hold links
+planted to make ddpdoctor (run as root, say) overwrite another file.  Files are created
+with ``O_EXCL|O_NOFOLLOW`` (``open_new``): a link at a temporary file's name is removed,
+never followed.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -21,19 +29,49 @@ def new_run_id() -> str:
 
 
 def make_run_dir(run_dir: Path | None, run_id: str) -> Path:
-    """Create ``run_dir`` (or ./ddpdoctor-runs/<run_id>) with mode 0700, or say why not."""
+    """Create ``run_dir`` (or ./ddpdoctor-runs/<run_id>) with mode 0700, or say why not;
+    one that exists must be this user's and closed to others' writes (``check_own_dir``)."""
     path = run_dir if run_dir is not None else RUNS_DIR / run_id
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (path / "traces").mkdir(mode=0o700, exist_ok=True)
-        (path / "stacks").mkdir(mode=0o700, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
+        for d in (path, path / "traces", path / "stacks"):
+            if d != path:
+                d.mkdir(mode=0o700, exist_ok=True)
+            check_own_dir(d)
+        os.close(open_new(path / ".write-test"))
+        (path / ".write-test").unlink()
     except OSError as e:
         raise UserError(f"cannot write the run dir {path}: {e.strerror or e}; "
                         "choose another with --run-dir") from None
     return path.resolve()
+
+
+def check_own_dir(path: Path) -> None:
+    """A UserError unless ``path`` (and the link it is, if one) is a directory of this
+    user that no other user can write."""
+    me = os.geteuid()
+    link = os.lstat(path)
+    st = os.stat(path)
+    if link.st_uid != me or st.st_uid != me:
+        owner = st.st_uid if st.st_uid != me else link.st_uid
+        raise UserError(f"the run dir {path} belongs to uid {owner}, not to this user (uid "
+                        f"{me}); choose another with --run-dir")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UserError(f"the run dir {path} is not a directory; choose another with --run-dir")
+    if st.st_mode & 0o022:
+        raise UserError(f"the run dir {path} can be written by others (mode "
+                        f"{stat.S_IMODE(st.st_mode):o}); choose another with --run-dir")
+
+
+def open_new(path: Path, flags: int = os.O_WRONLY) -> int:
+    """A file created at ``path`` for this process alone (0600): ``O_EXCL|O_NOFOLLOW``, so a
+    link or file planted at that name is removed (never followed) and the file made anew."""
+    flags |= os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o600)
+    except FileExistsError:
+        os.unlink(path)  # a stale temporary file, or a planted link: the link itself goes
+        return os.open(path, flags, 0o600)
 
 
 INDENTED_UP_TO = 4 << 20  # bytes: larger documents are written compact
@@ -52,7 +90,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` (owner-only, 0600) via a temporary file and rename."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_new(tmp)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -112,7 +112,8 @@ def enable_faulthandler(rec: R.Recorder) -> None:
     if faulthandler.is_enabled() or _fault_file is not None:
         return
     path = rec.writer.ring_path.with_name(f"pid-{os.getpid()}.fault.txt")
-    _fault_file = open(path, "w", opener=lambda p, f: os.open(p, f, 0o600))  # noqa: SIM115
+    _fault_file = open(path, "w",  # noqa: SIM115
+                       opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW, 0o600))
     faulthandler.enable(file=_fault_file, all_threads=True)
 
 

@@ -1,15 +1,15 @@
 """Messages only the job's supervisors can write: HMAC-SHA256 with the job's secret, bound to a session.
 
-The nodes' store (a torch TCPStore) has no access control: whoever reaches its port can
-set any key.  So ddpdoctor's keys live under a name derived from the secret (whoever lacks
-it does not know where to write), and every value there is sealed: one header line, then the
-body (JSON), the header carrying who sent it (``from``: "0" for node 0, else the node's
+The nodes' channel (node_channel) lets in only peers that answer its challenge with the
+secret; on top of that every message is sealed, so that bytes injected into or replayed on
+an authenticated connection change nothing: one header line, then the body (JSON), the
+header carrying who sent it (``from``: "0" for node 0, else the node's
 name), node 0's session (a random name it draws at start), a counter that only grows on
 the sender, the sender's clock, and the HMAC-SHA256 of the store key, those fields and
 the body under the job's secret (``DDPDOCTOR_STORE_SECRET``, the same on every node).  A
 reader drops, and says why, whatever is too big, malformed, signed with another secret or
 for another key, from another session, or older than what that sender already said under
-that key (a replay).  A following node learns node 0's session from a beat of node 0
+that topic (a replay).  A following node learns node 0's session from a beat of node 0
 signed with the secret and stamped within ``FRESH_S`` of its own clock; from then on
 it signs its own messages with that session, so a message recorded in an earlier job
 (even one with the same secret) is refused by both ends.
@@ -29,15 +29,15 @@ from typing import Any
 
 SECRET_ENV = "DDPDOCTOR_STORE_SECRET"
 MIN_SECRET_CHARS = 16
-MAX_VALUE_BYTES = (8 << 20) - (64 << 10)  # one sealed value: under torch's store's 8 MiB
+MAX_VALUE_BYTES = (8 << 20) - (64 << 10)  # one sealed message: under the channel's 8 MiB
 MAX_HEADER_BYTES = 512
 MAX_NAME_CHARS = 128
 FRESH_S = 300.0  # node 0's session is adopted from a beat at most this far from our clock
-MAX_TRACKED_KEYS = 4096  # (sender, key) counters kept for replay checks
+MAX_TRACKED_KEYS = 16384  # (sender, key) counters kept for replay checks
 
 
 class Refused(ValueError):
-    """A value in the store that is not a sealed message of this job (why: the text)."""
+    """A message that is not a sealed message of this job (why: the text)."""
 
 
 def store_secret() -> str | None:
@@ -46,24 +46,17 @@ def store_secret() -> str | None:
     return value or None
 
 
-def rendezvous_secret(address: str, rdzv_id: str) -> str:
-    """A key every node can derive from the settings it was given alike (the store's
-    address, the rendezvous id), used when no secret is set: it keeps out whoever does not
-    know them, not whoever can read the job's command line (``DDPDOCTOR_STORE_SECRET`` does)."""
-    text = f"ddpdoctor-nodes|{address}|{rdzv_id}"
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def secret_problem(secret: str) -> str:
+def secret_problem(secret: str, source: str = SECRET_ENV) -> str:
     """Why ``secret`` cannot be used ("" when it can)."""
     if len(secret) < MIN_SECRET_CHARS:
-        return f"{SECRET_ENV} is shorter than {MIN_SECRET_CHARS} characters"
+        return f"{source} is shorter than {MIN_SECRET_CHARS} characters"
     return ""
 
 
-def example_secret() -> str:
-    """A fresh secret to suggest (never used unless the user sets it on every node)."""
-    return secrets.token_hex(16)
+def make_secret_hint() -> str:
+    """How to make a secret, as a shell line to run on every node."""
+    return (f"export {SECRET_ENV}=$(python -c 'import secrets;print(secrets.token_hex(32))') "
+            "with the same value on every node")
 
 
 def new_session() -> str:
@@ -108,7 +101,7 @@ def _mac(secret: bytes, key: str, sender: str, session: str, counter: int, t_ns:
 
 
 class Seal:
-    """One supervisor's signing and checking of the store's values."""
+    """One supervisor's signing and checking of the nodes' messages."""
 
     def __init__(self, secret: str, sender: str, session: str | None):
         self.secret = secret.encode()
@@ -116,11 +109,6 @@ class Seal:
         self.session = session  # node 0's; a follower learns it (adopt)
         self._counter = time.time_ns()  # grows across restarts of a sender too
         self._seen: OrderedDict[tuple[str, str], int] = OrderedDict()
-
-    def key_tag(self) -> str:
-        """A name derived from the secret that the store's keys live under: whoever lacks
-        the secret does not know where to write."""
-        return hmac.new(self.secret, b"ddpdoctor-store-keys", hashlib.sha256).hexdigest()[:16]
 
     def seal(self, key: str, value: Any) -> bytes:
         """The sealed bytes of ``value`` under ``key``."""

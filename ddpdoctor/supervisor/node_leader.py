@@ -1,17 +1,19 @@
 """Node 0's side of a many-node job: mirror the other nodes, measure their clocks, decide.
 
-A thread drains each node's queue in the store into RUN_DIR/nodes/<node>/ (a run dir of
-the same layout, so the one causal model reads the whole job), estimates each node's clock
+A thread takes each node's messages from the nodes' channel (node_channel.Hub: only peers
+that proved the secret, each within its quota) into RUN_DIR/nodes/<node>/ (a run dir of the
+same layout, so the one causal model reads the whole job), estimates each node's clock
 skew from its messages' stamps, and marks a node lost when it stops sending.  The
 supervisor asks it for stacks, and publishes the verdict and the report through it.  Only
-sealed messages count (node_store.NodeStore); what they say is parsed field by field
-(node_messages), and the problems kept are capped.
+sealed messages count; what they say is parsed field by field (node_messages), and the
+problems kept are capped.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -19,15 +21,16 @@ from typing import Any, Callable
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.rundir.layout import write_json_atomic
 from ddpdoctor.rundir.nodes import NODE_FILE, node_dir
-from ddpdoctor.supervisor.node_auth import Refused
+from ddpdoctor.supervisor.node_channel import Hub, Peer, Received
 from ddpdoctor.supervisor.node_messages import NodeReport, RankProgress, node_name
-from ddpdoctor.supervisor.node_store import NodeStore
 from ddpdoctor.trace.sync import apply_delta
 
 TICK_S = 0.1
+BEAT_S = 1.0  # node 0's beat to every node (a node silent for lost_after_s is lost)
+PUSH_EVERY_S = 0.25  # how often a node sends its news, with few nodes
+MESSAGES_PER_S = 1024.0  # with many: node 0 asks each for less (1,024 nodes: every 1 s)
 SKEW_CHANGE_NS = 50_000_000  # node.json is rewritten when the skew estimate moves this much
 MAX_PROBLEMS = 50  # problems kept from the other nodes' copies (then one line says more)
-JOIN_WINDOW = 64  # the newest registration slots looked at (older unclaimed ones: forgotten)
 
 
 @dataclass
@@ -48,17 +51,19 @@ class NodeView:
     progress: dict[str, RankProgress] = field(default_factory=dict)
     ranks: set[int] = field(default_factory=set)
     read_final: bool = False  # it read node 0's final word
+    mirror: Path | None = None  # its mirror dir in the attempt's run dir, once written
+    mirror_attempt: int = -1
 
 
 class NodeLeader:
     """The link of node 0's supervisor to the other nodes (a daemon thread)."""
 
-    def __init__(self, open_store: Callable[[], NodeStore],
+    def __init__(self, open_hub: Callable[[], Hub],
                  run_dir_of: Callable[[int], Path], say: Callable[[str, str], None],
                  log: Callable[..., None], lost_after_s: float, expected: int = 0):
-        self._open = open_store  # called in the thread: the supervisor does not wait
-        self.store: NodeStore = None  # type: ignore[assignment]  # set once hosted
-        self.failed: str | None = None  # why the store could not be hosted
+        self._open = open_hub  # called in the thread: the supervisor does not wait
+        self.hub: Hub = None  # type: ignore[assignment]  # set once listening
+        self.failed: str | None = None  # why the channel could not be opened
         self.expected = expected  # other nodes the job needs (--nnodes N: N - 1)
         self.run_dir_of = run_dir_of  # attempt -> the run dir its mirrors go into
         self.say = say
@@ -67,7 +72,12 @@ class NodeLeader:
         self.nodes: dict[str, NodeView] = {}
         self.problems: list[str] = []
         self._problems_cut = 0
-        self._slots_done: set[int] = set()  # registration slots read (or refused)
+        self._peers: dict[str, Peer] = {}  # node -> its connection
+        self._kept: dict[str, Any] = {}  # verdict, final: sent to every node, late ones too
+        self._outbox: deque[tuple[str, Any]] = deque()  # sent by the thread
+        self._asked = 0
+        self._beat_at = 0.0
+        self._chores_at = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ddpdoctor-nodes", daemon=True)
@@ -82,17 +92,21 @@ class NodeLeader:
     # -- the thread ---------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            self.store = self._open()
+            self.hub = self._open()
         except Exception as e:  # noqa: BLE001 - the port is taken, or no network
             self.failed = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
             return
-        while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception as e:  # noqa: BLE001 - a store hiccup: said once, try again
-                if len(self.problems) < 5:
-                    self.problem(f"node link: {type(e).__name__}: {e}")
-            self._stop.wait(TICK_S)
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.tick()
+                except Exception as e:  # noqa: BLE001 - a channel hiccup: said, go on
+                    if len(self.problems) < 5:
+                        self.problem(f"node link: {type(e).__name__}: {e}")
+                    self._stop.wait(TICK_S)
+        finally:
+            self._flush()
+            self.hub.close()
 
     def problem(self, text: str) -> None:
         """Keep a problem for the report, at most MAX_PROBLEMS of them."""
@@ -104,38 +118,74 @@ class NodeLeader:
         self.problems[-1] = more
 
     def tick(self) -> None:
-        """Join new nodes, drain their queues into the mirrors, notice lost nodes."""
-        self.store.set("leader/beat", time.time_ns())
-        self.store.republish()  # the verdict and the final word, should someone overwrite them
-        self._join()
+        """Take the nodes' messages; every TICK_S: greet newcomers, send what is due,
+        notice lost nodes (the work over every node, done once per tick, not per message)."""
+        hub = self.hub
+        now = time.monotonic()
+        if now >= self._chores_at:
+            self._chores_at = now + TICK_S
+            self._chores(now)
+        for peer, msg in hub.receive(TICK_S):
+            self._on_message(peer, msg)
+        self._flush()
+
+    def _chores(self, now: float) -> None:
+        hub = self.hub
+        hub.refill()
+        new = hub.adopt()
+        if new:
+            beat = hub.sealed("beat", self._beat())  # its session, before hello
+            for peer in new:
+                peer.send(beat)
+        if now - self._beat_at >= BEAT_S:
+            self._beat_at = now
+            self._broadcast("beat", self._beat())
         for view in list(self.nodes.values()):
-            for item in self.store.pop_all(f"node/{view.node}/q", view.node):
-                self._take(view, NodeReport.parse(item))
-            if not view.lost and not view.done and \
-                    time.monotonic() - view.last_seen > self.lost_after_s:
+            if not view.lost and not view.done and now - view.last_seen > self.lost_after_s:
                 self._lose(view)
 
-    def _join(self) -> None:
-        """Nodes that registered: each claims a slot and writes its name there, sealed.  The
-        newest JOIN_WINDOW slots are read (a slot claimed by a stranger stays empty or
-        holds a refused value: it never blocks the slots after it)."""
-        claimed = self.store.add("nodes/claimed", 0)
-        low = max(0, claimed - JOIN_WINDOW)
-        self._slots_done = {i for i in self._slots_done if i >= low}
-        for index in range(low, claimed):
-            if index in self._slots_done:
-                continue
-            try:
-                msg = self.store.read(f"nodes/{index}")
-            except Refused:  # told to the log by the store
-                self._slots_done.add(index)
-                continue
-            if msg is None:
-                continue  # claimed a moment ago: its name comes next tick
-            self._slots_done.add(index)
-            node = node_name(msg.value)
-            if node is None or node != msg.sender or node in self.nodes:
-                continue
+    def _beat(self) -> dict[str, Any]:
+        """A beat: node 0's clock, and how often each node should send its news (so that
+        all of them together send about MESSAGES_PER_S)."""
+        every = max(PUSH_EVERY_S, len(self.hub.peers) / MESSAGES_PER_S)
+        return {"t": time.time_ns(), "every": round(every, 3)}
+
+    def _flush(self) -> None:
+        while self._outbox:
+            topic, value = self._outbox.popleft()
+            self._broadcast(topic, value)
+
+    def _broadcast(self, topic: str, value: Any) -> None:
+        data = self.hub.sealed(topic, value)  # sealed once, the same bytes to every node
+        for peer in list(self._peers.values()):
+            peer.send(data)
+
+    def _on_message(self, peer: Peer, msg: Received) -> None:
+        if msg.topic == "hello":
+            self._hello(peer, msg)
+        elif msg.topic == "report" and peer.node is not None and msg.sender == peer.node \
+                and isinstance(msg.value, dict) and peer.node in self.nodes:
+            self._take(self.nodes[peer.node], NodeReport.parse(msg.value))
+        else:
+            self.hub.drop(peer, f"{msg.topic!r} from {msg.sender[:32]!r} on the connection "
+                          f"of {peer.node or 'a node not yet joined'!r}")
+
+    def _hello(self, peer: Peer, msg: Received) -> None:
+        """A node names itself (its name: the sender of the sealed hello)."""
+        raw = msg.value.get("node") if isinstance(msg.value, dict) else None
+        node = node_name(raw)
+        if node is None or node != msg.sender or node == "0" or peer.node is not None:
+            self.hub.drop(peer, f"a hello that names {str(raw)[:32]!r}")
+            return
+        old = self._peers.get(node)
+        if old is not None and not old.closed:
+            self.hub.drop(peer, f"node {node} is already joined")
+            return
+        peer.node = node
+        self._peers[node] = peer
+        for topic, value in list(self._kept.items()):  # what the others were told already
+            peer.send(self.hub.sealed(topic, value))
+        if node not in self.nodes:
             self.nodes[node] = NodeView(node)
             self.log("node_joined", node=node)
             self.say(f"node {node} joined")
@@ -147,10 +197,13 @@ class NodeLeader:
             view.skew_ns = sample if view.skew_ns is None else max(view.skew_ns, sample)
         view.host = item.host or view.host
         view.attempt = item.attempt if item.attempt is not None else view.attempt
-        mirror = node_dir(self.run_dir_of(view.attempt), view.node)
-        if not (mirror / NODE_FILE).exists():
-            self._write_node(view, mirror)  # before its traces: they are read as another host's
-        if item.delta is not None:
+        mirror = view.mirror
+        if mirror is None or view.mirror_attempt != view.attempt:
+            mirror = node_dir(self.run_dir_of(view.attempt), view.node)
+            if not (mirror / NODE_FILE).exists():
+                self._write_node(view, mirror)  # before its traces: read as another host's
+            view.mirror, view.mirror_attempt = mirror, view.attempt
+        if item.delta is not None and (item.delta.get("rings") or item.delta.get("files")):
             for problem in apply_delta(mirror, item.delta)[:3]:
                 self.problem(problem)
         with self._lock:
@@ -208,8 +261,10 @@ class NodeLeader:
 
     def request_stacks(self, ranks: list[int] | None) -> int:
         """Ask the other nodes for their ranks' stacks (all ranks when None)."""
-        n = self.store.add("stacks/asked", 1)
-        self.store.set(f"stacks/ask/{n}", {"ranks": ranks})
+        with self._lock:
+            self._asked += 1
+            n = self._asked
+        self._outbox.append(("ask", {"n": n, "ranks": ranks}))
         return n
 
     def wait_acks(self, n: int, timeout_s: float) -> list[str]:
@@ -242,15 +297,19 @@ class NodeLeader:
                 self._lose(view)
 
     def publish_verdict(self, reason: str, message: str, stop: bool, exit_code: int) -> None:
-        self.store.set("verdict", {"reason": reason, "message": message, "stop": stop,
-                                   "exit_code": exit_code}, keep=True)
+        self._publish("verdict", {"reason": reason, "message": message, "stop": stop,
+                                  "exit_code": exit_code})
+
+    def _publish(self, topic: str, value: Any) -> None:
+        """Tell every node now, and every node that joins later."""
+        self._kept[topic] = value
+        self._outbox.append((topic, value))
 
     def publish_final(self, report: str | None, outcome: str | None, host: str) -> None:
         """Tell the other nodes where the report is; wait (10 s at most: a loaded node reads
-        it in milliseconds) until each says, sealed, that it read it: the store goes with
+        it in milliseconds) until each says, sealed, that it read it: the channel goes with
         this process."""
-        self.store.set("final", {"report": report, "outcome": outcome, "host": host},
-                       keep=True)
+        self._publish("final", {"report": report, "outcome": outcome, "host": host})
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline:
             with self._lock:

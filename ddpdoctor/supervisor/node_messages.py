@@ -1,6 +1,6 @@
 """What the supervisors of a many-node job say to each other, parsed field by field with types checked.
 
-A value read from the nodes' store is only a value: its keys never become keyword
+A value read from the nodes' channel is only a value: its keys never become keyword
 arguments, a field of the wrong type is left out (its default), and lists and maps are cut
 to what a real job can have.
 """

@@ -1,10 +1,10 @@
 """The Supervisor's part in a many-node job: lead (node 0) or follow, or decide alone.
 
-Every value in the nodes' store is sealed with the job's secret (``DDPDOCTOR_STORE_SECRET``,
-the same on every node).  Without one, the nodes seal with a key derived from the settings
-every node is given alike (the store's address and the rendezvous id) and each says once
-that whoever knows them can speak to the store; a secret set but too short is refused, and
-that node decides alone (its own report), as when node 0 cannot be reached."""
+The nodes talk over the nodes' channel (node_channel), whose every connection proves the
+job's secret (``DDPDOCTOR_STORE_SECRET`` or ``--node-secret-file``, the same on every
+node; checked before the job starts: node_secret) and whose every message is sealed with
+it.  With ``--insecure-node-channel`` the key is a constant anyone knows: every node says
+so.  When node 0 cannot be reached, a node decides alone (its own report)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from ddpdoctor.analysis.causal.verdict import report_grace_s
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.host import host_name
 from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
-from ddpdoctor.supervisor.node_auth import (SECRET_ENV, Seal, example_secret, new_session,
-                                            rendezvous_secret, secret_problem, store_secret)
+from ddpdoctor.supervisor.node_auth import Seal, new_session
+from ddpdoctor.supervisor.node_channel import Hub
 from ddpdoctor.supervisor.node_follower import NodeFollower
 from ddpdoctor.supervisor.node_leader import NodeLeader
-from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore, this_node_id
+from ddpdoctor.supervisor.node_secret import INSECURE_WARNING, NodeSecret
+from ddpdoctor.supervisor.node_store import NodeSetup, open_hub, this_node_id
 from ddpdoctor.supervisor.stacks import capture_stacks
 
 STACKS_WAIT_S = 15.0  # py-spy on the other nodes, then their copy
@@ -32,51 +33,40 @@ class NodesMixin:
     follower: NodeFollower | None = None
     _follow_said = False
 
-    def open_nodes(self, setup: NodeSetup | None) -> None:
-        """Join the other nodes' supervisors (nothing for a one-node job)."""
+    def open_nodes(self, setup: NodeSetup | None, secret: NodeSecret | None = None) -> None:
+        """Join the other nodes' supervisors (nothing for a one-node job: no port)."""
         if setup is None:
             return
-        secret = store_secret()
-        if secret is None:
-            self.say(f"{SECRET_ENV} is not set: the nodes' store is sealed with a key derived "  # type: ignore
-                     "from the rendezvous settings, which anyone who can read the job's "
-                     f"command line knows; export {SECRET_ENV}={example_secret()} (the same "
-                     "on every node) to keep them out", "yellow")
-            self.log("store_secret", source="rendezvous")  # type: ignore[attr-defined]
-            secret = rendezvous_secret(setup.address, setup.rdzv_id)
-        problem = secret_problem(secret)
-        if problem:
-            self.say(f"{problem}: the nodes' store needs the same secret on every node, e.g. "  # type: ignore
-                     f"export {SECRET_ENV}={example_secret()} before ddpdoctor run on each",
-                     "yellow")
-            self._alone(f"no nodes' store ({problem})")
+        if secret is None:  # checked by run_job before the job started
+            self._alone("no secret for the nodes' channel")
             return
-        assert secret is not None
+        if secret.insecure:
+            self.say(INSECURE_WARNING, "red")  # type: ignore[attr-defined]
+            self.log("node_channel", insecure=True)  # type: ignore[attr-defined]
         # a node silent this long is lost; a node never heard of gets as long (the verdict)
         lost_after = report_grace_s(self.config.hang_timeout)  # type: ignore[attr-defined]
         lead = setup.leader
-        seal = Seal(secret, "0", new_session())
+        seal = Seal(secret.value, "0", new_session())
         if lead is None:  # no node rank: whoever binds the port first leads
             try:
-                store = NodeStore.open(setup, True, 30.0, seal, self._store_refused)
+                hub = open_hub(setup, seal, self._store_refused)
             except Exception:  # noqa: BLE001 - the port is taken: another node leads
-                store = None
-            if store is not None:
-                self._lead(setup, lambda: store, lost_after)
+                hub = None
+            if hub is not None:
+                self._lead(setup, lambda: hub, lost_after)
                 return
         elif lead:
-            self._lead(setup, lambda: NodeStore.open(setup, True, 30.0, seal,
-                                                     self._store_refused), lost_after)
+            self._lead(setup, lambda: open_hub(setup, seal, self._store_refused), lost_after)
             return
-        self.follower = NodeFollower(setup, this_node_id(setup), self._watched,
-                                     lost_after, secret, self.log)  # type: ignore[attr-defined]
+        self.follower = NodeFollower(setup, this_node_id(setup), self._watched, lost_after,
+                                     secret.value, self.log)  # type: ignore[attr-defined]
         self.follower.start()
-        self.say(f"following node 0 through {setup.address}: it decides and writes the "  # type: ignore
-                 "job's one report")
+        self.say(f"following node 0 through {setup.address}: it decides and "  # type: ignore
+                 "writes the job's one report")
 
-    def _lead(self, setup: NodeSetup, open_store: Callable[[], NodeStore],
+    def _lead(self, setup: NodeSetup, open_hub: Callable[[], Hub],
               lost_after: float) -> None:
-        self.leader = NodeLeader(open_store, self._run_dir_of, self.say,  # type: ignore[arg-type]
+        self.leader = NodeLeader(open_hub, self._run_dir_of, self.say,  # type: ignore[arg-type]
                                  self.log, lost_after,  # type: ignore[attr-defined]
                                  expected=max(0, setup.min_nodes - 1))
         self.leader.start()
@@ -85,7 +75,7 @@ class NodesMixin:
                  f"{setup.address}; the job's one report is written here")
 
     def _store_refused(self, key: str, why: str, count: int) -> None:
-        """A value in the store that is not this job's supervisors': dropped, logged."""
+        """A message that is not this job's supervisors': dropped, logged."""
         self.log("store_refused", key=key[:128], why=why, count=count)  # type: ignore
 
     def check_leader(self) -> None:
@@ -93,7 +83,7 @@ class NodesMixin:
         if self.leader is not None and self.leader.failed is not None:
             why = self.leader.failed
             self.leader = None
-            self._alone(f"cannot host the nodes' store at {self.nodes_address} ({why})")
+            self._alone(f"cannot listen for the other nodes at {self.nodes_address} ({why})")
 
     def _run_dir_of(self, attempt: int) -> Path:
         base = getattr(self, "base_dir", None)
@@ -188,8 +178,8 @@ class NodesMixin:
             report["nodes"] = [{"node": "0", "host": host_name(), "lost": False}] + \
                 self.leader.summary()
             missing = self.leader.expected - len(self.leader.nodes)
-            unheard = [f"{missing} node(s) the job needs (--nnodes) never reached node 0's "
-                       "store: their ranks are not in this report"] if missing > 0 else []
+            unheard = [f"{missing} node(s) the job needs (--nnodes) never reached node 0: "
+                       "their ranks are not in this report"] if missing > 0 else []
             report["problems"] = list(dict.fromkeys(report.get("problems", []) +
                                                     self.leader.problems + unheard))
         path = str(self.report_path) if self.report_path is not None else None  # type: ignore

@@ -13,6 +13,7 @@ from typing import Any, Iterable, NamedTuple
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.meta_line import parse_meta_line
 from ddpdoctor.trace.origin import Origin
+from ddpdoctor.trace.text import clean, clean_value, may_hold_control
 from ddpdoctor.trace.record import (CallRecord, filled, group_name, group_names,
                                     starts_iteration)
 
@@ -110,8 +111,8 @@ def decode_fields(raw: bytes) -> tuple[tuple, tuple, tuple, str, str, str]:
         ins, outs = parse_shapes(parts[0]), parse_shapes(parts[1])
     except ValueError:
         ins, outs = (), ()
-    dtypes = tuple(d for d in parts[2].split(";") if d)
-    return ins, outs, dtypes, parts[3], parts[4], parts[5]
+    dtypes = tuple(clean(d) for d in parts[2].split(";") if d)
+    return ins, outs, dtypes, clean(parts[3]), clean(parts[4]), parts[5]
 
 
 def decode_text(raw: bytes) -> tuple[tuple, tuple, tuple, str, str]:
@@ -145,8 +146,9 @@ def read_header(buf: bytes | mmap.mmap, path: Path) -> TraceHeader:
         state=state, exit_code=None if v["exit_code"] == -1 << 31 else v["exit_code"],
         step=v["step"], epoch=v["epoch"], count=max(0, v["count"]),
         heartbeat_ns=v["heartbeat_ns"], last_seq=v["last_seq"], started_ns=v["started_ns"],
-        host=v["host"].rstrip(b"\0").decode("utf-8", "replace"),
-        run_id=v["run_id"].rstrip(b"\0").decode("utf-8", "replace"), capacity=v["capacity"],
+        host=clean(v["host"].rstrip(b"\0").decode("utf-8", "replace")),
+        run_id=clean(v["run_id"].rstrip(b"\0").decode("utf-8", "replace")),
+        capacity=v["capacity"],
         loaders=read_loader_counts(buf),
     )
 
@@ -244,7 +246,7 @@ def read_meta(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             continue
         if isinstance(obj, dict) and isinstance(obj.get("event"), str) and \
                 _stamp_ok(obj.get("t")):
-            events.append(obj)
+            events.append(clean_value(obj) if may_hold_control(line) else obj)
         else:
             bad += 1
     if bad:

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ddpdoctor.rundir.layout import open_new
 from ddpdoctor.trace import layout as L
 
 APPEND_ONLY = (".jsonl",)  # logs that only grow: sent from where the last copy ended
@@ -185,7 +186,7 @@ def _apply_ring(mirror: Path, ring: dict[str, Any]) -> None:
     if new:
         _room_for_one_more(path)
     target, path = path, path.with_name(f".{path.name}.tmp") if new else path
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_new(path, os.O_RDWR) if new else os.open(path, os.O_RDWR | os.O_NOFOLLOW)
     try:
         if os.fstat(fd).st_size < size:
             os.ftruncate(fd, size)  # sparse: only written slots take room
@@ -214,14 +215,15 @@ def _apply_file(mirror: Path, part: dict[str, Any]) -> None:
     if not path.exists():
         _room_for_one_more(path)
     if "offset" in part:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             os.pwrite(fd, data, offset)
         finally:
             os.close(fd)
         return
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
+    with os.fdopen(open_new(tmp), "wb") as f:
+        f.write(data)
     os.replace(tmp, path)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.host import host_name
+from ddpdoctor.rundir.layout import open_new
 from ddpdoctor.trace import layout as L
 
 _I32 = struct.Struct("<i")
@@ -65,7 +66,7 @@ class TraceWriter:
         # Built under a temporary name and renamed once the header is in: a reader never
         # sees a ring file without its header.
         tmp_path = self.ring_path.with_name(self.ring_path.name + ".tmp")
-        fd = os.open(tmp_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = open_new(tmp_path, os.O_RDWR)
         try:
             _reserve(fd, size)
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)

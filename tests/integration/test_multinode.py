@@ -307,29 +307,25 @@ def _alive(pid: int) -> bool:
     return b"collectives.py" in cmdline
 
 
-def test_without_the_secret_the_nodes_still_meet(tmp_path):
-    """No DDPDOCTOR_STORE_SECRET (the command line of earlier versions): the nodes seal
-    with a key derived from the rendezvous settings, each says how to set a real secret,
-    and node 0 writes the job's one report as before."""
-    results = _finish(_start_nodes(tmp_path, {"BUG": "none", SECRET_ENV: ""}))
-    for node, (code, out, err) in enumerate(results):
-        assert code == 0, f"node {node}: {err[-3000:]}"
-        said = " ".join(err.split())
-        assert f"{SECRET_ENV} is not set" in said and f"export {SECRET_ENV}=" in said
-    report = json.loads((tmp_path / "node0" / "report.json").read_text())
-    assert report["outcome"] == "completed" and not _errors(report)
-    assert {r["host"] for r in report["ranks"]} == set(HOSTS)
-
-
-def test_a_short_secret_is_refused_and_each_node_decides_alone(tmp_path):
-    """A secret set but too short is the user's mistake: no store is opened; each node says
-    why and writes its own report of its own ranks; the job runs as without ddpdoctor."""
-    results = _finish(_start_nodes(tmp_path, {"BUG": "none", SECRET_ENV: "short"}))
-    for node, (code, out, err) in enumerate(results):
-        assert code == 0, f"node {node}: {err[-3000:]}"
-        said = " ".join(err.split())
-        assert "shorter than 16 characters" in said
-        report = json.loads((tmp_path / f"node{node}" / "report.json").read_text())
-        assert report["outcome"] == "completed" and not _errors(report)
-        assert {r["host"] for r in report["ranks"]} == {HOSTS[node]}
-        assert any("no nodes' store" in p for p in report["problems"])
+def test_without_a_secret_a_many_node_run_refuses_to_start(tmp_path):
+    """No secret (or one too short, or a secret file others can read): each node stops
+    before anything starts, one line that shows how to make one, exit 2; with
+    --insecure-node-channel the user accepts a channel anyone can join."""
+    argv = [sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir", str(tmp_path / "r"),
+            "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:1",
+            "--nproc-per-node", "1", str(JOB)]
+    loose = tmp_path / "secret"
+    loose.write_text("a-long-enough-secret-in-a-file\n")
+    loose.chmod(0o644)
+    for env, extra in (({SECRET_ENV: ""}, []), ({SECRET_ENV: "short"}, []),
+                       ({SECRET_ENV: ""}, ["--node-secret-file", str(loose)])):
+        done = subprocess.run(argv[:4] + extra + argv[4:], env={**os.environ, **env},
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2, done.stderr[-2000:]
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert not (tmp_path / "r").exists()  # nothing started, no run dir
+    assert "export DDPDOCTOR_STORE_SECRET=$(python -c 'import secrets;print(" \
+        "secrets.token_hex(32))')" in " ".join(
+            subprocess.run(argv, env={**os.environ, SECRET_ENV: ""}, capture_output=True,
+                           text=True, timeout=60, check=False).stderr.split())

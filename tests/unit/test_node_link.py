@@ -1,4 +1,4 @@
-"""The link between node 0's supervisor and another node's, over a real c10d TCPStore in one
+"""The link between node 0's supervisor and another node's, over the real nodes' channel in one
 process: copies, stack requests, the verdict, the final word, a lost node, no node 0."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from ddpdoctor.supervisor.node_leader import NodeLeader
 from ddpdoctor.config import parse_store
 from ddpdoctor.errors import UserError
 from ddpdoctor.supervisor.node_auth import Seal
-from ddpdoctor.supervisor.node_store import NodeSetup, NodeStore, node_setup
+from ddpdoctor.supervisor.node_channel import Hub
+from ddpdoctor.supervisor.node_store import NodeSetup, node_setup, open_hub
 from ddpdoctor.trace.reader import read_trace
 from tests.integration.jobs.ports import free_port
 from tests.unit.test_nodes import _write_trace
@@ -24,10 +25,9 @@ from tests.unit.test_nodes import _write_trace
 SECRET = "a-secret-of-this-test-job"
 
 
-def _host(setup: NodeSetup, timeout: float) -> NodeStore:
-    """Node 0's store, sealed with the test's secret."""
-    return NodeStore.open(setup, True, timeout, Seal(SECRET, "0", "session-0"),
-                          lambda *a: None)
+def _host(setup: NodeSetup, timeout: float) -> Hub:
+    """Node 0's end of the channel, with the test's secret."""
+    return open_hub(setup, Seal(SECRET, "0", "session-0"), lambda *a: None)
 
 
 def _follower(setup: NodeSetup, node: str, run_dir, lost_after: float) -> NodeFollower:
@@ -116,7 +116,7 @@ def test_no_node_0_means_deciding_alone(tmp_path, monkeypatch):
     follower = _follower(setup, "1", lambda: (0, tmp_path), 5.0)
     follower.start()
     assert _until(lambda: not follower.linked, 15.0)
-    assert "cannot reach node 0's store at 127.0.0.1:" in (follower.failed or "")
+    assert "cannot reach node 0 at 127.0.0.1:" in (follower.failed or "")
 
 
 def test_a_taken_port_cannot_be_hosted_twice():
@@ -128,4 +128,22 @@ def test_a_taken_port_cannot_be_hosted_twice():
                         lambda *a: None, lambda *a, **k: None, 1.0)
     leader.start()
     assert _until(lambda: leader.failed is not None, 10.0)  # said, not raised
-    del first
+    first.close()
+
+
+def test_node_0_gone_after_its_final_word_still_decided(tmp_path):
+    """Node 0 closes the channel once a node read its final word: the node, still stopping
+    its ranks, takes that word (it writes no report of its own)."""
+    setup = NodeSetup("127.0.0.1", free_port(), 2, None)
+    leader = NodeLeader(lambda: _host(setup, 10), lambda attempt: tmp_path / "node0",
+                        lambda *a: None, lambda *a, **k: None, 5.0, expected=1)
+    leader.start()
+    (tmp_path / "n1" / "traces").mkdir(parents=True)
+    follower = _follower(setup, "1", lambda: (0, tmp_path / "n1"), 5.0)
+    follower.start()
+    assert _until(lambda: "1" in leader.nodes)
+    leader.publish_final("/r/report.json", "hung", "h0")  # returns once node 1 read it
+    leader.close()
+    assert _until(lambda: follower.failed is not None)  # the channel closed
+    assert follower.linked and follower.finish(124, 5.0)["report"] == "/r/report.json"
+    follower.close()

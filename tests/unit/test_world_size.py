@@ -30,3 +30,12 @@ def test_plausible_claims():
     assert plausible_world(0, 1) and plausible_world(7, MAX_WORLD_SIZE)
     assert not plausible_world(0, MAX_WORLD_SIZE + 1)
     assert not plausible_world(2, 2) and not plausible_world(-1, 4)
+
+
+def test_a_world_past_the_traces_present_is_not_believed():
+    from ddpdoctor.trace.world import RANKS_PER_TRACE
+
+    assert world_size([(0, 3), (1, 3), (999_999, 1_000_000)]) == 3
+    assert world_size([(0, 1_000_000)]) == 0
+    assert world_size([(r, 8192) for r in range(8)]) == 8192  # node 0 of 1,024 nodes
+    assert world_size([(0, RANKS_PER_TRACE)]) == RANKS_PER_TRACE
