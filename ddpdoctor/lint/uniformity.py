@@ -6,8 +6,8 @@ that fires on a tainted value would cry wolf on them:
 
 - a presence test: ``int(os.environ.get("RANK", -1)) != -1`` asks "is this a distributed
   run?", and every rank of a job answers alike (a rank is never -1 or None);
-- a value moved to the rank's device: ``x.to(local_rank)``, ``torch.load(p,
-  map_location=device)``: the device differs by rank, the values do not;
+- a value moved to the rank's device: ``x.to(local_rank)``, a checkpoint loaded with
+  ``map_location=device``: the device differs by rank, the values do not;
 - a length-preserving wrapper: ``tqdm(loader, disable=not is_main)``, ``enumerate``,
   ``zip``, ``rich.progress.track``: as many items on every rank as what it wraps;
 - an exception that every rank meets alike: ``except ImportError`` (the same environment),
