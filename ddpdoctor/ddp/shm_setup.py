@@ -2,8 +2,8 @@
 
 Every rank of the group, at the same ring call: makes a memfd (sealed against resizing)
 and a listening unix socket, trades over the group's own send/recv what its neighbours
-must know (its pid, uid, host, pid namespace, socket name, slot size: to the right; its
-pid: to the left), connects to its left neighbour's socket, and the ranks agree around
+must know (its pid, uid, host, pid and network namespaces, socket name, slot size: to the
+right; its pid: to the left), connects to its left neighbour's socket, and the ranks agree around
 the ring that every link works, twice (connected; mapped).
 
 Only the job's own ranks get in.  The listening socket is a path socket alone in a
@@ -81,10 +81,11 @@ class Identity:
     slot_bytes: int
     uid: int
     pid_ns: int
+    net_ns: int  # another network namespace is another host to the job (a container's)
 
     def values(self) -> list[int]:
         return [self.ok, self.pid, self.boot, self.token, self.slot_bytes, self.uid,
-                self.pid_ns]
+                self.pid_ns, self.net_ns]
 
 
 def _ns_inode(kind: str) -> int:
@@ -158,6 +159,8 @@ def _mismatch(me: Identity, left: Identity) -> str:
         return "peers on another host"
     if left.pid_ns != me.pid_ns:
         return "peers in another pid namespace"
+    if left.net_ns != me.net_ns:
+        return "peers in another network namespace"
     if left.uid != me.uid:
         return "peers run as another user"
     if left.slot_bytes != me.slot_bytes:
@@ -340,7 +343,7 @@ def setup(pg: Any, wanted: bool, slot_bytes: int, size: int) -> Outcome:
             except OSError as e:
                 why = f"no shared memory here ({e.strerror or e})"
         me = Identity(int(not why), os.getpid(), _boot_id(), token, slot_bytes, os.getuid(),
-                      _ns_inode("pid"))
+                      _ns_inode("pid"), _ns_inode("net"))
         left = Identity(*_trade(pg, me.values(), _SETUP_TAG))
         right_pid = _trade(pg, [os.getpid()], _BACK_TAG, to_right=False)[0]
         if not why:
