@@ -18,10 +18,12 @@ Detector = Callable[[JobView], list[Finding]]
 def builtin_detectors() -> list[tuple[str, Detector]]:
     """(name, detector) of the silent-bug detectors that ship with ddpdoctor.  Root causes
     (mismatch, failure, missing, uneven, deadlock) are decided by analysis.causal."""
-    from ddpdoctor.analysis.detectors import duplicate, seeds, shuffle, straggler
+    from ddpdoctor.analysis.detectors import (duplicate, replica_divergence, seeds, shuffle,
+                                              straggler)
 
     return [("seed_collision", seeds.detect), ("stale_shuffle", shuffle.detect),
-            ("duplicate_data", duplicate.detect), ("straggler", straggler.detect)]
+            ("duplicate_data", duplicate.detect), ("straggler", straggler.detect),
+            ("replica_divergence", replica_divergence.detect)]
 
 
 @hookimpl
