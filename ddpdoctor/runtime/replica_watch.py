@@ -15,7 +15,7 @@ FSDP or a model outside DDP is not a replica).  Meta events, one kind per fact:
   gradient was accumulated more than once in the last backward (DDP averages one), the
   optimizers' hyperparameters by param group, and LR scheduler steps;
 - ``replica_write``: a ``load_state_dict`` or a ``torch.nn.init`` call that wrote to a
-  tracked parameter after construction, with the user's line.
+  tracked parameter after construction, with the user's line (runtime/replica_writes.py).
 
 Nothing here runs a collective.  A failure notes a runtime error and stops the checks; the
 training step is never affected.
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 import time
 import weakref
 from typing import Any
@@ -34,9 +33,6 @@ from ddpdoctor.runtime import recorder as R
 from ddpdoctor.runtime.replica_prints import CheckSchedule, fingerprints
 
 ENV_EVERY = "DDPDOCTOR_REPLICA_EVERY"  # a fixed interval; 0 turns the checks off
-INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_",
-                  "eye_", "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
-                  "kaiming_normal_", "orthogonal_", "sparse_")
 HYPER_SKIP = frozenset({"params", "initial_lr"})
 
 
@@ -142,7 +138,7 @@ def _schedule_from_env() -> CheckSchedule | None:
     return None if every <= 0 else CheckSchedule(every)
 
 
-def _disable(where: str, error: BaseException) -> None:
+def disable(where: str, error: BaseException) -> None:
     w = _watch
     if w is not None:
         w.enabled = False
@@ -178,7 +174,7 @@ def track(ddp: Any) -> None:
             requires_grad=rep.requires_grad, broadcast_buffers=rep.broadcast_buffers,
             site=R.user_callsite(3))
     except Exception as e:  # noqa: BLE001 - the user's DDP must build regardless
-        _disable("tracking a DDP", e)
+        disable("tracking a DDP", e)
 
 
 # -- optimizer steps -------------------------------------------------------------------------
@@ -199,7 +195,7 @@ def before_step(optimizer: Any) -> None:
             if rep.index not in w.grads:  # the first optimizer of the step sees them all
                 w.grads[rep.index] = fingerprints([p.grad for p in ps])
     except Exception as e:  # noqa: BLE001 - see the module docstring
-        _disable("fingerprinting gradients", e)
+        disable("fingerprinting gradients", e)
 
 
 def after_step(optimizer: Any, step: int) -> None:
@@ -220,7 +216,7 @@ def after_step(optimizer: Any, step: int) -> None:
                 rep.arm()
         w.last_step_at = time.perf_counter()
     except Exception as e:  # noqa: BLE001 - see the module docstring
-        _disable("fingerprinting parameters", e)
+        disable("fingerprinting parameters", e)
 
 
 def _check(w: ReplicaWatch, rec: R.Recorder, step: int) -> None:
@@ -280,112 +276,6 @@ def hyperparameters(w: ReplicaWatch) -> tuple[list[dict[str, Any]], dict[int, in
                 where.setdefault(id(p), len(out))
             out.append(row)
     return out, where
-
-
-# -- writes outside the optimizer ------------------------------------------------------------
-def _note_write(what: str, names: list[str], rep: Replica, site: str) -> None:
-    rec = R.active()
-    if rec is None:
-        return
-    rec.meta("replica_write", ddp=rep.index, what=what, params=names[:16], count=len(names),
-             step=rec.steps, site=site)
-
-
-def _wrap_load_state_dict(cls: type) -> None:
-    original = cls.load_state_dict
-    if getattr(original, "__ddpdoctor_original__", None):
-        return
-
-    @functools.wraps(original)
-    def load_state_dict(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(self, *args, **kwargs)
-        w = _watch
-        if w is not None and w.enabled and w.replicas:
-            try:
-                _loaded(w, self)
-            except Exception as e:  # noqa: BLE001 - see the module docstring
-                _disable("noting a load_state_dict", e)
-        return result
-
-    load_state_dict.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
-    cls.load_state_dict = load_state_dict
-
-
-def _loaded(w: ReplicaWatch, module: Any) -> None:
-    hits: dict[int, tuple[Replica, list[str]]] = {}
-    for p in module.parameters():
-        found = w.tracked_param(p)
-        if found is not None:
-            rep, i = found
-            hits.setdefault(rep.index, (rep, []))[1].append(rep.names[i])
-    for rep, names in hits.values():
-        _note_write("load_state_dict", names, rep, R.user_callsite(3))
-
-
-def _wrap_init(module: Any, name: str) -> None:
-    original = getattr(module, name, None)
-    if original is None or getattr(original, "__ddpdoctor_original__", None):
-        return
-
-    @functools.wraps(original)
-    def init(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(tensor, *args, **kwargs)
-        w = _watch
-        if w is not None and w.enabled and w.replicas:
-            try:
-                found = w.tracked_param(tensor)
-                if found is not None:
-                    rep, i = found
-                    _note_write(f"torch.nn.init.{name}", [rep.names[i]], rep,
-                                R.user_callsite(2))
-            except Exception as e:  # noqa: BLE001 - see the module docstring
-                _disable("noting an init", e)
-        return result
-
-    init.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
-    setattr(module, name, init)
-
-
-def _wrap_scheduler_step(cls: type) -> None:
-    original = cls.__dict__.get("step")
-    if original is None or getattr(original, "__ddpdoctor_original__", None):
-        return
-
-    @functools.wraps(original)
-    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
-        w = _watch
-        if w is not None and w.enabled:
-            try:
-                seen = w.schedulers.get(self)
-                if seen is None:  # LRScheduler's constructor steps once: not the user's
-                    first = sys._getframe(1).f_code.co_name != "_initial_step"
-                    w.schedulers[self] = [int(first), R.user_callsite(2) if first else ""]
-                else:
-                    seen[0] += 1
-                    if not seen[1]:
-                        seen[1] = R.user_callsite(2)
-            except Exception as e:  # noqa: BLE001 - see the module docstring
-                _disable("counting scheduler steps", e)
-        return original(self, *args, **kwargs)
-
-    step.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
-    cls.step = step
-
-
-def install() -> None:
-    """Hook module loading, nn.init and LR schedulers (the optimizer hooks are
-    runtime/torch_hooks.py's)."""
-    import torch.nn.init as init
-    from torch import nn
-    from torch.optim import lr_scheduler
-
-    _wrap_load_state_dict(nn.Module)
-    for name in INIT_FUNCTIONS:
-        _wrap_init(init, name)
-    _wrap_scheduler_step(lr_scheduler.LRScheduler)
-    plateau = getattr(lr_scheduler, "ReduceLROnPlateau", None)
-    if isinstance(plateau, type):
-        _wrap_scheduler_step(plateau)
 
 
 def reset_after_fork() -> None:
