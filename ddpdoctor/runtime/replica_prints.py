@@ -18,6 +18,7 @@ BUDGET = 0.005  # the share of a step the prints may cost, amortised over the in
 MIN_EVERY = 16
 MAX_EVERY = 4096
 DECIDE_AT = 16  # the step after which the interval is chosen from measured costs
+LOG_BUDGET = 8 << 20  # meta log bytes of checks a rank writes before its interval doubles
 
 
 def bit_sum(t: Any) -> Any:
@@ -104,6 +105,8 @@ class CheckSchedule:
         self.fixed = every is not None
         self._step_times: list[float] = []
         self._check_times: list[float] = []
+        self.logged = 0  # bytes of checks written so far
+        self._log_budget = LOG_BUDGET
 
     def is_check(self, step: int) -> bool:
         if step <= 0:
@@ -115,6 +118,16 @@ class CheckSchedule:
         """The wall time since the previous optimizer step (the step's cost)."""
         if not self.fixed and 1 < step <= DECIDE_AT:
             self._step_times.append(step_s)
+
+    def note_logged(self, nbytes: int) -> None:
+        """Checks written to the meta log: past each budget (doubled every time) the interval
+        doubles, so that a long run of a model with many tensors logs O(log steps) checks'
+        worth, not O(steps); still a power of two, so ranks keep sharing checked steps."""
+        self.logged += nbytes
+        if self.logged > self._log_budget and self.every is not None and \
+                self.every < MAX_EVERY:
+            self.every *= 2
+            self._log_budget *= 2
 
     def note_check(self, step: int, check_s: float) -> None:
         """What a check cost; after DECIDE_AT the interval is chosen (once)."""

@@ -34,6 +34,7 @@ from ddpdoctor.runtime.replica_prints import CheckSchedule, fingerprints
 
 ENV_EVERY = "DDPDOCTOR_REPLICA_EVERY"  # a fixed interval; 0 turns the checks off
 HYPER_SKIP = frozenset({"params", "initial_lr"})
+BYTES_A_TENSOR = 120  # a check's meta log bytes a tensor, about: prints, grad, version
 
 
 class Replica:
@@ -233,6 +234,7 @@ def _check(w: ReplicaWatch, rec: R.Recorder, step: int) -> None:
         if not rep.broadcast_buffers:
             bs = [r() for r in rep.buffers]
             buffers = fingerprints(bs) if all(b is not None for b in bs) else None
+        w.schedule.note_logged(BYTES_A_TENSOR * (len(ps) + len(rep.buffers)))
         rec.meta("replica_check", ddp=rep.index, step=step, every=w.schedule.every,
                  params=fingerprints(ps), grads=w.grads.pop(rep.index, None),
                  buffers=buffers,

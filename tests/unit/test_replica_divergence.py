@@ -8,7 +8,7 @@ import torch
 from ddpdoctor.analysis.detectors.replica_divergence import divergence_findings
 from ddpdoctor.analysis.replica_facts import (Check, HyperRow, ReplicaFacts, ReplicaSet,
                                               SchedulerSteps, Write, check_from_event)
-from ddpdoctor.runtime.replica_prints import CheckSchedule, every_for, fingerprints
+from ddpdoctor.runtime.replica_prints import LOG_BUDGET, CheckSchedule, every_for, fingerprints
 
 NAMES = ("body.weight", "body.bias", "head.weight", "head.bias")
 SAME = ((11, 1.0), (12, 2.0), (13, 3.0), (14, 4.0))
@@ -166,3 +166,13 @@ def test_schedule_is_dense_early_and_shared_by_different_intervals():
     assert every_for(1e-6, 1.0) == 16 and every_for(10.0, 0.001) == 4096
     a, b = CheckSchedule(32), CheckSchedule(128)
     assert {k for k in range(1, 1000) if a.is_check(k) and b.is_check(k)} >= {128, 256, 384}
+
+
+def test_interval_doubles_past_each_log_budget():
+    s = CheckSchedule(16)
+    s.note_logged(LOG_BUDGET // 2)
+    assert s.every == 16
+    s.note_logged(LOG_BUDGET)  # past the first budget
+    assert s.every == 32
+    s.note_logged(LOG_BUDGET // 2)  # the budget doubled too
+    assert s.every == 32
