@@ -259,11 +259,31 @@ def _gradients_changed(at: dict[int, Check], div: Divergence) -> list[Cause]:
         return []
     ranks, _ = deviants_of(grads, differ)  # type: ignore[arg-type]
     names = _names(div, differ)
+    text = (f"the gradient of {_listed(names)} differed between ranks when the optimizer "
+            f"stepped at step {div.step}, although DDP averages it in backward: it was changed "
+            "between backward and the step on some ranks")
+    site, clipped = _clip_differs(at)
+    if site:
+        return [Cause(CauseKind.GRADIENT_CHANGED, ranks, names,
+                      f"{text}: clip_grad_norm_ at {short_site(site)} clipped with max_norm "
+                      f"{clipped}", site)]
     return [Cause(CauseKind.GRADIENT_CHANGED, ranks, names,
-                  f"the gradient of {_listed(names)} differed between ranks when the optimizer "
-                  f"stepped at step {div.step}, although DDP averages it in backward: it was "
-                  "changed between backward and the step on some ranks (clipping by a norm "
-                  "each rank computes itself, scaling or editing it by hand)")]
+                  f"{text} (clipping by a norm each rank computes itself, scaling or editing it "
+                  "by hand)")]
+
+
+def _clip_differs(at: dict[int, Check]) -> tuple[str, str]:
+    """A clip_grad_norm_ call site whose last max_norm differed between ranks, and the
+    values by rank."""
+    by_site: dict[str, dict[int, float | None]] = {}
+    for rank, c in at.items():
+        for site, v in c.clips:
+            by_site.setdefault(site, {})[rank] = v
+    for site, values in by_site.items():
+        if len(set(values.values())) > 1:
+            return site, ", ".join(f"{v:.4g} on rank {r}" if v is not None else f"? on rank {r}"
+                                   for r, v in sorted(values.items()))
+    return "", ""
 
 
 def _versions(at: dict[int, Check], div: Divergence) -> list[Cause]:

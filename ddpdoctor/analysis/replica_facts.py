@@ -66,6 +66,7 @@ class Check:
     hyper: tuple[HyperRow, ...] = ()
     group_of: tuple[int, ...] = ()
     schedulers: tuple[SchedulerSteps, ...] = ()
+    clips: tuple[tuple[str, float | None], ...] = ()  # (site, last max_norm) of grad clipping
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,12 @@ def _schedulers(value: Any) -> tuple[SchedulerSteps, ...]:
                  for s in (value if isinstance(value, list) else ()) if isinstance(s, dict))
 
 
+def _clips(value: Any) -> tuple[tuple[str, float | None], ...]:
+    return tuple((str(c.get("site") or ""), float(c["max_norm"]) if isinstance(
+        c.get("max_norm"), (int, float)) else None)
+        for c in (value if isinstance(value, list) else ()) if isinstance(c, dict))
+
+
 def check_from_event(rank: int, ev: dict[str, Any]) -> Check | None:
     params = _prints(ev.get("params"))
     if params is None or type(ev.get("step")) is not int or type(ev.get("ddp")) is not int:
@@ -135,7 +142,7 @@ def check_from_event(rank: int, ev: dict[str, Any]) -> Check | None:
                  _ints(ev.get("flipped")), _ints(ev.get("accumulated_twice")),
                  _hyper(ev.get("hyper")), tuple(v if type(v) is int else -1 for v in
                                                 ev.get("group_of") or []),
-                 _schedulers(ev.get("schedulers")))
+                 _schedulers(ev.get("schedulers")), _clips(ev.get("clips")))
 
 
 def replica_facts(job: JobView) -> ReplicaFacts:

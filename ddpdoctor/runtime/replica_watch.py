@@ -110,6 +110,7 @@ class ReplicaWatch:
         self._optimizer_ids: set[int] = set()
         self.schedulers: "weakref.WeakKeyDictionary[Any, list[Any]]" = \
             weakref.WeakKeyDictionary()
+        self.clips: dict[tuple[int, int], list[Any]] = {}  # call site -> [site, max_norm]
         self.grads: dict[int, list[Any]] = {}  # replica index -> grad prints of this step
         self.twice: dict[int, list[int]] = {}
         self.last_step_at = 0.0
@@ -224,6 +225,7 @@ def _check(w: ReplicaWatch, rec: R.Recorder, step: int) -> None:
     hyper, where = hyperparameters(w)
     sched = [{"name": type(s).__name__, "steps": v[0], "site": v[1]}
              for s, v in list(w.schedulers.items())]
+    clips = [{"site": site, "max_norm": v} for site, v in list(w.clips.values())]
     alive = []
     for rep in w.replicas:
         ps = rep.live_params()
@@ -243,7 +245,7 @@ def _check(w: ReplicaWatch, rec: R.Recorder, step: int) -> None:
                           if bool(p.requires_grad) != rg],
                  accumulated_twice=w.twice.pop(rep.index, []),
                  hyper=hyper, group_of=[where.get(id(p), -1) for p in ps],
-                 schedulers=sched)
+                 schedulers=sched, clips=clips)
     w.replicas = alive
     w.grads.clear()
 

@@ -1,8 +1,8 @@
-"""Writes to replicas outside the optimizer, and LR scheduler steps: ``load_state_dict`` and
-``torch.nn.init`` calls on a tracked DDP's parameters after its construction become
-``replica_write`` meta events (with the user's line); scheduler steps are counted for the
-replica checks (runtime/replica_watch.py).  Rare calls: a lookup each, nothing on the
-training step's path."""
+"""Calls outside the optimizer that set replicas apart: ``load_state_dict`` and
+``torch.nn.init`` on a tracked DDP's parameters after its construction become
+``replica_write`` meta events (with the user's line); LR scheduler steps are counted and
+``clip_grad_norm_``'s max_norm kept by call site, for the replica checks
+(runtime/replica_watch.py).  A lookup or two a call, nothing on the training step's path."""
 
 from __future__ import annotations
 
@@ -107,6 +107,31 @@ def _wrap_scheduler_step(cls: type) -> None:
     cls.step = step
 
 
+def _wrap_clip(module: Any, name: str) -> None:
+    """Gradient clipping: the user's call site and the max_norm of its last call."""
+    original = getattr(module, name, None)
+    if original is None or getattr(original, "__ddpdoctor_original__", None):
+        return
+
+    @functools.wraps(original)
+    def clip(parameters: Any, max_norm: Any, *args: Any, **kwargs: Any) -> Any:
+        w = W._watch
+        if w is not None and w.enabled and w.replicas:
+            try:
+                caller = sys._getframe(1)
+                key = (id(caller.f_code), caller.f_lineno)
+                seen = w.clips.get(key)
+                if seen is None:
+                    seen = w.clips[key] = [R.user_callsite(2), None]
+                seen[1] = float(max_norm) if isinstance(max_norm, (int, float)) else None
+            except Exception as e:  # noqa: BLE001 - never into the user's call
+                W.disable("noting a gradient clip", e)
+        return original(parameters, max_norm, *args, **kwargs)
+
+    clip.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+    setattr(module, name, clip)
+
+
 def install() -> None:
     """Hook module loading, nn.init and LR schedulers (the optimizer hooks are
     runtime/torch_hooks.py's)."""
@@ -114,7 +139,12 @@ def install() -> None:
     from torch import nn
     from torch.optim import lr_scheduler
 
+    import torch.nn.utils as utils
+    import torch.nn.utils.clip_grad as clip_grad
+
     _wrap_load_state_dict(nn.Module)
+    _wrap_clip(clip_grad, "clip_grad_norm_")
+    utils.clip_grad_norm_ = clip_grad.clip_grad_norm_
     for name in INIT_FUNCTIONS:
         _wrap_init(init, name)
     _wrap_scheduler_step(lr_scheduler.LRScheduler)

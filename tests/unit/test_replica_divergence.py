@@ -176,3 +176,13 @@ def test_interval_doubles_past_each_log_budget():
     assert s.every == 32
     s.note_logged(LOG_BUDGET // 2)  # the budget doubled too
     assert s.every == 32
+
+
+def test_a_clip_threshold_that_differs_names_its_line():
+    checks = [check(0, 1, clips=(("/nonexistent/train.py:37", 0.05),)),
+              check(1, 1, params=drifted(), grads=drifted(),
+                    clips=(("/nonexistent/train.py:37", 0.06),))]
+    [f] = divergence_findings(facts(checks))
+    [cause] = f.evidence["causes"]
+    assert cause["kind"] == "gradient_changed" and cause["site"].endswith("train.py:37")
+    assert "max_norm 0.05 on rank 0, 0.06 on rank 1" in f.detail
