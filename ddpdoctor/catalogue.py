@@ -6,7 +6,8 @@ import enum
 from dataclasses import dataclass, replace
 
 FINDING_KINDS = ("collective_mismatch", "missing_collective", "uneven_batches", "rank_failed",
-                 "seed_collision", "stale_shuffle", "duplicate_data", "straggler", "deadlock")
+                 "seed_collision", "stale_shuffle", "duplicate_data", "straggler", "deadlock",
+                 "replica_divergence")
 
 
 class Launch(str, enum.Enum):
@@ -77,7 +78,10 @@ def _bug(name: str, nproc: int, launch: Launch, symptom: str, kind: str,
 
 # Bugs whose replay (zero tensors, no model, no data) cannot carry what their first finding
 # rests on: what differs, and why.
-REPLAY_GAPS: dict[str, str] = {}
+REPLAY_GAPS: dict[str, str] = {
+    name: "the replicas' parameters (the replay's tensors are zeros, and it has no model)"
+    for name in ("checkpoint_reentrant_drift", "head_loaded_one_rank", "lr_scheduler_rank0_only",
+                 "grad_clip_local_loss", "requires_grad_after_ddp")}
 
 CATALOGUE: tuple[Bug, ...] = (
     _bug("last_batch_hand_split", 2, Launch.SCRIPT,
@@ -318,4 +322,45 @@ RUNTIME_BUGS: tuple[Bug, ...] = (
          hang_timeout=5.0),
 )
 CATALOGUE = CATALOGUE + RUNTIME_BUGS
+
+
+# -- replicas that drift apart: no error, no hang, the ranks train different models ---------
+DRIFT_BUGS: tuple[Bug, ...] = (
+    _bug("checkpoint_reentrant_drift", 2, Launch.TORCHRUN,
+         "trains without an error, but the replicas drift apart from the first step: a "
+         "shared layer under two reentrant checkpoints, straight on the batch",
+         "replica_divergence", (0, 1),
+         "torch's DDP notes (reentrant checkpointing unsupported); microsoft/FocalNet#4; "
+         "huggingface/accelerate#389; pytorch/pytorch#65537",
+         "checkpoint(..., use_reentrant=False)", hang_timeout=5.0),
+    _bug("head_loaded_one_rank", 2, Launch.TORCHRUN,
+         "trains without an error, but rank 1 loaded a cached head after DDP was built: the "
+         "replicas differ from the first step",
+         "replica_divergence", (0, 1),
+         "DDP's construction is the only time it copies rank 0's parameters (torch's DDP "
+         "docs: load checkpoints on every rank or before wrapping)",
+         "load before building DDP (or on every rank)", hang_timeout=5.0),
+    _bug("lr_scheduler_rank0_only", 2, Launch.TORCHRUN,
+         "trains without an error, but only rank 0 steps the LR scheduler: the ranks train "
+         "with different learning rates",
+         "replica_divergence", (0, 1),
+         "a scheduler step placed under the rank-0 logging block",
+         "step the scheduler on every rank; only the print under `if rank == 0`",
+         hang_timeout=5.0),
+    _bug("grad_clip_local_loss", 2, Launch.TORCHRUN,
+         "trains without an error, but each rank clips the averaged gradient with its own "
+         "threshold (from its own loss): the replicas drift apart",
+         "replica_divergence", (0, 1),
+         "adaptive gradient clipping from per-rank statistics",
+         "compute the threshold from values every rank shares (all-reduce the loss first)",
+         hang_timeout=5.0),
+    _bug("requires_grad_after_ddp", 2, Launch.TORCHRUN,
+         "trains without an error, but a layer unfrozen after DDP was built is stepped with "
+         "each rank's own, unaveraged gradient",
+         "replica_divergence", (0, 1),
+         "torch's DDP docs (the parameters that require gradients are fixed at construction); "
+         "gradual unfreezing in fine-tuning",
+         "build a new DDP after changing requires_grad", hang_timeout=5.0),
+)
+CATALOGUE = CATALOGUE + DRIFT_BUGS
 CATALOGUE = tuple(replace(b, replay_gap=REPLAY_GAPS.get(b.name, "")) for b in CATALOGUE)

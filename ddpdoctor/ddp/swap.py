@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from ddpdoctor.ddp import bucket_record, comm_hook, recorded_group
 from ddpdoctor.ddp.ring_plan import global_rank
-from ddpdoctor.runtime import recorder
+from ddpdoctor.runtime import recorder, replica_watch
 
 
 def install(mode: str) -> None:
@@ -68,6 +68,7 @@ def _patch_ddp_class(cls: type, mode: comm_hook.HookMode) -> None:
         with _reducer_for(self, mode):
             original_init(self, *args, **kwargs)
         _attach_safely(self, mode)
+        replica_watch.track(self)
 
     @functools.wraps(original_setstate)
     def __setstate__(self: Any, state: Any) -> None:

@@ -37,6 +37,7 @@ def on_torch_imported() -> None:
     _install_optional("ddpdoctor.ddp.swap", "swapping DistributedDataParallel",
                       os.environ.get(ENV_DDP, "ring"))
     _install_optional("ddpdoctor.runtime.data_probes", "installing data probes")
+    _install_optional("ddpdoctor.runtime.replica_writes", "watching replicas for drift")
     _install_optional("ddpdoctor.runtime.fr_dump", "watching for flight recorder requests")
     _install_optional("ddpdoctor.runtime.lightning_log", "naming Lightning's deferred syncs")
 

@@ -1,4 +1,5 @@
-"""Hooks into torch beyond torch.distributed: optimizer steps and mp.spawn's rank wrapper."""
+"""Hooks into torch beyond torch.distributed: optimizer steps (counted, and the replica
+checks of runtime/replica_watch.py) and mp.spawn's rank wrapper."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import functools
 from typing import Any, Callable
 
 from ddpdoctor.runtime import recorder as R
+from ddpdoctor.runtime import replica_watch
 
 
 def _count_step(optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -14,6 +16,12 @@ def _count_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         return
     rec.steps += 1
     rec.set_step(rec.steps)
+    replica_watch.after_step(optimizer, rec.steps)
+
+
+def _before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    if R._recorder is not None:
+        replica_watch.before_step(optimizer)
 
 
 def _patch_spawn_wrap() -> None:
@@ -56,7 +64,9 @@ def _patch_spawn_wrap() -> None:
 
 
 def install() -> None:
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                       register_optimizer_step_pre_hook)
 
+    register_optimizer_step_pre_hook(_before_step)
     register_optimizer_step_post_hook(_count_step)
     _patch_spawn_wrap()

@@ -88,7 +88,8 @@ def test_only_the_busy_straggler_is_expected_to_finish():
 
 
 def test_finding_kinds_are_the_contracts():
-    assert "deadlock" in bugs.FINDING_KINDS and len(set(bugs.FINDING_KINDS)) == 9
+    assert "deadlock" in bugs.FINDING_KINDS and "replica_divergence" in bugs.FINDING_KINDS
+    assert len(set(bugs.FINDING_KINDS)) == 10
 
 
 def test_every_bug_has_a_readme_row():

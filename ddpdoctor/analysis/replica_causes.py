@@ -1,0 +1,322 @@
+"""Why replicas drifted apart: the causes the checks saw at the first divergent step, most
+likely first (a write outside the optimizer, requires_grad changed, a gradient accumulated
+after DDP averaged it, no gradient on some ranks, optimizer settings or LR scheduler steps
+that differ, a gradient changed between backward and the step)."""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ddpdoctor.analysis.model import ranks_text
+from ddpdoctor.analysis.replica_compare import Divergence, deviants_of
+from ddpdoctor.analysis.replica_facts import Check, ReplicaFacts
+from ddpdoctor.analysis.source import source_line
+
+
+class CauseKind(str, enum.Enum):
+    """What made the replicas differ, in the order a cause is preferred as the likely one."""
+
+    WRITE = "write"  # load_state_dict / torch.nn.init on some ranks after construction
+    REQUIRES_GRAD = "requires_grad"  # changed after construction
+    ACCUMULATED_TWICE = "accumulated_twice"  # a gradient added after its bucket was reduced
+    NO_GRADIENT = "no_gradient"  # in no bucket on some ranks
+    SCHEDULER = "scheduler"  # LR scheduler stepped a different number of times
+    HYPERPARAMETERS = "hyperparameters"  # optimizer settings differ
+    GRADIENT_CHANGED = "gradient_changed"  # the averaged gradient changed before the step
+    WRITTEN_IN_PLACE = "written_in_place"  # in-place writes outside the optimizer
+    UNKNOWN = "unknown"
+
+
+FIXES = {
+    CauseKind.WRITE: "Load checkpoints and re-initialise layers on every rank alike, before "
+                     "wrapping the model in DDP (DDP copies rank 0's parameters to every rank "
+                     "only when it is built); to load later, load on every rank (or load on "
+                     "rank 0 and broadcast each parameter with dist.broadcast).",
+    CauseKind.REQUIRES_GRAD: "Freeze or unfreeze parameters on every rank alike and before "
+                             "building DDP; to change them during training, change them on "
+                             "every rank and build a new DDP around the module.",
+    CauseKind.ACCUMULATED_TWICE: "Use torch.utils.checkpoint.checkpoint(..., "
+                                 "use_reentrant=False) (or DDP(..., static_graph=True)): a "
+                                 "reentrant checkpoint runs a nested backward that adds to "
+                                 "the gradient after DDP averaged it; and call backward once "
+                                 "per forward.",
+    CauseKind.NO_GRADIENT: "Give every parameter a gradient on every rank in every step (use "
+                           "it in forward on every rank, weighted by zero if need be), or "
+                           "build DDP with find_unused_parameters=True.",
+    CauseKind.SCHEDULER: "Step the LR scheduler on every rank, once per optimizer step; keep "
+                         "only logging and saving under `if rank == 0`.",
+    CauseKind.HYPERPARAMETERS: "Set the optimizer's settings (lr, weight_decay, momentum, "
+                               "...) the same on every rank: decide them on rank 0 and "
+                               "broadcast them, or compute them from values every rank "
+                               "shares.",
+    CauseKind.GRADIENT_CHANGED: "Change gradients the same way on every rank, after backward: "
+                                "clip with torch.nn.utils.clip_grad_norm_ on the averaged "
+                                "gradients with a max_norm every rank shares (not one from the "
+                                "rank's own loss or data), and edit gradients on every rank or "
+                                "on none.",
+    CauseKind.WRITTEN_IN_PLACE: "Write to parameters outside the optimizer on every rank alike "
+                                "(or on none); a write on some ranks makes their replicas "
+                                "differ for the rest of the run.",
+    CauseKind.UNKNOWN: "Compare what each rank runs between the two checks: anything that "
+                       "changes parameters, gradients or optimizer settings on some ranks "
+                       "only.",
+}
+
+
+SHORT = {
+    CauseKind.WRITE: "{ranks} loaded or re-initialised {params} after DDP was built",
+    CauseKind.REQUIRES_GRAD: "requires_grad of {params} changed after DDP was built",
+    CauseKind.ACCUMULATED_TWICE: "the gradient of {params} was accumulated after DDP averaged "
+                                 "it (reentrant checkpoint)",
+    CauseKind.NO_GRADIENT: "{params} had no gradient on {ranks}",
+    CauseKind.SCHEDULER: "the LR scheduler was stepped on {ranks} only",
+    CauseKind.HYPERPARAMETERS: "optimizer settings differ between ranks",
+    CauseKind.GRADIENT_CHANGED: "gradients changed between backward and the step (per-rank "
+                                "clipping or edit)",
+    CauseKind.WRITTEN_IN_PLACE: "{params} written outside the optimizer on {ranks}",
+    CauseKind.UNKNOWN: "not seen",
+}
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One cause seen: ``ranks`` where it was seen, ``params`` it concerns, ``text`` in the
+    user's words, ``site`` the user's file:line where known."""
+
+    kind: CauseKind
+    ranks: tuple[int, ...]
+    params: tuple[str, ...]
+    text: str
+    site: str = ""
+
+    @property
+    def short(self) -> str:
+        """The cause in a few words, for the finding's summary."""
+        return SHORT[self.kind].format(ranks=ranks_text(self.ranks),
+                                       params=_listed(self.params, 2))
+
+    @property
+    def fix(self) -> str:
+        return FIXES[self.kind]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "ranks": list(self.ranks), "parameters":
+                list(self.params), "site": self.site, "text": self.text}
+
+
+def short_site(site: str) -> str:
+    """``train.py:42 `model.load_state_dict(sd)``` from a full path's site."""
+    if not site:
+        return ""
+    path, _, line = site.rpartition(":")
+    src = source_line(site)
+    return f"{os.path.basename(path)}:{line}" + (f" `{src}`" if src else "")
+
+
+def _names(div: Divergence, indices: list[int] | tuple[int, ...]) -> tuple[str, ...]:
+    names = div.replicas.names
+    return tuple(names[i] for i in indices if i < len(names))
+
+
+def _listed(names: tuple[str, ...] | list[str], most: int = 3) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _writes(div: Divergence, facts: ReplicaFacts) -> list[Cause]:
+    """load_state_dict / init calls on differing parameters, before the step, that not
+    every rank made."""
+    differing = set(_names(div, div.params))
+    ranks = set(div.replicas.ranks)
+    seen: dict[tuple[str, str], dict[int, Any]] = {}
+    for w in facts.writes:
+        if w.ddp == div.replicas.ddp and w.rank in ranks and w.step < div.step:
+            hit = [p for p in w.params if p in differing]
+            if hit:
+                seen.setdefault((w.what, hit[0]), {}).setdefault(w.rank, (w, hit))
+    out = []
+    for (what, _), per in seen.items():
+        if set(per) == ranks:
+            continue  # every rank did it: not what set them apart
+        w, hit = next(iter(per.values()))
+        at = short_site(w.site)
+        out.append(Cause(CauseKind.WRITE, tuple(sorted(per)), tuple(hit),
+                         f"{ranks_text(sorted(per))} called {what} on {_listed(hit)} "
+                         + (f"after step {w.step}" if w.step else "before the first step")
+                         + (f" at {at}" if at else "") + ", after DDP was "
+                         "built; the other ranks did not", w.site))
+    return out
+
+
+def _by_rank(at: dict[int, Check], div: Divergence, attr: str) -> list[Cause]:
+    """Parameters listed in a check's ``attr`` (flipped, twice) on some ranks."""
+    hits: dict[int, list[int]] = {}
+    for rank, c in at.items():
+        for i in getattr(c, attr):
+            if i in div.params:
+                hits.setdefault(i, []).append(rank)
+    if not hits:
+        return []
+    ranks = tuple(sorted({r for rs in hits.values() for r in rs}))
+    names = _names(div, sorted(hits))
+    if attr == "flipped":
+        return [Cause(CauseKind.REQUIRES_GRAD, ranks, names,
+                      f"requires_grad of {_listed(names)} changed on {ranks_text(ranks)} "
+                      "after DDP was built (DDP's reducer keeps the parameters it was built "
+                      "with)")]
+    return [Cause(CauseKind.ACCUMULATED_TWICE, ranks, names,
+                  f"the gradient of {_listed(names)} was accumulated twice in one backward on "
+                  f"{ranks_text(ranks)}: DDP averaged the first part, the part added after its "
+                  "bucket was reduced stayed each rank's own (a reentrant activation checkpoint "
+                  "re-runs its block in a nested backward)")]
+
+
+def _no_gradient(at: dict[int, Check], div: Divergence) -> list[Cause]:
+    missing: dict[int, list[int]] = {}
+    for i in div.params:
+        have = {r: c.grads[i] if c.grads is not None and i < len(c.grads) else ()
+                for r, c in at.items()}
+        none = [r for r, g in have.items() if g is None]
+        if none and len(none) < len(have):
+            missing[i] = none
+    if not missing:
+        return []
+    ranks = tuple(sorted({r for rs in missing.values() for r in rs}))
+    names = _names(div, sorted(missing))
+    return [Cause(CauseKind.NO_GRADIENT, ranks, names,
+                  f"{_listed(names)} had no gradient on {ranks_text(ranks)} at step "
+                  f"{div.step} (in no DDP bucket there) while the other ranks stepped with one")]
+
+
+def _scheduler(at: dict[int, Check]) -> list[Cause]:
+    counts: dict[str, dict[int, tuple[int, str]]] = {}
+    for rank, c in at.items():
+        for s in c.schedulers:
+            counts.setdefault(s.name, {})[rank] = (s.steps, s.site)
+    out = []
+    for name, per in counts.items():
+        full = {r: per.get(r, (0, "")) for r in at}
+        if len({n for n, _ in full.values()}) < 2:
+            continue
+        most = max(n for n, _ in full.values())
+        stepped = sorted(r for r, (n, _) in full.items() if n == most)
+        site = next((s for n, s in full.values() if s), "")
+        at_site = short_site(site)
+        told = ", ".join(f"{n} on rank {r}" for r, (n, _) in sorted(full.items()))
+        out.append(Cause(CauseKind.SCHEDULER, tuple(stepped), (),
+                         f"the LR scheduler {name} was stepped a different number of times "
+                         f"on each rank ({told})" + (f"; it steps at {at_site}" if at_site
+                                                      else ""), site))
+    return out
+
+
+def _hyper(at: dict[int, Check], div: Divergence) -> list[Cause]:
+    out = []
+    shown: set[tuple[int, str]] = set()
+    for i in div.params:
+        rows = {}
+        for rank, c in at.items():
+            g = c.group_of[i] if i < len(c.group_of) else -1
+            if 0 <= g < len(c.hyper):
+                rows[rank] = c.hyper[g]
+        if len(rows) < 2:
+            continue
+        settings = {r: dict(row.settings) for r, row in rows.items()}
+        keys = sorted({k for s in settings.values() for k in s})
+        for k in keys:
+            values = {r: s.get(k) for r, s in settings.items()}
+            if len({repr(v) for v in values.values()}) < 2 or (i, k) in shown:
+                continue
+            shown.add((i, k))
+            row = next(iter(rows.values()))
+            told = ", ".join(f"{v} on rank {r}" for r, v in sorted(values.items()))
+            out.append(Cause(CauseKind.HYPERPARAMETERS, tuple(sorted(values)),
+                             _names(div, [i]),
+                             f"{row.optimizer} param group {row.group} (holding "
+                             f"{div.replicas.names[i]}) has {k} {told}"))
+    merged: dict[str, Cause] = {}
+    for c in out:  # one cause a setting, naming every parameter it holds
+        key = c.text.split(" has ", 1)[1]
+        if key in merged:
+            m = merged[key]
+            merged[key] = Cause(m.kind, m.ranks, m.params + c.params, m.text)
+        else:
+            merged[key] = c
+    return list(merged.values())
+
+
+def _gradients_changed(at: dict[int, Check], div: Divergence) -> list[Cause]:
+    grads = {r: c.grads for r, c in at.items() if c.grads is not None}
+    if len(grads) < 2:
+        return []
+    reduced = div.replicas.sets[min(div.replicas.sets)].requires_grad
+    differ = [i for i in div.params if (i >= len(reduced) or reduced[i]) and
+              len({g[i][0] for g in grads.values() if i < len(g) and g[i] is not None}) > 1]
+    if not differ:
+        return []
+    ranks, _ = deviants_of(grads, differ)  # type: ignore[arg-type]
+    names = _names(div, differ)
+    text = (f"the gradient of {_listed(names)} differed between ranks when the optimizer "
+            f"stepped at step {div.step}, although DDP averages it in backward: it was changed "
+            "between backward and the step on some ranks")
+    site, clipped = _clip_differs(at)
+    if site:
+        return [Cause(CauseKind.GRADIENT_CHANGED, ranks, names,
+                      f"{text}: clip_grad_norm_ at {short_site(site)} clipped with max_norm "
+                      f"{clipped}", site)]
+    return [Cause(CauseKind.GRADIENT_CHANGED, ranks, names,
+                  f"{text} (clipping by a norm each rank computes itself, scaling or editing it "
+                  "by hand)")]
+
+
+def _clip_differs(at: dict[int, Check]) -> tuple[str, str]:
+    """A clip_grad_norm_ call site whose last max_norm differed between ranks, and the
+    values by rank."""
+    by_site: dict[str, dict[int, float | None]] = {}
+    for rank, c in at.items():
+        for site, v in c.clips:
+            by_site.setdefault(site, {})[rank] = v
+    for site, values in by_site.items():
+        if len(set(values.values())) > 1:
+            return site, ", ".join(f"{v:.4g} on rank {r}" if v is not None else f"? on rank {r}"
+                                   for r, v in sorted(values.items()))
+    return "", ""
+
+
+def _versions(at: dict[int, Check], div: Divergence) -> list[Cause]:
+    differ = []
+    for i in div.params:
+        vs = {c.versions[i] for c in at.values() if i < len(c.versions)}
+        if len(vs) > 1:
+            differ.append(i)
+    if not differ:
+        return []
+    prints = {r: tuple((c.versions[i], None) if i < len(c.versions) else None
+                       for i in range(len(div.replicas.names))) for r, c in at.items()}
+    ranks, _ = deviants_of(prints, differ)  # type: ignore[arg-type]
+    names = _names(div, differ)
+    told = ", ".join(f"{c.versions[differ[0]]} on rank {r}" for r, c in sorted(at.items())
+                     if differ[0] < len(c.versions))
+    return [Cause(CauseKind.WRITTEN_IN_PLACE, ranks, names,
+                  f"{_listed(names)} was written in place outside the optimizer on some ranks "
+                  f"(in-place writes to {names[0]} since DDP was built: {told})")]
+
+
+def likely_causes(div: Divergence, facts: ReplicaFacts) -> list[Cause]:
+    """Every cause seen at the divergent step, the likely one first."""
+    at = div.replicas.checks[div.step]
+    found = (_writes(div, facts) + _by_rank(at, div, "flipped") + _by_rank(at, div, "twice")
+             + _no_gradient(at, div) + _scheduler(at) + _hyper(at, div)
+             + _gradients_changed(at, div) + _versions(at, div))
+    order = list(CauseKind)
+    found.sort(key=lambda c: order.index(c.kind))
+    if not found:
+        prev = f"step {div.previous}" if div.previous is not None else "DDP's construction"
+        found.append(Cause(CauseKind.UNKNOWN, div.deviants, _names(div, div.params),
+                           f"nothing ddpdoctor watches differed: the change came between "
+                           f"{prev} and step {div.step} (a write through .data, or a "
+                           "per-rank computation in the optimizer)"))
+    return found

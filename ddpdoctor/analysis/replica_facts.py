@@ -1,0 +1,168 @@
+"""The replica checks of a job as typed facts: each DDP's names (``ReplicaSet``), each rank's
+prints at a checked step (``Check``) and writes outside the optimizer (``Write``), read from
+the meta events of runtime/replica_watch.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpdoctor.analysis.model import JobView
+
+Print = tuple[int, float | None]  # (bits, norm): see runtime/replica_prints.py
+
+
+@dataclass(frozen=True)
+class ReplicaSet:
+    """One DDP as a rank built it: ``ddp`` its index in the rank's process (the order of
+    construction), ``ranks`` its group's global ranks, and its parameters and buffers."""
+
+    rank: int
+    ddp: int
+    ranks: tuple[int, ...]
+    params: tuple[str, ...]
+    buffers: tuple[str, ...] = ()
+    broadcast_buffers: bool = True
+    site: str = ""
+    requires_grad: tuple[bool, ...] = ()  # at construction: the parameters DDP reduces
+
+
+@dataclass(frozen=True)
+class HyperRow:
+    """One param group's scalar settings (lr, weight_decay, momentum, betas...)."""
+
+    optimizer: str
+    group: int
+    settings: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class SchedulerSteps:
+    name: str
+    steps: int
+    site: str = ""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One rank's prints of one DDP after optimizer step ``step``.
+
+    params / grads / buffers: a print per name (None: not taken; a grad print None: the
+    parameter had no gradient). versions: in-place writes since construction. flipped:
+    parameters whose requires_grad changed since construction. twice: parameters whose
+    gradient was accumulated more than once in the backward before the step. group_of:
+    each parameter's row in ``hyper`` (-1: in no optimizer seen).
+    """
+
+    rank: int
+    ddp: int
+    step: int
+    params: tuple[Print | None, ...]
+    grads: tuple[Print | None, ...] | None = None
+    buffers: tuple[Print | None, ...] | None = None
+    versions: tuple[int, ...] = ()
+    flipped: tuple[int, ...] = ()
+    twice: tuple[int, ...] = ()
+    hyper: tuple[HyperRow, ...] = ()
+    group_of: tuple[int, ...] = ()
+    schedulers: tuple[SchedulerSteps, ...] = ()
+    clips: tuple[tuple[str, float | None], ...] = ()  # (site, last max_norm) of grad clipping
+
+
+@dataclass(frozen=True)
+class Write:
+    """A load_state_dict or torch.nn.init call on tracked parameters after construction."""
+
+    rank: int
+    ddp: int
+    what: str
+    params: tuple[str, ...]
+    step: int
+    site: str = ""
+
+
+@dataclass
+class ReplicaFacts:
+    """Everything the replica checks recorded, per rank."""
+
+    sets: dict[int, list[ReplicaSet]] = field(default_factory=dict)
+    checks: dict[int, list[Check]] = field(default_factory=dict)
+    writes: list[Write] = field(default_factory=list)
+
+
+def _prints(value: Any) -> tuple[Print | None, ...] | None:
+    if not isinstance(value, list):
+        return None
+    out: list[Print | None] = []
+    for p in value:
+        if isinstance(p, list) and len(p) == 2 and type(p[0]) is int:
+            out.append((p[0], float(p[1]) if isinstance(p[1], (int, float)) else None))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def _ints(value: Any) -> tuple[int, ...]:
+    return tuple(v for v in value if type(v) is int) if isinstance(value, list) else ()
+
+
+def _strs(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+def _hyper(value: Any) -> tuple[HyperRow, ...]:
+    rows = []
+    for row in value if isinstance(value, list) else ():
+        if isinstance(row, dict):
+            settings = tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
+                                    for k, v in row.items() if k not in ("optimizer", "group")))
+            rows.append(HyperRow(str(row.get("optimizer", "")), int(row.get("group") or 0),
+                                 settings))
+    return tuple(rows)
+
+
+def _schedulers(value: Any) -> tuple[SchedulerSteps, ...]:
+    return tuple(SchedulerSteps(str(s.get("name", "")), int(s.get("steps") or 0),
+                                str(s.get("site") or ""))
+                 for s in (value if isinstance(value, list) else ()) if isinstance(s, dict))
+
+
+def _clips(value: Any) -> tuple[tuple[str, float | None], ...]:
+    return tuple((str(c.get("site") or ""), float(c["max_norm"]) if isinstance(
+        c.get("max_norm"), (int, float)) else None)
+        for c in (value if isinstance(value, list) else ()) if isinstance(c, dict))
+
+
+def check_from_event(rank: int, ev: dict[str, Any]) -> Check | None:
+    params = _prints(ev.get("params"))
+    if params is None or type(ev.get("step")) is not int or type(ev.get("ddp")) is not int:
+        return None
+    return Check(rank, ev["ddp"], ev["step"], params, _prints(ev.get("grads")),
+                 _prints(ev.get("buffers")), _ints(ev.get("versions")),
+                 _ints(ev.get("flipped")), _ints(ev.get("accumulated_twice")),
+                 _hyper(ev.get("hyper")), tuple(v if type(v) is int else -1 for v in
+                                                ev.get("group_of") or []),
+                 _schedulers(ev.get("schedulers")), _clips(ev.get("clips")))
+
+
+def replica_facts(job: JobView) -> ReplicaFacts:
+    """The facts of every rank's meta log (malformed events are skipped)."""
+    facts = ReplicaFacts()
+    for rank, run in job.ranks.items():
+        for ev in run.trace.meta_events("replica_set"):
+            if type(ev.get("ddp")) is int:
+                facts.sets.setdefault(rank, []).append(ReplicaSet(
+                    rank, ev["ddp"], _ints(ev.get("ranks")), _strs(ev.get("params")),
+                    _strs(ev.get("buffers")), bool(ev.get("broadcast_buffers", True)),
+                    str(ev.get("site") or ""),
+                    tuple(bool(v) for v in ev.get("requires_grad") or [])))
+        for ev in run.trace.meta_events("replica_check"):
+            check = check_from_event(rank, ev)
+            if check is not None:
+                facts.checks.setdefault(rank, []).append(check)
+        for ev in run.trace.meta_events("replica_write"):
+            if type(ev.get("ddp")) is int:
+                facts.writes.append(Write(rank, ev["ddp"], str(ev.get("what", "")),
+                                          _strs(ev.get("params")), int(ev.get("step") or 0),
+                                          str(ev.get("site") or "")))
+    return facts

@@ -1,0 +1,292 @@
+"""Replica checks: each DDP's parameters (and buffers) fingerprinted after scheduled optimizer
+steps, with what could make replicas drift apart, in the rank's meta log.
+
+Every ``DistributedDataParallel`` built under ``ddpdoctor run`` is tracked (``track``; an
+FSDP or a model outside DDP is not a replica).  Meta events, one kind per fact:
+
+- ``replica_set``: once per DDP: its index in this process (the order of construction),
+  the global ranks of its group, parameter and buffer names (module paths), requires_grad
+  at construction, ``broadcast_buffers`` and the user's line that built it;
+- ``replica_check``: at each checked step (replica_prints.CheckSchedule), per DDP: prints
+  of the parameters after the step, of their gradients as the optimizer took them (None:
+  no gradient), of the buffers (``broadcast_buffers=False`` only: else the next forward
+  overwrites them with rank 0's), parameter version counts since construction (in-place
+  writes), parameters whose requires_grad changed since construction, parameters whose
+  gradient was accumulated more than once in the last backward (DDP averages one), the
+  optimizers' hyperparameters by param group, and LR scheduler steps;
+- ``replica_write``: a ``load_state_dict`` or a ``torch.nn.init`` call that wrote to a
+  tracked parameter after construction, with the user's line (runtime/replica_writes.py).
+
+Nothing here runs a collective.  A failure notes a runtime error and stops the checks; the
+training step is never affected.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+import weakref
+from typing import Any
+
+from ddpdoctor.runtime import recorder as R
+from ddpdoctor.runtime.replica_prints import CheckSchedule, fingerprints
+
+ENV_EVERY = "DDPDOCTOR_REPLICA_EVERY"  # a fixed interval; 0 turns the checks off
+HYPER_SKIP = frozenset({"params", "initial_lr"})
+BYTES_A_TENSOR = 120  # a check's meta log bytes a tensor, about: prints, grad, version
+
+
+class Replica:
+    """One tracked DDP: weak references to its parameters and buffers, what they were at
+    construction, and the accumulation counts of an armed backward."""
+
+    def __init__(self, ddp: Any, index: int):
+        self.index = index
+        self.ddp = weakref.ref(ddp)
+        ignored = set(getattr(ddp, "parameters_to_ignore", ()) or ())
+        module = ddp.module
+        seen: set[int] = set()
+        self.names: list[str] = []
+        params = []
+        for name, p in module.named_parameters():
+            if name in ignored or id(p) in seen:
+                continue
+            seen.add(id(p))
+            self.names.append(name)
+            params.append(p)
+        self.params = [weakref.ref(p) for p in params]
+        self.ids = {id(p): i for i, p in enumerate(params)}
+        self.requires_grad = [bool(p.requires_grad) for p in params]
+        self.versions = [p._version for p in params]
+        self.broadcast_buffers = bool(getattr(ddp, "broadcast_buffers", True))
+        named = [(n, b) for n, b in module.named_buffers() if n not in ignored]
+        self.buffer_names = [n for n, _ in named]
+        self.buffers = [weakref.ref(b) for _, b in named]
+        self.accumulated: list[int] = [0] * len(params)
+        self._hooks: list[Any] = []
+
+    def live_params(self) -> list[Any] | None:
+        ps = [r() for r in self.params]
+        return None if any(p is None for p in ps) else ps
+
+    def arm(self) -> None:
+        """Count gradient accumulations per parameter until ``disarm`` (the backward
+        before a checked step)."""
+        ps = self.live_params()
+        if ps is None or self._hooks:
+            return
+        self.accumulated = [0] * len(ps)
+        ddp = self.ddp()
+        if ddp is not None:
+            self._hooks.append(ddp.register_forward_pre_hook(self._forward))
+        for i, p in enumerate(ps):
+            if p.requires_grad:
+                self._hooks.append(p.register_post_accumulate_grad_hook(
+                    functools.partial(self._accumulated, i)))
+
+    def _forward(self, module: Any, args: Any) -> None:
+        self.accumulated = [0] * len(self.accumulated)  # counts are per backward
+
+    def _accumulated(self, i: int, p: Any) -> None:
+        self.accumulated[i] += 1
+
+    def disarm(self) -> list[int]:
+        """Remove the counting hooks; the parameters accumulated more than once."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        return [i for i, n in enumerate(self.accumulated) if n > 1]
+
+
+class ReplicaWatch:
+    """The process's tracked DDPs, the check schedule, and the optimizers seen stepping."""
+
+    def __init__(self, schedule: CheckSchedule):
+        self.schedule = schedule
+        self.replicas: list[Replica] = []
+        self.made = 0
+        self.optimizers: list[Any] = []  # weak references, in the order they first stepped
+        self._optimizer_ids: set[int] = set()
+        self.schedulers: "weakref.WeakKeyDictionary[Any, list[Any]]" = \
+            weakref.WeakKeyDictionary()
+        self.clips: dict[tuple[int, int], list[Any]] = {}  # call site -> [site, max_norm]
+        self.grads: dict[int, list[Any]] = {}  # replica index -> grad prints of this step
+        self.twice: dict[int, list[int]] = {}
+        self.last_step_at = 0.0
+        self.enabled = True
+
+    def saw_optimizer(self, optimizer: Any) -> None:
+        if id(optimizer) not in self._optimizer_ids:
+            self._optimizer_ids.add(id(optimizer))
+            self.optimizers.append(weakref.ref(optimizer))
+
+    def tracked_param(self, tensor: Any) -> tuple[Replica, int] | None:
+        for rep in self.replicas:
+            i = rep.ids.get(id(tensor))
+            if i is not None and rep.params[i]() is tensor:
+                return rep, i
+        return None
+
+
+_watch: ReplicaWatch | None = None
+
+
+def _schedule_from_env() -> CheckSchedule | None:
+    raw = os.environ.get(ENV_EVERY, "").strip()
+    if not raw:
+        return CheckSchedule()
+    every = int(raw) if raw.isdigit() else -1
+    return None if every <= 0 else CheckSchedule(every)
+
+
+def disable(where: str, error: BaseException) -> None:
+    w = _watch
+    if w is not None:
+        w.enabled = False
+    rec = R.existing()
+    if rec is not None:
+        rec.note_error(f"replica checks: {where}", error)
+
+
+def track(ddp: Any) -> None:
+    """Track a DDP just built (called from its constructor); never raises."""
+    global _watch
+    rec = R.active()
+    if rec is None:
+        return
+    try:
+        if _watch is None:
+            schedule = _schedule_from_env()
+            if schedule is None:
+                return
+            _watch = ReplicaWatch(schedule)
+        w = _watch
+        if not w.enabled:
+            return
+        import torch.distributed as dist
+
+        rep = Replica(ddp, w.made)
+        w.made += 1
+        w.replicas.append(rep)
+        if w.schedule.is_check(rec.steps + 1):
+            rep.arm()  # the first backward leads to a checked step
+        rec.meta("replica_set", ddp=rep.index, ranks=dist.get_process_group_ranks(
+            ddp.process_group), params=rep.names, buffers=rep.buffer_names,
+            requires_grad=rep.requires_grad, broadcast_buffers=rep.broadcast_buffers,
+            site=R.user_callsite(3))
+    except Exception as e:  # noqa: BLE001 - the user's DDP must build regardless
+        disable("tracking a DDP", e)
+
+
+# -- optimizer steps -------------------------------------------------------------------------
+def before_step(optimizer: Any) -> None:
+    """Optimizer pre-step hook: at a checked step, the gradients as the optimizer takes them."""
+    w, rec = _watch, R._recorder
+    if w is None or rec is None or not w.enabled or not w.replicas:
+        return
+    try:
+        w.saw_optimizer(optimizer)
+        if not w.schedule.is_check(rec.steps + 1):
+            return
+        for rep in w.replicas:
+            ps = rep.live_params()
+            if ps is None:
+                continue
+            w.twice[rep.index] = rep.disarm()
+            if rep.index not in w.grads:  # the first optimizer of the step sees them all
+                w.grads[rep.index] = fingerprints([p.grad for p in ps])
+    except Exception as e:  # noqa: BLE001 - see the module docstring
+        disable("fingerprinting gradients", e)
+
+
+def after_step(optimizer: Any, step: int) -> None:
+    """Optimizer post-step hook (after the step is counted): check at scheduled steps."""
+    w, rec = _watch, R._recorder
+    if w is None or rec is None or not w.enabled or not w.replicas:
+        return
+    try:
+        now = time.perf_counter()
+        if w.last_step_at:
+            w.schedule.note_step(step, now - w.last_step_at)
+        w.saw_optimizer(optimizer)
+        if w.schedule.is_check(step):
+            _check(w, rec, step)
+            w.schedule.note_check(step, time.perf_counter() - now)
+        if w.schedule.is_check(step + 1):
+            for rep in w.replicas:
+                rep.arm()
+        w.last_step_at = time.perf_counter()
+    except Exception as e:  # noqa: BLE001 - see the module docstring
+        disable("fingerprinting parameters", e)
+
+
+def _check(w: ReplicaWatch, rec: R.Recorder, step: int) -> None:
+    hyper, where = hyperparameters(w)
+    sched = [{"name": type(s).__name__, "steps": v[0], "site": v[1]}
+             for s, v in list(w.schedulers.items())]
+    clips = [{"site": site, "max_norm": v} for site, v in list(w.clips.values())]
+    alive = []
+    for rep in w.replicas:
+        ps = rep.live_params()
+        if ps is None or rep.ddp() is None:
+            continue
+        alive.append(rep)
+        buffers = None
+        if not rep.broadcast_buffers:
+            bs = [r() for r in rep.buffers]
+            buffers = fingerprints(bs) if all(b is not None for b in bs) else None
+        w.schedule.note_logged(BYTES_A_TENSOR * (len(ps) + len(rep.buffers)))
+        rec.meta("replica_check", ddp=rep.index, step=step, every=w.schedule.every,
+                 params=fingerprints(ps), grads=w.grads.pop(rep.index, None),
+                 buffers=buffers,
+                 versions=[p._version - v for p, v in zip(ps, rep.versions)],
+                 flipped=[i for i, (p, rg) in enumerate(zip(ps, rep.requires_grad))
+                          if bool(p.requires_grad) != rg],
+                 accumulated_twice=w.twice.pop(rep.index, []),
+                 hyper=hyper, group_of=[where.get(id(p), -1) for p in ps],
+                 schedulers=sched, clips=clips)
+    w.replicas = alive
+    w.grads.clear()
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (tuple, list)) and all(isinstance(v, (int, float)) for v in value):
+        return list(value)
+    if hasattr(value, "numel") and value.numel() == 1:
+        return float(value.item())
+    return None
+
+
+def hyperparameters(w: ReplicaWatch) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """The scalar settings of every param group of the optimizers seen stepping (in the
+    order they first stepped), and id(param) -> the index of its group in that list."""
+    out: list[dict[str, Any]] = []
+    where: dict[int, int] = {}
+    for ref in w.optimizers:
+        opt = ref()
+        if opt is None:
+            continue
+        for gi, group in enumerate(opt.param_groups):
+            row = {"optimizer": type(opt).__name__, "group": gi}
+            for k, v in sorted(group.items()):
+                if k not in HYPER_SKIP:
+                    s = _scalar(v)
+                    if s is not None:
+                        row[k] = s
+            for p in group["params"]:
+                where.setdefault(id(p), len(out))
+            out.append(row)
+    return out, where
+
+
+def reset_after_fork() -> None:
+    """A forked rank tracks its own DDPs."""
+    global _watch
+    _watch = None
+
+
+os.register_at_fork(after_in_child=reset_after_fork)
+

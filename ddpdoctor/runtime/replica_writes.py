@@ -1,0 +1,153 @@
+"""Calls outside the optimizer that set replicas apart: ``load_state_dict`` and
+``torch.nn.init`` on a tracked DDP's parameters after its construction become
+``replica_write`` meta events (with the user's line); LR scheduler steps are counted and
+``clip_grad_norm_``'s max_norm kept by call site, for the replica checks
+(runtime/replica_watch.py).  A lookup or two a call, nothing on the training step's path."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any
+
+from ddpdoctor.runtime import recorder as R
+from ddpdoctor.runtime import replica_watch as W
+
+INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_",
+                  "eye_", "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
+                  "kaiming_normal_", "orthogonal_", "sparse_")
+
+
+def _note_write(what: str, names: list[str], rep: W.Replica, site: str) -> None:
+    rec = R.active()
+    if rec is None:
+        return
+    rec.meta("replica_write", ddp=rep.index, what=what, params=names[:16], count=len(names),
+             step=rec.steps, site=site)
+
+
+def _wrap_load_state_dict(cls: type) -> None:
+    original = cls.load_state_dict
+    if getattr(original, "__ddpdoctor_original__", None):
+        return
+
+    @functools.wraps(original)
+    def load_state_dict(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        w = W._watch
+        if w is not None and w.enabled and w.replicas:
+            try:
+                _loaded(w, self)
+            except Exception as e:  # noqa: BLE001 - never into the user's call
+                W.disable("noting a load_state_dict", e)
+        return result
+
+    load_state_dict.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+    cls.load_state_dict = load_state_dict
+
+
+def _loaded(w: W.ReplicaWatch, module: Any) -> None:
+    hits: dict[int, tuple[W.Replica, list[str]]] = {}
+    for p in module.parameters():
+        found = w.tracked_param(p)
+        if found is not None:
+            rep, i = found
+            hits.setdefault(rep.index, (rep, []))[1].append(rep.names[i])
+    for rep, names in hits.values():
+        _note_write("load_state_dict", names, rep, R.user_callsite(3))
+
+
+def _wrap_init(module: Any, name: str) -> None:
+    original = getattr(module, name, None)
+    if original is None or getattr(original, "__ddpdoctor_original__", None):
+        return
+
+    @functools.wraps(original)
+    def init(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(tensor, *args, **kwargs)
+        w = W._watch
+        if w is not None and w.enabled and w.replicas:
+            try:
+                found = w.tracked_param(tensor)
+                if found is not None:
+                    rep, i = found
+                    _note_write(f"torch.nn.init.{name}", [rep.names[i]], rep,
+                                R.user_callsite(2))
+            except Exception as e:  # noqa: BLE001 - never into the user's call
+                W.disable("noting an init", e)
+        return result
+
+    init.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+    setattr(module, name, init)
+
+
+def _wrap_scheduler_step(cls: type) -> None:
+    original = cls.__dict__.get("step")
+    if original is None or getattr(original, "__ddpdoctor_original__", None):
+        return
+
+    @functools.wraps(original)
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        w = W._watch
+        if w is not None and w.enabled:
+            try:
+                seen = w.schedulers.get(self)
+                if seen is None:  # LRScheduler's constructor steps once: not the user's
+                    first = sys._getframe(1).f_code.co_name != "_initial_step"
+                    w.schedulers[self] = [int(first), R.user_callsite(2) if first else ""]
+                else:
+                    seen[0] += 1
+                    if not seen[1]:
+                        seen[1] = R.user_callsite(2)
+            except Exception as e:  # noqa: BLE001 - never into the user's call
+                W.disable("counting scheduler steps", e)
+        return original(self, *args, **kwargs)
+
+    step.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+    cls.step = step
+
+
+def _wrap_clip(module: Any, name: str) -> None:
+    """Gradient clipping: the user's call site and the max_norm of its last call."""
+    original = getattr(module, name, None)
+    if original is None or getattr(original, "__ddpdoctor_original__", None):
+        return
+
+    @functools.wraps(original)
+    def clip(parameters: Any, max_norm: Any, *args: Any, **kwargs: Any) -> Any:
+        w = W._watch
+        if w is not None and w.enabled and w.replicas:
+            try:
+                caller = sys._getframe(1)
+                key = (id(caller.f_code), caller.f_lineno)
+                seen = w.clips.get(key)
+                if seen is None:
+                    seen = w.clips[key] = [R.user_callsite(2), None]
+                seen[1] = float(max_norm) if isinstance(max_norm, (int, float)) else None
+            except Exception as e:  # noqa: BLE001 - never into the user's call
+                W.disable("noting a gradient clip", e)
+        return original(parameters, max_norm, *args, **kwargs)
+
+    clip.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+    setattr(module, name, clip)
+
+
+def install() -> None:
+    """Hook module loading, nn.init and LR schedulers (the optimizer hooks are
+    runtime/torch_hooks.py's)."""
+    import torch.nn.init as init
+    from torch import nn
+    from torch.optim import lr_scheduler
+
+    import torch.nn.utils as utils
+    import torch.nn.utils.clip_grad as clip_grad
+
+    _wrap_load_state_dict(nn.Module)
+    _wrap_clip(clip_grad, "clip_grad_norm_")
+    utils.clip_grad_norm_ = clip_grad.clip_grad_norm_
+    for name in INIT_FUNCTIONS:
+        _wrap_init(init, name)
+    _wrap_scheduler_step(lr_scheduler.LRScheduler)
+    plateau = getattr(lr_scheduler, "ReduceLROnPlateau", None)
+    if isinstance(plateau, type):
+        _wrap_scheduler_step(plateau)
