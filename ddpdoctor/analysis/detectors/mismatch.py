@@ -3,36 +3,27 @@
 from __future__ import annotations
 
 from ddpdoctor.analysis.causal import why
+from ddpdoctor.analysis.causal.cause import decision_of, mismatch_cause, with_cause
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
-from ddpdoctor.analysis.matcher import Divergence, MatchState, find_divergence
+from ddpdoctor.analysis.matcher import Divergence, find_divergence
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
 from ddpdoctor.analysis.source import rank_condition, source_line
 
-_ORDER_FIX = (
-    "Make every rank call the same collectives in the same order: a collective inside "
-    "a rank-dependent branch must have a matching call on every other rank (move it out "
-    "of the branch, or call it on all ranks).")
-FIXES = {
-    MatchState.CALL_MISMATCH: _ORDER_FIX,
-    MatchState.OP_MISMATCH: _ORDER_FIX,
-    MatchState.SIZE_MISMATCH: (
-        "Give the collective tensors of the same size on every rank: pad to the largest size "
-        "(gather the sizes first), use drop_last=True, or all_gather_object for ragged data."),
-    MatchState.DTYPE_MISMATCH: (
-        "Cast to one dtype on every rank before the collective (e.g. `t.float()`)."),
-    MatchState.REDUCE_OP_MISMATCH: "Use the same reduce op (ReduceOp.SUM, ...) on every rank.",
-    MatchState.ROOT_MISMATCH: "Pass the same src/dst rank on every rank.",
-}
-
-
 def _tie_break(div: Divergence, job: JobView | None) -> tuple[int, ...]:
     """With no majority, blame the ranks whose call sits under a rank-dependent branch
-    when the others' do not (the evidence in the source); else the ranks whose call breaks
+    when the others' do not (the evidence in the source); else the ranks whose call a
+    decision on rank-local input put there (a branch on a metric or a clock, the no_sync()
+    choice, the loop exit by which they left the loop the others are in); else the ranks
+    whose call breaks
     their own repeating pattern of earlier calls (or, failing that, whose call has no
     precedent while the others repeat theirs); else every rank."""
     conditional = {r for r, c in div.calls.items() if rank_condition(c.callsite)}
     if conditional and len(conditional) < len(div.calls):
         return tuple(sorted(conditional))
+    decided = {r for r, c in div.calls.items()
+               if decision_of(c, [o for q, o in div.calls.items() if q != r])}
+    if decided and len(decided) < len(div.calls):
+        return tuple(sorted(decided))
     if job is not None:
         verdicts = {r: breaks_pattern(stream_until(job.ranks[r], c, div.group))
                     for r, c in div.calls.items() if r in job.ranks}
@@ -81,16 +72,15 @@ def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
                            "dtypes": list(c.dtypes), "reduce_op": c.reduce_op or None,
                            "root": c.peer if c.peer >= 0 else None, "callsite": c.callsite,
                            "condition": rank_condition(c.callsite),
-                           "entered_at": c.t_start / 1e9}
+                           "origin": c.origin.value, "entered_at": c.t_start / 1e9}
                   for r, c in calls.items()},
     }
-    fix = next((why.fix_for(c) for c in (bad, *calls.values()) if why.fix_for(c)),
-               FIXES[div.state])
+    cause = mismatch_cause(tuple(culprits), calls, div.state.value)
     told = [why.mechanism(c) for c in calls.values() if c.origin.implicit]
     if told:
         detail += "\n" + "\n".join(dict.fromkeys(told))
-    found = Finding("collective_mismatch", Severity.ERROR, tuple(culprits), div.seq, summary,
-                    detail, fix, evidence)
+    found = with_cause(Finding("collective_mismatch", Severity.ERROR, tuple(culprits),
+                               div.seq, summary, detail, "", evidence), cause, job)
     return _out_of_step(found, div, job, bool(div.majority))
 
 

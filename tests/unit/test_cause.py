@@ -1,0 +1,143 @@
+"""The cause a finding states, on hand-built jobs: blame from evidence (a rank branch, a
+decision on rank-local input, the loop a rank left), never from a coin toss, and a `Fix:`
+line that follows that cause rather than the call a waiting rank happened to make."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from ddpdoctor.analysis.engine import analyze
+from ddpdoctor.analysis.model import Finding, JobView, Severity
+from ddpdoctor.trace import layout as L
+from tests.fix_agreement import disagreement
+from tests.unit.factory import job, rank, rec
+
+BUCKET = int(L.RecordFlag.BUCKET)
+SCRIPT = """import contextlib, time
+def main(model, opt, rank, loader, evaluate, batches):
+    best, last, tokens = 1e9, time.monotonic(), 0
+    for epoch in range(9):
+        for x in loader:
+            model(x).sum().backward()
+            opt.step()
+            if rank == 0:
+                dist.all_reduce(metric)
+            if time.monotonic() - last > 60:
+                dist.barrier()
+        val = evaluate(model)
+        if val >= best:
+            break
+        best = val
+    dist.barrier()
+    for micro, x in enumerate(batches):
+        tokens += x.numel()
+        sync = tokens >= 4096
+        ctx = contextlib.nullcontext() if sync else model.no_sync()
+        with ctx:
+            model(x).sum().backward()
+        if micro % 8 == 7:
+            dist.all_reduce(loss)
+"""
+BACKWARD, RANK0_METRIC, CLOCK_BARRIER, CLOSING_BARRIER = 6, 9, 11, 16
+MICRO_BACKWARD, LOSS_LOG = 22, 24
+
+
+def _site(tmp_path: Path, line: int) -> str:
+    path = tmp_path / "train.py"
+    if not path.exists():
+        path.write_text(SCRIPT)
+    return f"{path}:{line}"
+
+
+def _first_error(j: JobView) -> Finding:
+    found = analyze(j, [])
+    errors = [f for f in found if f.severity == Severity.ERROR]
+    assert errors, [f.summary for f in found]
+    return errors[0]
+
+
+def _agrees(f: Finding) -> None:
+    d = asdict(f)
+    d["severity"] = f.severity.value
+    assert disagreement(d) is None, (disagreement(d), f.fix)
+
+
+def _two_ranks(tmp_path: Path, last: dict[int, tuple[str, int, int]]) -> JobView:
+    """Two ranks with 4 synced backward passes each, then per rank its last call (op, line,
+    flags), still open."""
+    site = _site(tmp_path, BACKWARD)
+    runs = []
+    for r in (0, 1):
+        op, line, flags = last[r]
+        runs.append(rank(r, [rec(i, t=i, site=site, flags=BUCKET, shape=(18,))
+                             for i in range(4)] +
+                         [rec(4, op, t=5, dur=None, site=_site(tmp_path, line), flags=flags,
+                              shape=(18,) if flags else (1,))]))
+    return job(runs)
+
+
+def test_rank_branch_fix_is_about_the_condition_not_the_peers_backward(tmp_path) -> None:
+    f = _first_error(_two_ranks(tmp_path, {0: ("all_reduce", RANK0_METRIC, 0),
+                                           1: ("all_reduce", BACKWARD, BUCKET)}))
+    assert f.ranks == (0,)
+    assert "`if rank == 0:`" in f.fix and "backward" not in f.fix
+    _agrees(f)
+
+
+def test_leaving_the_loop_then_waiting_in_a_barrier_names_the_break(tmp_path) -> None:
+    f = _first_error(_two_ranks(tmp_path, {0: ("all_reduce", BACKWARD, BUCKET),
+                                           1: ("barrier", CLOSING_BARRIER, 0)}))
+    assert f.ranks == (1,)  # 1 against 1: the rank that took the `break`, from the source
+    decision = f.evidence["why"]["decision"]
+    assert decision["statement"] == "break" and decision["reads"] == "metric"
+    assert "`break`" in f.summary and "validation score" in f.summary
+    assert f.fix.startswith("Decide together") and "validation score" in f.fix
+    _agrees(f)
+
+
+def test_a_checkpoint_on_the_ranks_own_clock_blames_the_rank_that_took_it(tmp_path) -> None:
+    f = _first_error(_two_ranks(tmp_path, {0: ("all_reduce", BACKWARD, BUCKET),
+                                           1: ("barrier", CLOCK_BARRIER, 0)}))
+    assert f.ranks == (1,)
+    assert f.evidence["why"]["decision"]["reads"] == "clock"
+    assert "its own clock" in f.summary and "clock" in f.fix
+    _agrees(f)
+
+
+def test_leaving_no_sync_on_its_own_token_count_blames_that_rank(tmp_path) -> None:
+    f = _first_error(_two_ranks(tmp_path, {0: ("all_reduce", LOSS_LOG, 0),
+                                           1: ("all_reduce", MICRO_BACKWARD, BUCKET)}))
+    assert f.ranks == (1,)  # not the peer's regular loss all_reduce
+    decision = f.evidence["why"]["decision"]
+    assert decision["statement"] == "no_sync" and "tokens >= 4096" in decision["condition"]
+    assert "no_sync()" in f.fix
+    _agrees(f)
+
+
+def test_no_evidence_and_no_majority_names_every_side_in_every_run(tmp_path) -> None:
+    """Two ranks, two unrelated calls, no branch around either: no coin toss."""
+    seen = set()
+    for _ in range(3):
+        f = _first_error(job([rank(r, [rec(0, "all_reduce" if r else "broadcast", t=0,
+                                            dur=None, site=f"other.py:{3 + r}")])
+                              for r in (0, 1)]))
+        seen.add(f.ranks)
+    assert seen == {(0, 1)}
+
+
+def test_an_even_split_is_no_majority(tmp_path) -> None:
+    runs = [rank(r, [rec(0, t=0, dur=None, site="other.py:3", shape=(4 if r % 2 else 2,))],
+                 world=4) for r in range(4)]
+    f = _first_error(job(runs, world=4))
+    assert f.ranks == (0, 1, 2, 3)
+    assert "size" in f.fix
+    _agrees(f)
+
+
+def test_a_plurality_is_no_majority(tmp_path) -> None:
+    """Four ranks, three shapes (2, 2, 3, 4 elements): two agree, but not more than half."""
+    runs = [rank(r, [rec(0, t=0, dur=None, site="other.py:3", shape=((2, 2, 3, 4)[r],))],
+                 world=4) for r in range(4)]
+    f = _first_error(job(runs, world=4))
+    assert f.ranks == (0, 1, 2, 3)
