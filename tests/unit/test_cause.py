@@ -141,3 +141,31 @@ def test_a_plurality_is_no_majority(tmp_path) -> None:
                  world=4) for r in range(4)]
     f = _first_error(job(runs, world=4))
     assert f.ranks == (0, 1, 2, 3)
+
+
+def _interrupted(wait_s: float, live: bool) -> JobView:
+    """Rank 1 in barrier #3 since ``wait_s`` before the user's Ctrl-C; rank 0 computing."""
+    from tests.unit.factory import NOW, T0
+
+    r0 = rank(0, [rec(i, t=i) for i in range(3)], cpu_busy=True,
+              stack=[{"filename": "/job/train.py", "line": 37, "name": "main"}])
+    start = (NOW - T0) / 1e9 - wait_s
+    r1 = rank(1, [rec(i, t=i) for i in range(3)] + [rec(3, "barrier", t=start, dur=None)])
+    j = job([r0, r1], outcome=None, live=live, hang_timeout=60)
+    j.supervisor_events = [{"event": "verdict", "reason": "interrupt", "t": j.now_ns}]
+    return j
+
+
+def test_an_interrupted_run_tells_the_wait_it_saw_as_a_warning() -> None:
+    for live in (True, False):  # the supervisor at Ctrl-C, `analyze` afterwards: the same
+        found = analyze(_interrupted(4.2, live), [])
+        told = [f for f in found if f.kind == "missing_collective"]
+        assert told and told[0].severity == Severity.WARNING and told[0].ranks == (0,)
+        assert told[0].summary.startswith("when interrupted, rank 1 waits for rank 0")
+        assert "(for 4.2 s)" in told[0].summary and "train.py:37" in told[0].summary
+        assert not [f for f in found if f.severity == Severity.ERROR]
+
+
+def test_an_interrupted_run_is_silent_on_a_step_in_progress() -> None:
+    found = analyze(_interrupted(0.2, True), [])
+    assert not [f for f in found if f.kind == "missing_collective"]

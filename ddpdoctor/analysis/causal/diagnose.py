@@ -27,14 +27,57 @@ class Diagnosis:
 
 def _judged(job: JobView, states: dict[int, RankState], w: Wait) -> bool:
     """Is this wait long enough to judge?  Offline, or after a verdict: always; live:
-    past the hang timeout."""
-    if not job.live or job.outcome is not None:
+    past the hang timeout; interrupted by the user: always (what was seen is told)."""
+    if not job.live or job.outcome is not None or interrupted(job):
         return True
     since = states[w.rank].since_ns
     return since is not None and host_now(job, w.rank) - since >= job.hang_timeout * NS
 
 
 SAME_FAILURE_NS = 5 * NS
+SUSPECT_WAIT_NS = 1 * NS  # an interrupted run: a shorter wait is a step in progress
+
+
+def interrupted(job: JobView) -> bool:
+    """Was the job stopped by its user (Ctrl-C) before any verdict?"""
+    return job.outcome == "interrupted" or any(
+        e.get("event") == "verdict" and e.get("reason") == "interrupt"
+        for e in job.supervisor_events)
+
+
+def _interrupted_at(job: JobView) -> int | None:
+    """When the user interrupted the job (the supervisor's clock), if it was."""
+    return next((int(e["t"]) for e in job.supervisor_events if e.get("event") == "verdict"
+                 and e.get("reason") == "interrupt" and isinstance(e.get("t"), int)), None)
+
+
+def _waited_ns(job: JobView, states: dict[int, RankState], w: Wait) -> int:
+    """How long ``w`` had lasted when the job was interrupted (else until now)."""
+    since = states[w.rank].since_ns
+    if since is None:
+        return 0
+    now, at = host_now(job, w.rank), _interrupted_at(job)
+    if at is not None and now == job.now_ns:  # one clock: the supervisor's is the ranks'
+        now = min(now, at)
+    return max(0, now - since)
+
+
+def _when_interrupted(f: Finding, job: JobView, waited_ns: int) -> Finding:
+    """A root told from waits of an interrupted run, shorter than the hang timeout: what
+    was seen, as a warning (a suspect, not a verdict)."""
+    if waited_ns >= job.hang_timeout * NS:
+        return f
+    secs = waited_ns / NS
+    note = (f"The run was interrupted after {secs:.1f} s of this wait, under the "
+            f"{job.hang_timeout:g} s hang timeout: this is what the ranks were doing then, "
+            "a suspect rather than a verdict.")
+    detail = "\n".join(f"Waiting for {secs:.1f} s when interrupted." if
+                       line.startswith("Waiting for ") else line
+                       for line in f.detail.splitlines())
+    return replace(f, severity=Severity.WARNING,
+                   summary=f"when interrupted, {f.summary} (for {secs:.1f} s)",
+                   detail=f"{note}\n{detail}",
+                   evidence={**f.evidence, "interrupted": {"waited_s": round(secs, 3)}})
 
 
 class _Builder:
@@ -77,6 +120,9 @@ def diagnose(job: JobView) -> Diagnosis:
     states = rank_states(job)
     waits = wait_for_graph(job, states)
     judged = [w for w in waits if _judged(job, states, w)]
+    stopped_early = interrupted(job)
+    if stopped_early:
+        judged = [w for w in judged if _waited_ns(job, states, w) >= SUSPECT_WAIT_NS]
     by_rank = {w.rank: w for w in waits}
     b = _Builder()
     covered: dict[int, int] = {}  # ranks whose own error a root already tells -> that root
@@ -108,6 +154,7 @@ def diagnose(job: JobView) -> Diagnosis:
             if s is not None and s.kind == StateKind.DIED and s.call is not None and \
                     (s.call.group, s.call.seq) == (div.group, div.seq):
                 covered.setdefault(r, cause)
+    first_wait_root = len(b.roots)  # roots told from waits from here on (until deaths)
     for cycle in cycles(judged):
         if all(r in by_rank for r in cycle):
             b.add(_cycle_finding(cycle, job, by_rank, states), set(cycle))
@@ -132,11 +179,17 @@ def diagnose(job: JobView) -> Diagnosis:
         lost = _lost_ranks(job, states, node.host)
         if node.lost and lost and all(b.root_of(r, []) is None for r in lost):
             _lost(job, states, lost[0], judged, b)
+    from_waits = range(first_wait_root, len(b.roots))
     _deaths(job, states, judged, b, consequences, covered)
     if not b.roots:
         stall = _stalled(job, states)
         if stall is not None:
-            b.add(stall, set())
+            from_waits = range(0, b.add(stall, set()) + 1)
+    if stopped_early:
+        for i in from_waits:
+            longest = max((_waited_ns(job, states, w) for w in judged
+                           if w.rank in b.explains[i]), default=0)
+            b.roots[i] = _when_interrupted(b.roots[i], job, longest)
     return Diagnosis(states, waits, _assemble(b.roots, consequences, late))
 
 
@@ -264,7 +317,7 @@ def _stalled(job: JobView, states: dict[int, RankState]) -> Finding | None:
     completed (the DDP ring records its sends and receives), else the call itself."""
     from ddpdoctor.analysis.causal.stall import stalled_call, stalled_ring
 
-    if job.live and job.outcome is None:
+    if job.live and job.outcome is None and not interrupted(job):
         return None
     blocked = {r: s.call for r, s in states.items()
                if s.kind == StateKind.BLOCKED and s.call is not None}
