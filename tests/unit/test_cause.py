@@ -169,3 +169,27 @@ def test_an_interrupted_run_tells_the_wait_it_saw_as_a_warning() -> None:
 def test_an_interrupted_run_is_silent_on_a_step_in_progress() -> None:
     found = analyze(_interrupted(0.2, True), [])
     assert not [f for f in found if f.kind == "missing_collective"]
+
+
+def test_a_failure_nothing_explains_is_not_pinned_on_the_first_root() -> None:
+    """Ranks 0 and 1 mismatch on their pair group; rank 3 raises its own error; rank 2 then
+    fails of its pair peer's absence: a consequence of rank 3's failure, not of the pair
+    mismatch of ranks it shares no group with."""
+    from tests.unit.factory import NOW, job as make_job
+
+    groups = {0: [0, 1, 2, 3], 1: [0, 1], 2: [2, 3]}
+    own = {"type": "ValueError", "message": "record 9: cannot decode"}
+    closed = {"type": "RuntimeError", "message": "[gloo] Connection closed by peer [::1]:1"}
+    r0 = rank(0, [rec(0, group=1, t=1, dur=None, site="a.py:1")], world=4, groups=groups)
+    r1 = rank(1, [rec(0, "broadcast", group=1, t=1, dur=None, site="a.py:2")], world=4,
+              groups=groups)
+    r2 = rank(2, [rec(0, group=2, t=1, dur=2, flags=int(L.RecordFlag.FAILED))],
+              L.RankState.FAILED, exception=closed, world=4, groups=groups)
+    r3 = rank(3, [rec(0, group=2, t=1, dur=0.5)], L.RankState.FAILED,
+              exception={**own, "t": NOW - 6 * 10**9}, world=4, groups=groups)  # first
+    found = analyze(make_job([r0, r1, r2, r3], world=4, outcome="failed"), [])
+    assert not [f for f in found if 2 in f.ranks and f.severity == Severity.ERROR]
+    root = next(f for f in found if f.ranks == (3,) and f.severity == Severity.ERROR)
+    assert "2" in root.evidence["consequences"]  # rank 2's failure told as its echo
+    mismatch = next(f for f in found if f.kind == "collective_mismatch")
+    assert "rank 2" not in mismatch.detail

@@ -245,8 +245,8 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
     orphans = []
     for s in failed:
         i = b.root_of(s.rank, waits)
-        if i is None and b.roots:
-            i = 0
+        if i is None:
+            i = _root_by_evidence(s, job, states, b)
         if i is None:
             orphans.append(s)
         else:
@@ -265,6 +265,27 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
             b.roots[i] = F.with_consequences(b.roots[i], sorted(ranks), states)
         else:
             consequences.append((F.consequence(sorted(ranks), states, b.roots[i], i), i))
+
+
+def _root_by_evidence(s: RankState, job: JobView, states: dict[int, RankState],
+                      b: _Builder) -> int | None:
+    """The root a rank that failed of a peer's absence (and waits on no one any more) is a
+    consequence of: a root naming a peer of the group it failed in, that peer gone first
+    (died earlier on one clock, or not dead: a hang or an exit); failing that, any root
+    naming such a peer; else none (its failure is its own finding).  Never a root about
+    ranks it shares no group with."""
+    group = s.call.group if s.call is not None else None
+    peers = set(job.group_members(group) if group is not None else states) - {s.rank}
+    named = [i for i, f in enumerate(b.roots) if set(f.ranks) & peers]
+
+    def first(r: int) -> bool:
+        o = states.get(r)
+        if o is None or o.death is None or s.death is None:
+            return True
+        return not same_host(job, r, s.rank) or o.death.at_ns <= s.death.at_ns
+
+    earlier = [i for i in named if any(first(r) for r in set(b.roots[i].ranks) & peers)]
+    return (earlier or named or [None])[0]
 
 
 def _if_known(root: Finding, job: JobView, states: dict[int, RankState], rank: int) -> Finding:
