@@ -12,7 +12,7 @@ from ddpdoctor.analysis.causal.graph import Wait, cycles, reachable, sinks, wait
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.clocks import host_now, ordered, same_host
-from ddpdoctor.analysis.model import NS, Finding, JobView, Severity
+from ddpdoctor.analysis.model import NS, Finding, FindingKind, JobView, Severity
 
 
 @dataclass
@@ -140,8 +140,9 @@ def diagnose(job: JobView) -> Diagnosis:
     consequences: list[tuple[Finding, int]] = []
     for div in mismatch.divergences(job):
         f = mismatch.finding_for(div, job)
-        cause = next((i for i, r in enumerate(b.roots) if r.kind == "uneven_batches" and
-                      r.seq == div.seq and r.evidence.get("group") == div.group), None)
+        cause = next((i for i, r in enumerate(b.roots)
+                      if r.kind == FindingKind.UNEVEN_BATCHES and r.seq == div.seq and
+                      r.evidence.get("group") == div.group), None)
         if cause is not None:
             consequences.append((replace(f, severity=Severity.INFO, summary=(
                 f"{f.summary} (a consequence of the uneven batches: "
@@ -221,7 +222,7 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
         if s.rank in covered:  # (a rank_failed root quotes its own culprits' error)
             told.add(s.rank)
             root = b.roots[covered[s.rank]]
-            if root.kind != "rank_failed" or s.rank not in root.ranks:
+            if root.kind != FindingKind.RANK_FAILED or s.rank not in root.ranks:
                 linked.setdefault(covered[s.rank], []).append(s.rank)
             continue
         if s.death.teardown:  # type: ignore[union-attr]
@@ -261,7 +262,7 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
         if k is not None:
             alike[k.id] = i
     for i, ranks in linked.items():
-        if b.roots[i].kind == "rank_failed":  # one finding tells the failure and its echo
+        if b.roots[i].kind == FindingKind.RANK_FAILED:  # one finding: a failure and its echo
             b.roots[i] = F.with_consequences(b.roots[i], sorted(ranks), states)
         else:
             consequences.append((F.consequence(sorted(ranks), states, b.roots[i], i), i))

@@ -8,7 +8,7 @@ from typing import Any
 from ddpdoctor.analysis.alignment import OutOfStep, out_of_step
 from ddpdoctor.analysis.branches import LoopExit, loop_exit
 from ddpdoctor.analysis.iterations import SkippedIteration, skipped_iterations
-from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
+from ddpdoctor.analysis.model import Call, Finding, FindingKind, JobView, Severity
 from ddpdoctor.analysis.source import rank_condition, source_line
 from ddpdoctor.trace.origin import Origin
 
@@ -201,7 +201,8 @@ def explained(findings: list[Finding], job: JobView) -> list[Finding]:
         return out
     f = out[first]
     if "out_of_step" in f.evidence or f.kind not in (
-            "missing_collective", "uneven_batches", "collective_mismatch", "rank_failed"):
+            FindingKind.MISSING_COLLECTIVE, FindingKind.UNEVEN_BATCHES,
+            FindingKind.COLLECTIVE_MISMATCH, FindingKind.RANK_FAILED):
         return out
     skips = skipped_iterations(job)
     skip = next((s for s in skips if set(s.ranks) <= set(f.ranks)), None)
@@ -223,7 +224,8 @@ def _left_loop(f: Finding, job: JobView) -> tuple[int, Call] | None:
     """(the culprit that exited cleanly, the call a rank still waits in) when the finding
     blames one rank that left while others wait in a collective."""
     gone = [r for r in f.ranks if r in job.ranks and job.ranks[r].exited_cleanly()]
-    if f.kind not in ("missing_collective", "uneven_batches") or len(gone) != 1 or \
+    if f.kind not in (FindingKind.MISSING_COLLECTIVE, FindingKind.UNEVEN_BATCHES) or \
+            len(gone) != 1 or \
             len(f.ranks) != 1:
         return None
     group = f.evidence.get("group")
