@@ -78,14 +78,28 @@ class Decision:
         short = f"{path.rsplit('/', 1)[-1]}:{line}"
         under = f" under {self.condition}" if self.condition and \
             self.statement in ("break", "continue", "return") else ""
-        what = f"`{self.source}`" if self.statement != "no_sync" else \
-            f"the choice of no_sync() `{self.source}`"
+        code = _without_comment(self.source)
+        what = f"`{code}`" if self.statement != "no_sync" else \
+            f"the choice of no_sync() `{code}`"
         return f"{what} at {short}{under}, decided by {self.decided_by}"
 
     def to_dict(self) -> dict[str, str | None]:
         return {"statement": self.statement, "callsite": self.callsite,
                 "source": self.source, "condition": self.condition,
                 "decided_by": self.decided_by, "reads": self.reads.name.lower()}
+
+
+def _without_comment(line: str) -> str:
+    """A source line without its trailing comment (a `#` outside quotes)."""
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            return line[:i].rstrip()
+    return line
 
 
 def _functions(tree: ast.AST) -> list[ast.AST]:
@@ -190,9 +204,10 @@ def left_loop(inside: str, after: str) -> Decision | None:
     if not any(later > (n.end_lineno or n.lineno) for n in loops):
         return None  # the later call is inside every loop of the earlier one: not left
     found = loop_exit(inside, skipped=False)
-    return _from_exit(found) if found is not None else None
+    return from_exit(found) if found is not None else None
 
 
-def _from_exit(e: LoopExit) -> Decision:
+def from_exit(e: LoopExit) -> Decision:
+    """A loop exit read by branches.py, as a Decision."""
     read = next((r for r in Reads if r.value == e.decided_by), Reads.UNKNOWN)
     return Decision(e.statement, e.callsite, e.source, e.condition, read)

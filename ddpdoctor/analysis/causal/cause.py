@@ -109,8 +109,8 @@ _TOGETHER = {
     Reads.CLOCK: "let rank 0 read its clock and broadcast the decision (or all-reduce the "
                  "elapsed time, MAX), so that every rank acts in the same step",
     Reads.FILES: "let rank 0 look at the file system and broadcast what it found",
-    Reads.DATA: "all-reduce the count or flag the condition reads (e.g. the token count, "
-                "MAX of a 0/1 flag), so that every rank takes the branch in the same step",
+    Reads.DATA: "all-reduce the flag or count the condition reads (MAX of a 0/1 flag, the "
+                "token count), so that every rank takes the branch in the same step",
     Reads.RANDOM: "draw from a generator seeded the same on every rank, or broadcast rank "
                   "0's draw",
     Reads.EXCEPTION: "all-reduce a 0/1 'failed' flag after the try block and act on it "

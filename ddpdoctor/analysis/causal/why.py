@@ -185,10 +185,18 @@ def with_skip(f: Finding, skip: SkippedIteration) -> Finding:
         evidence.update(statement=exit_.statement, callsite=exit_.callsite,
                         source=exit_.source, condition=exit_.condition,
                         decided_by=exit_.decided_by)
-    return replace(f, summary=f"{lead}; {f.summary}", detail=detail,
-                   fix=DECIDE_TOGETHER + (ZERO_LOSS if skip.missed.origin ==
-                                          Origin.DDP_BACKWARD else ""),
+    fix = _decided_fix(exit_, skip.ranks, skip.missed) if exit_ is not None else \
+        DECIDE_TOGETHER + (ZERO_LOSS if skip.missed.origin == Origin.DDP_BACKWARD else "")
+    return replace(f, summary=f"{lead}; {f.summary}", detail=detail, fix=fix,
                    evidence={**f.evidence, "skipped_iteration": evidence})
+
+
+def _decided_fix(exit_: LoopExit, ranks: tuple[int, ...], call: Call) -> str:
+    """The fix of a loop exit a rank took alone: decide together on what it read."""
+    from ddpdoctor.analysis.causal.cause import Cause, CauseKind, fix_for
+    from ddpdoctor.analysis.decisions import from_exit
+
+    return fix_for(Cause(CauseKind.LOCAL_DECISION, tuple(ranks), call, from_exit(exit_)))
 
 
 def explained(findings: list[Finding], job: JobView) -> list[Finding]:
@@ -261,4 +269,5 @@ def with_exit(f: Finding, job: JobView) -> Finding:
                 "source": exit_.source, "condition": exit_.condition,
                 "decided_by": exit_.decided_by, "awaited": awaited.callsite}
     return replace(f, summary=f"{lead}; {f.summary}", detail=f"{lead}.\n{f.detail}",
-                   fix=DECIDE_TOGETHER, evidence={**f.evidence, "loop_exit": evidence})
+                   fix=_decided_fix(exit_, (rank,), awaited),
+                   evidence={**f.evidence, "loop_exit": evidence})
