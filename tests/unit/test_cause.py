@@ -11,7 +11,7 @@ from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.model import Finding, JobView, Severity
 from ddpdoctor.trace import layout as L
 from tests.fix_agreement import disagreement
-from tests.unit.factory import job, rank, rec
+from tests.unit.factory import job, rank, rec, steps
 
 BUCKET = int(L.RecordFlag.BUCKET)
 SCRIPT = """import contextlib, time
@@ -193,3 +193,20 @@ def test_a_failure_nothing_explains_is_not_pinned_on_the_first_root() -> None:
     assert "2" in root.evidence["consequences"]  # rank 2's failure told as its echo
     mismatch = next(f for f in found if f.kind == "collective_mismatch")
     assert "rank 2" not in mismatch.detail
+
+
+def test_an_all_to_all_one_rank_aborted_in_names_the_split_sizes_and_every_rank() -> None:
+    """Rank 0 aborts (gloo's size check) in all_to_all_single #2, which rank 1 completed;
+    rank 1 then fails in #3.  The shapes agree: the splits differ, nobody is singled out."""
+    closed = {"type": "RuntimeError", "message": "[gloo] Connection reset by peer [::1]:1"}
+    a2a = dict(shape=(8, 4), site="moe.py:13")
+    r0 = rank(0, steps(2) + [rec(2, "all_to_all_single", t=2, dur=None, **a2a)],
+              L.RankState.COMPUTING, fault="Fatal Python error: Aborted\n", returncode=-6)
+    r1 = rank(1, steps(2) + [rec(2, "all_to_all_single", t=2, **a2a),
+                             rec(3, t=3, dur=1, flags=int(L.RecordFlag.FAILED))],
+              L.RankState.FAILED, exception=closed)
+    for _ in range(3):  # the same finding every time
+        found = analyze(job([r0, r1], outcome="failed"), [])
+        errors = [f for f in found if f.severity == Severity.ERROR]
+        assert len(errors) == 1 and errors[0].ranks == (0, 1), [f.summary for f in found]
+        assert "split sizes" in errors[0].summary and "split sizes" in errors[0].fix

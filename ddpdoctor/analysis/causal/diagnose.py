@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from ddpdoctor.analysis.causal import findings as F
 from ddpdoctor.analysis.causal import known_failures
 from ddpdoctor.analysis.causal.ddp_errors import construction_mismatch
+from ddpdoctor.analysis.causal.exchange import split_sizes_mismatch
 from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.graph import Wait, cycles, reachable, sinks, wait_for_graph
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
@@ -130,6 +131,9 @@ def diagnose(job: JobView) -> Diagnosis:
     if built is not None:
         raised = set(built.evidence["raised"])
         covered = dict.fromkeys(raised, b.add(built, raised))
+    split = split_sizes_mismatch(job, states)
+    if split is not None:  # the ranks' errors in and after the exchange are its echo
+        covered.update(dict.fromkeys(split.ranks, b.add(split, set(split.ranks))))
     uneven_found = uneven.detect(job)
     late: list[Finding] = []
     for f in uneven_found:
