@@ -11,8 +11,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from ddpdoctor.analysis.decisions import (Decision, Reads, branch_decision, left_loop,
-                                          no_sync_decision)
+from ddpdoctor.analysis.branches import loop_exit
+from ddpdoctor.analysis.decisions import (Decision, Reads, branch_decision, from_exit,
+                                          left_loop, no_sync_decision)
 from ddpdoctor.analysis.model import Call, Finding, JobView
 from ddpdoctor.analysis.source import rank_condition
 from ddpdoctor.trace.origin import Origin
@@ -65,10 +66,20 @@ def decision_of(call: Call, others: list[Call]) -> Decision | None:
     return found if found is not None and found.reads != Reads.RANK else None
 
 
-def mismatch_cause(ranks: tuple[int, ...], calls: dict[int, Call], differs: str) -> Cause:
+def skip_of(missed: Call) -> Decision | None:
+    """The `continue` by which a rank skipped ``missed`` (a call the others made), with
+    what decided it."""
+    skip = loop_exit(missed.callsite, skipped=True)
+    found = from_exit(skip) if skip is not None else None
+    return found if found is not None and found.reads != Reads.RANK else None
+
+
+def mismatch_cause(ranks: tuple[int, ...], calls: dict[int, Call], differs: str,
+                   missed: Call | None = None) -> Cause:
     """The cause of differing calls at one seq, ``ranks`` blamed: a rank-dependent branch
     around the culprits' call (or around the others' call, which the culprits skipped);
-    else a decision on rank-local input; else an API's call; else what differs."""
+    else a decision on rank-local input (``missed``: the call the alignment says the
+    culprits skipped); else an API's call; else what differs."""
     mine = [c for r, c in calls.items() if r in ranks]
     theirs = [c for r, c in calls.items() if r not in ranks]
     call = mine[0] if mine else next(iter(calls.values()))
@@ -79,9 +90,14 @@ def mismatch_cause(ranks: tuple[int, ...], calls: dict[int, Call], differs: str)
         if (cond := rank_condition(c.callsite)) is not None:
             return Cause(CauseKind.RANK_BRANCH, ranks, c, condition=cond)
     decision = next((d for c in mine if (d := decision_of(c, theirs))), None)
+    if decision is None and missed is not None:  # they skipped a call the others made
+        decision = skip_of(missed)
+    if decision is None and theirs:  # a skip of the others' call on rank-local input
+        decision = next((d for c in theirs[:1] if (d := skip_of(c)) and d.reads.rank_local),
+                        None)
     if decision is not None:
         return Cause(CauseKind.LOCAL_DECISION, ranks, call, decision)
-    if call.origin.implicit and all(c.callsite != call.callsite for c in theirs):
+    if call.origin.implicit and theirs and all(c.callsite != call.callsite for c in theirs):
         return Cause(CauseKind.IMPLICIT, ranks, call)
     same_site = all(c.callsite == call.callsite and c.op == call.op for c in theirs)
     kind = _BY_DIFFERENCE.get(differs) if same_site or differs != "call" else None

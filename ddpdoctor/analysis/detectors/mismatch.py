@@ -5,18 +5,20 @@ from __future__ import annotations
 from ddpdoctor.analysis.causal import why
 from ddpdoctor.analysis.causal.cause import decision_of, mismatch_cause, with_cause
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
+from ddpdoctor.analysis.alignment import OutOfStep
 from ddpdoctor.analysis.matcher import Divergence, find_divergence
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
 from ddpdoctor.analysis.source import rank_condition, source_line
 
-def _tie_break(div: Divergence, job: JobView | None) -> tuple[int, ...]:
+def _tie_break(div: Divergence, job: JobView | None,
+               here: OutOfStep | None) -> tuple[int, ...]:
     """With no majority, blame the ranks whose call sits under a rank-dependent branch
     when the others' do not (the evidence in the source); else the ranks whose call a
     decision on rank-local input put there (a branch on a metric or a clock, the no_sync()
     choice, the loop exit by which they left the loop the others are in); else the ranks
-    whose call breaks
-    their own repeating pattern of earlier calls (or, failing that, whose call has no
-    precedent while the others repeat theirs); else every rank."""
+    the alignment says skipped (or added) a call at this seq (``here``); else the ranks
+    whose call breaks their own repeating pattern of earlier calls (or, failing that,
+    whose call has no precedent while the others repeat theirs); else every rank."""
     conditional = {r for r, c in div.calls.items() if rank_condition(c.callsite)}
     if conditional and len(conditional) < len(div.calls):
         return tuple(sorted(conditional))
@@ -24,6 +26,8 @@ def _tie_break(div: Divergence, job: JobView | None) -> tuple[int, ...]:
                if decision_of(c, [o for q, o in div.calls.items() if q != r])}
     if decided and len(decided) < len(div.calls):
         return tuple(sorted(decided))
+    if here is not None and set(here.culprits) < set(div.calls):
+        return tuple(sorted(here.culprits))  # the alignment: they skipped or added a call
     if job is not None:
         verdicts = {r: breaks_pattern(stream_until(job.ranks[r], c, div.group))
                     for r, c in div.calls.items() if r in job.ranks}
@@ -31,6 +35,15 @@ def _tie_break(div: Divergence, job: JobView | None) -> tuple[int, ...]:
         if blamed and len(verdicts) == len(div.calls):
             return blamed
     return div.culprits
+
+
+def _step_here(div: Divergence, job: JobView | None) -> OutOfStep | None:
+    """Where the alignment says the ranks went out of step, when that is this very seq and
+    more than a call-site difference tells it."""
+    oos = why.find_step(job, div.group, div.seq) if job is not None else None
+    if oos is None or oos.probable or min(oos.seqs.values()) != div.seq:
+        return None
+    return oos
 
 
 def _line(call: Call) -> str:
@@ -47,7 +60,8 @@ def _line(call: Call) -> str:
 def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
     """The collective_mismatch finding of a divergence (``job`` lets a tie be broken by
     each rank's own history)."""
-    culprits = _tie_break(div, job) if not div.majority else div.culprits
+    here = _step_here(div, job)
+    culprits = _tie_break(div, job, here) if not div.majority else div.culprits
     calls = div.calls
     others = [r for r in calls if r not in culprits]
     bad = calls[culprits[0]]
@@ -60,7 +74,9 @@ def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
     else:
         summary = (f"ranks {_ranks(culprits)} diverged at seq {div.seq}: "
                    + "; ".join(f"rank {r} {c.describe()} at {c.short_site}"
-                               for r, c in calls.items()))
+                               for r, c in calls.items())
+                   + " (no majority, and neither the source nor the ranks' own histories "
+                   "single one out)")
     detail = (f"Collective #{div.seq} on process group {div.group} does not match across "
               f"ranks ({div.state.value} differs):\n"
               + "\n".join("  " + _line(c) for c in calls.values()))
@@ -75,7 +91,9 @@ def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
                            "origin": c.origin.value, "entered_at": c.t_start / 1e9}
                   for r, c in calls.items()},
     }
-    cause = mismatch_cause(tuple(culprits), calls, div.state.value)
+    missed = here.call if here is not None and not here.extra and \
+        set(here.culprits) == set(culprits) else None
+    cause = mismatch_cause(tuple(culprits), calls, div.state.value, missed)
     told = [why.mechanism(c) for c in calls.values() if c.origin.implicit]
     if told:
         detail += "\n" + "\n".join(dict.fromkeys(told))
