@@ -18,7 +18,7 @@ def disagreement(f: dict[str, Any]) -> str | None:
     fix, told = f["fix"], f["summary"] + "\n" + f["detail"]
     cause = ev.get("why") or {}
     decided = ev.get("loop_exit") or ev.get("skipped_iteration") or cause.get("decision")
-    if decided and not fix.startswith("Decide together"):
+    if decided and (cause.get("call") or not cause) and not fix.startswith("Decide together"):
         return "a rank decided alone, yet the fix is not about deciding together"
     if cause.get("kind") == "rank_branch" and not (
             (cause.get("condition") or "") in fix or "every rank" in fix):

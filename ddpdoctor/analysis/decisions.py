@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from ddpdoctor.analysis.branches import LoopExit, loop_exit
-from ddpdoctor.analysis.source import _depends_on_rank, _parse, split_callsite
+from ddpdoctor.analysis.source import _parse, split_callsite
 
 
 class Reads(str, enum.Enum):
@@ -41,9 +41,18 @@ _DATA = re.compile(r"nan|inf\b|finite|loss|grad|batch|sample|label|data|norm|ove
 _SHARED = re.compile(r"step|epoch|iter|micro|\bi\b|\bk\b|%|args\.|config|cfg", re.IGNORECASE)
 
 
+_RANK = re.compile(r"rank|is_main|main_process|is_master|master|process_zero|global_zero",
+                   re.IGNORECASE)
+
+
+def _names(tree: ast.AST) -> list[str]:
+    return [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(tree)
+            if isinstance(n, (ast.Name, ast.Attribute))]
+
+
 def classify(text: str, tree: ast.AST | None = None) -> Reads:
     """What a condition's source text reads (the rank first: it is the strongest fact)."""
-    if tree is not None and _depends_on_rank(tree):
+    if tree is not None and any(_RANK.search(n) for n in _names(tree)):
         return Reads.RANK
     for words, what in ((_CLOCK, Reads.CLOCK), (_FILES, Reads.FILES),
                         (_METRIC, Reads.METRIC), (_RANDOM, Reads.RANDOM),

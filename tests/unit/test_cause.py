@@ -210,3 +210,17 @@ def test_an_all_to_all_one_rank_aborted_in_names_the_split_sizes_and_every_rank(
         errors = [f for f in found if f.severity == Severity.ERROR]
         assert len(errors) == 1 and errors[0].ranks == (0, 1), [f.summary for f in found]
         assert "split sizes" in errors[0].summary and "split sizes" in errors[0].fix
+
+
+def test_an_absent_rank_held_in_a_loop_on_its_own_input_is_told_that_decision(tmp_path) -> None:
+    script = tmp_path / "wait.py"
+    script.write_text("import os, time\nwhile not os.path.exists(marker):\n"
+                      "    time.sleep(0.05)\n")
+    r0 = rank(0, steps(3), cpu_busy=False,
+              stack=[{"filename": str(script), "line": 3, "name": "<module>"}])
+    r1 = rank(1, steps(3) + [rec(3, "barrier", t=3, dur=None)])
+    f = _first_error(job([r0, r1]))
+    assert f.kind == "missing_collective" and f.ranks == (0,)
+    assert "rank 0 is held at `while not os.path.exists(marker):`" in f.summary
+    assert "its own view of the file system" in f.summary
+    _agrees(f)

@@ -185,6 +185,22 @@ def counts_text(counts: dict[int, int]) -> str:
                                                   for r, n in sorted(counts.items()))
 
 
+def with_frame_decision(f: Finding) -> Finding:
+    """A missing_collective whose absent rank sits under a branch or loop on rank-local
+    input (``while not os.path.exists(...)``, ``if time.time() > ...``): that decision told,
+    the finding's own fix kept (it already speaks of where the rank is)."""
+    frame = f.evidence.get("frame")
+    if f.kind != "missing_collective" or not isinstance(frame, str) or len(f.ranks) != 1:
+        return f
+    d = branch_decision(frame)
+    if d is None or d.callsite in f.detail:
+        return f
+    lead = f"{_ranks(f.ranks)} is held at {d.text()}"
+    cause = Cause(CauseKind.LOCAL_DECISION, f.ranks, None, d)
+    return replace(f, summary=f"{f.summary}; {lead}", detail=f"{f.detail}\n{lead}.",
+                   evidence={**f.evidence, "why": cause.to_dict()})
+
+
 def with_cause(f: Finding, cause: Cause, job: JobView | None) -> Finding:
     """``f`` told the decision behind its cause (when the finding does not say it yet), the
     ranks' counts of synced backward passes where they differ, and the cause's fix."""

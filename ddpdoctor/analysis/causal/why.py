@@ -205,8 +205,10 @@ def explained(findings: list[Finding], job: JobView) -> list[Finding]:
     skipped; findings that say this already are left as they are."""
     out = list(findings)
     first = next((i for i, f in enumerate(out) if f.severity == Severity.ERROR), None)
-    if first is None:
-        return out
+    if first is None:  # (an interrupted run's suspect: where the absent rank is held)
+        from ddpdoctor.analysis.causal.cause import with_frame_decision
+
+        return [with_frame_decision(f) if f.severity == Severity.WARNING else f for f in out]
     f = out[first]
     if "out_of_step" in f.evidence or f.kind not in (
             FindingKind.MISSING_COLLECTIVE, FindingKind.UNEVEN_BATCHES,
@@ -225,6 +227,10 @@ def explained(findings: list[Finding], job: JobView) -> list[Finding]:
             out[first] = with_step(f, oos, surfaced, blame=not oos.probable)
             return out
     out[first] = with_exit(f, job)
+    if out[first] is f:
+        from ddpdoctor.analysis.causal.cause import with_frame_decision
+
+        out[first] = with_frame_decision(f)
     return out
 
 
