@@ -83,6 +83,13 @@ REPLAY_GAPS: dict[str, str] = {
     for name in ("checkpoint_reentrant_drift", "head_loaded_one_rank", "lr_scheduler_rank0_only",
                  "grad_clip_local_loss", "requires_grad_after_ddp")}
 
+
+    "no_sync_token_count": (
+        "rank 1's replayed synced backward blocks before its bucket all-reduce is "
+        "recorded (in a futex), so the replay names rank 1 in a missing_collective, not "
+        "the mismatch of its bucket with rank 0's loss all-reduce"),
+}
+
 CATALOGUE: tuple[Bug, ...] = (
     _bug("last_batch_hand_split", 2, Launch.SCRIPT,
          "hangs at the end of the epoch: a hand-made split gives rank 0 one batch more",
@@ -363,4 +370,34 @@ DRIFT_BUGS: tuple[Bug, ...] = (
          "build a new DDP after changing requires_grad", hang_timeout=5.0),
 )
 CATALOGUE = CATALOGUE + DRIFT_BUGS
+
+
+# -- blame from evidence, the why from facts: one rank against one, a decision on its own input
+SHAPE_BUGS: tuple[Bug, ...] = (
+    _bug("early_stop_closing_barrier", 2, Launch.TORCHRUN,
+         "hangs after epoch 1: rank 1 stops early on its own validation score and waits in "
+         "the closing barrier; rank 0 waits in the next epoch's gradient all-reduce",
+         "collective_mismatch", (1,),
+         "isi-nlp/rtg#11; Lightning-AI/pytorch-lightning#379",
+         "all-reduce the validation loss before the check", hang_timeout=5.0),
+    _bug("no_sync_token_count", 2, Launch.TORCHRUN,
+         "hangs: rank 1 leaves no_sync() on its own token count one micro-batch early; its "
+         "gradient all-reduce meets rank 0's loss all-reduce",
+         "collective_mismatch", (1,),
+         "modelscope/FunASR#3472; karpathy/nanochat#33",
+         "all-reduce (MIN) the token count before deciding to sync", hang_timeout=5.0),
+    _bug("checkpoint_on_own_clock", 4, Launch.TORCHRUN,
+         "hangs: rank 1's clock says checkpoint first; it saves and waits in the barrier "
+         "while ranks 0, 2 and 3 wait in the next gradient all-reduce",
+         "collective_mismatch", (1,),
+         "instructlab/training#566; Lightning-AI ModelCheckpoint(train_time_interval)",
+         "rank 0 reads the clock and broadcasts the decision", hang_timeout=5.0),
+    _bug("time_budget_exit", 2, Launch.TORCHRUN,
+         "rank 1's own clock says the time budget is spent: it leaves the loop and exits; "
+         "rank 0 waits in the next gradient all-reduce (gloo: connection closed)",
+         "uneven_batches", (1,),
+         "Lightning-AI/pytorch-lightning#379's family (max_time read per rank)",
+         "rank 0 reads the clock and broadcasts the decision", hang_timeout=5.0),
+)
+CATALOGUE = CATALOGUE + SHAPE_BUGS
 CATALOGUE = tuple(replace(b, replay_gap=REPLAY_GAPS.get(b.name, "")) for b in CATALOGUE)

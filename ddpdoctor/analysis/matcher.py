@@ -96,10 +96,11 @@ class Divergence:
 
 
 def blame(calls: dict[int, Call]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(culprits, majority): the ranks whose call differs from the strict majority's."""
+    """(culprits, majority): the ranks whose call differs from the strict majority's (more
+    than half the ranks); with none (two ranks, an even split, three ways), every rank."""
     counts = Counter(fingerprint(c) for c in calls.values())
     (top, n), *rest = counts.most_common()
-    if rest and rest[0][1] == n:  # a tie: no majority to trust
+    if rest and 2 * n <= len(calls):  # no majority to trust
         return tuple(sorted(calls)), ()
     majority = tuple(sorted(r for r, c in calls.items() if fingerprint(c) == top))
     culprits = tuple(sorted(r for r, c in calls.items() if fingerprint(c) != top))

@@ -22,6 +22,19 @@ class Severity(str, enum.Enum):
     INFO = "info"
 
 
+class FindingKind(str, enum.Enum):
+    """The finding kinds the causal model decides and links (a str: equal to the report's
+    ``kind`` text, so a Finding's ``kind`` may be either)."""
+
+    COLLECTIVE_MISMATCH = "collective_mismatch"
+    MISSING_COLLECTIVE = "missing_collective"
+    UNEVEN_BATCHES = "uneven_batches"
+    RANK_FAILED = "rank_failed"
+    DEADLOCK = "deadlock"
+    NODE_LOST = "node_lost"
+    STALLED_CALL = "stalled_call"
+
+
 def ranks_text(ranks: list[int] | tuple[int, ...]) -> str:
     """``rank 3``, ``ranks 0, 1 and 2`` (sorted): how findings name ranks."""
     ranks = sorted(ranks)

@@ -23,6 +23,7 @@ def process_state(pid: int) -> tuple[bool, str]:
     up = alive(pid)
     return up, proc_state(pid) if up else ""
 from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.origin import Origin
 from ddpdoctor.trace.record import CallRecord
 
 
@@ -120,9 +121,12 @@ def _stack_call(facts: RankFacts, seq: int) -> Call | None:
     place = facts.places[-1] if facts.places else None
     if place is None or not place.in_call or place.kind == L.RecordKind.MARK:
         return None
+    backward = place.in_backward  # DDP's gradient all-reduce, issued by its backward
     return Call(rank=facts.process.rank, group=DEFAULT_GROUP, seq=seq, op=place.op,
-                callsite=place.callsite, t_start=facts.since_ns, t_end=0, aux=-1,
-                kind=place.kind)
+                callsite=place.callsite, t_start=facts.since_ns, t_end=0,
+                aux=0 if backward else -1, kind=place.kind,
+                flags=int(L.RecordFlag.BUCKET) if backward else 0,
+                origin=Origin.DDP_BACKWARD if backward else Origin.USER)
 
 
 def _merge_dump(facts: RankFacts, dump: FlightRecorderDump) -> dict[str, list[Call]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ddpdoctor import bugs
+from tests.fix_agreement import disagreement
 from tests.integration.sample_runs import sample_run
 from tests.integration.test_repro_catalogue import check_repro, replay_twins, twin_repro
 
@@ -43,6 +44,8 @@ def check_root_cause_first(bug: bugs.Bug, findings: list[dict]) -> None:
                 f"{list(bug.culprit_ranks)}: {describe(findings)}")
     waited = [f for f in errors if not set(f["ranks"]) <= set(bug.culprit_ranks)]
     assert waited == [], f"{bug.name}: errors blame a rank that only waited: {describe(waited)}"
+    for f in errors:  # every Fix: line follows the cause its finding states
+        assert disagreement(f) is None, f"{bug.name}: {disagreement(f)}: {f['fix']}"
 
 
 @HANGS_AND_FAILURES

@@ -14,6 +14,7 @@ from ddpdoctor.trace.reader import RankTrace, TraceHeader
 from ddpdoctor.trace.record import CallRecord, group_names, placed
 
 T0 = 1_700_000_000 * NS
+TORCH_C10D = "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py"
 NOW = T0 + 1000 * NS
 
 
@@ -68,7 +69,9 @@ def rank(r: int, records: list[CallRecord] = (), state: L.RankState = L.RankStat
                "default": i == 0} for i, members in groups.items()]
     if exception is not None:
         events.append({"event": "exception", "thread": "main", "t": NOW - NS,
-                       "traceback": [{"filename": "train.py", "line": 30, "name": "main"}],
+                       "traceback": [{"filename": "train.py", "line": 30, "name": "main"},
+                                     {"filename": TORCH_C10D, "line": 2800,
+                                      "name": "all_reduce"}],
                        **exception})
     records = ([mark("init")] if init else []) + list(records)
     if shift:

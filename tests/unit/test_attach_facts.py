@@ -128,6 +128,35 @@ def test_a_rank_whose_main_thread_moves_between_samples_is_not_stuck(script, tmp
     assert root.kind == "missing_collective" and root.ranks == (1,)  # rank 1 went elsewhere
 
 
+def in_backward(script: Path, line: int) -> list[dict]:
+    """A main thread in loss.backward() at script:line, held in the autograd engine (where
+    DDP's reducer waits on its gradient all-reduce)."""
+    torch = "/usr/lib/python3.11/site-packages/torch"
+    return [frame("_engine_run_backward", f"{torch}/autograd/graph.py", 829),
+            frame("backward", f"{torch}/autograd/__init__.py", 354),
+            frame("backward", f"{torch}/_tensor.py", 647),
+            frame("<module>", str(script), line)]
+
+
+def test_a_rank_held_in_ddps_backward_waits_and_the_rank_branch_is_blamed(script, tmp_path):
+    place = place_of(in_backward(script, 4))
+    assert place.in_backward and place.callsite == f"{script}:4"
+    sample = {0: in_call("barrier", script, 6), 1: in_backward(script, 4)}
+    held = {0: [100, 100, 100], 1: [50, 50, 50]}  # neither main thread moves
+    findings = analyze(job_of([sample] * 3, tmp_path, held))
+    root = findings[0]
+    assert root.kind == "collective_mismatch" and root.ranks == (0,), root.summary
+    assert "DDP bucket" in root.summary
+    assert not [f for f in findings if f.severity == Severity.ERROR and 1 in f.ranks]
+
+
+def test_a_rank_computing_its_backward_is_not_waiting(script, tmp_path):
+    sample = {0: in_call("all_reduce", script, 7), 1: in_backward(script, 4)}
+    running = {0: [100, 100, 100], 1: [50, 450, 850]}
+    findings = analyze(job_of([sample] * 3, tmp_path, running))
+    assert not [f for f in findings if f.severity == Severity.ERROR and 1 in f.ranks]
+
+
 def test_healthy_ranks_in_the_same_collective_give_no_error(script, tmp_path):
     both = {0: in_call("all_reduce", script, 7), 1: in_call("all_reduce", script, 7)}
     findings = analyze(job_of([both, both, both], tmp_path))

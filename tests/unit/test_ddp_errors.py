@@ -228,6 +228,19 @@ def test_a_parameter_frozen_on_one_rank_is_one_finding_naming_that_rank() -> Non
     assert "ddpdoctor/ddp" not in f.detail
 
 
+def test_one_of_two_ranks_froze_a_parameter_the_freezer_is_named_even_rank_0() -> None:
+    """1 against 1: no majority; the rank that froze (requires_grad=True is the default)
+    is the odd one, whichever its number; a reshape 1 against 1 names both sides."""
+    frozen = TwoHeads()
+    frozen.aux.weight.requires_grad_(False)
+    [f] = errors(analyze(job(construction_job(frozen, world=2, odd=0), outcome="failed"), []))
+    assert f.ranks == (0,) and "frozen on rank 0 only" in f.summary, f.summary
+    wide = TwoHeads()
+    wide.head = nn.Linear(16, 3)
+    [f] = errors(analyze(job(construction_job(wide, world=2, odd=0), outcome="failed"), []))
+    assert f.ranks == (0, 1) and "nothing singles one out" in f.summary, f.summary
+
+
 def test_a_parameter_reshaped_on_one_rank_names_its_shapes() -> None:
     wide = TwoHeads()
     wide.head = nn.Linear(16, 3)

@@ -309,15 +309,19 @@ def construction_mismatch(job: JobView, states: dict[int, RankState]) -> Finding
     groups: dict[tuple, list[int]] = {}
     for r, t in sorted(tables.items()):
         groups.setdefault(_signature(t), []).append(r)
-    probable = False
+    probable, tie = False, False
     if len(groups) >= 2:
-        ranked = sorted(groups.values(), key=lambda rs: (-len(rs), 0 not in rs, rs[0]))
+        ranked = _by_evidence(sorted(groups.values(),
+                                     key=lambda rs: (-len(rs), 0 not in rs, rs[0])), tables)
         ref = ranked[0]
-        probable = len(ranked[1]) == len(ref)  # a tie: torch compares with process 0
+        tie = len(ranked[1]) == len(ref) and _frozen(tables[ranked[1][0]]) == \
+            _frozen(tables[ref[0]])  # no majority, and neither side froze more
         odd = sorted(r for rs in ranked[1:] for r in rs)
         diffs = []
         for rs in ranked[1:]:
             diffs += _differences(tables[rs[0]], tables[ref[0]], rs, ref)
+        if tie:  # name every side: nothing singles one out
+            odd, ref = sorted(r for rs in ranked for r in rs), []
     else:
         odd, ref, diffs = _odd_by_message(job, raised), [], []
         probable = True
@@ -326,8 +330,11 @@ def construction_mismatch(job: JobView, states: dict[int, RankState]) -> Finding
     what = "; ".join(d["text"] for d in diffs[:4]) or "its parameters differ"
     built_at = next((s.death.where for r in odd if (s := states.get(r)) is not None and
                      s.death is not None and s.death.where), "")
-    summary = (f"{'probably ' if probable else ''}{ranks_text(odd)} built a different model "
-               f"than the others, so DDP's construction check failed"
+    lead = (f"{'probably ' if probable else ''}{ranks_text(odd)} built a different model "
+            "than the others" if not tie else
+            f"{ranks_text(odd)} built different models (as many ranks on each side, none "
+            "froze more than the other: nothing singles one out)")
+    summary = (f"{lead}, so DDP's construction check failed"
                + (f" at {built_at}" if built_at else "") + f": {what}")
     lines = [f"DDP checks at construction that every rank holds the same parameters (count, "
              f"shapes, requires_grad); {ranks_text(raised)} raised it."]
@@ -345,7 +352,23 @@ def construction_mismatch(job: JobView, states: dict[int, RankState]) -> Finding
     return Finding("rank_failed", Severity.ERROR, tuple(odd), None, summary,
                    "\n".join(lines), fix,
                    {"construction": True, "odd_ranks": odd, "agree": ref,
-                    "differences": diffs[:16], "raised": raised, "probable": probable})
+                    "differences": diffs[:16], "raised": raised, "probable": probable,
+                    "no_majority": tie})
+
+
+def _frozen(table: dict[str, Any]) -> int:
+    """How many parameters the rank froze (requires_grad=False)."""
+    return sum(1 for _, _, g in table.get("params") or [] if not g)
+
+
+def _by_evidence(ranked: list[list[int]], tables: dict[int, dict[str, Any]]) -> list[list[int]]:
+    """The groups of ranks by parameter table, the reference first: the largest; between two
+    of one size, the one that kept more parameters trainable (freezing is what a rank did;
+    requires_grad=True is every parameter's default), never rank 0's by default."""
+    if len(ranked) >= 2 and len(ranked[0]) == len(ranked[1]) and \
+            _frozen(tables[ranked[1][0]]) < _frozen(tables[ranked[0][0]]):
+        return [ranked[1], ranked[0], *ranked[2:]]
+    return ranked
 
 
 def _odd_by_message(job: JobView, raised: list[int]) -> list[int]:

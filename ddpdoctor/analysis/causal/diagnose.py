@@ -7,12 +7,13 @@ from dataclasses import dataclass, field, replace
 from ddpdoctor.analysis.causal import findings as F
 from ddpdoctor.analysis.causal import known_failures
 from ddpdoctor.analysis.causal.ddp_errors import construction_mismatch
+from ddpdoctor.analysis.causal.exchange import split_sizes_mismatch
 from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.graph import Wait, cycles, reachable, sinks, wait_for_graph
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.clocks import host_now, ordered, same_host
-from ddpdoctor.analysis.model import NS, Finding, JobView, Severity
+from ddpdoctor.analysis.model import NS, Finding, FindingKind, JobView, Severity
 
 
 @dataclass
@@ -27,14 +28,57 @@ class Diagnosis:
 
 def _judged(job: JobView, states: dict[int, RankState], w: Wait) -> bool:
     """Is this wait long enough to judge?  Offline, or after a verdict: always; live:
-    past the hang timeout."""
-    if not job.live or job.outcome is not None:
+    past the hang timeout; interrupted by the user: always (what was seen is told)."""
+    if not job.live or job.outcome is not None or interrupted(job):
         return True
     since = states[w.rank].since_ns
     return since is not None and host_now(job, w.rank) - since >= job.hang_timeout * NS
 
 
 SAME_FAILURE_NS = 5 * NS
+SUSPECT_WAIT_NS = 1 * NS  # an interrupted run: a shorter wait is a step in progress
+
+
+def interrupted(job: JobView) -> bool:
+    """Was the job stopped by its user (Ctrl-C) before any verdict?"""
+    return job.outcome == "interrupted" or any(
+        e.get("event") == "verdict" and e.get("reason") == "interrupt"
+        for e in job.supervisor_events)
+
+
+def _interrupted_at(job: JobView) -> int | None:
+    """When the user interrupted the job (the supervisor's clock), if it was."""
+    return next((int(e["t"]) for e in job.supervisor_events if e.get("event") == "verdict"
+                 and e.get("reason") == "interrupt" and isinstance(e.get("t"), int)), None)
+
+
+def _waited_ns(job: JobView, states: dict[int, RankState], w: Wait) -> int:
+    """How long ``w`` had lasted when the job was interrupted (else until now)."""
+    since = states[w.rank].since_ns
+    if since is None:
+        return 0
+    now, at = host_now(job, w.rank), _interrupted_at(job)
+    if at is not None and now == job.now_ns:  # one clock: the supervisor's is the ranks'
+        now = min(now, at)
+    return max(0, now - since)
+
+
+def _when_interrupted(f: Finding, job: JobView, waited_ns: int) -> Finding:
+    """A root told from waits of an interrupted run, shorter than the hang timeout: what
+    was seen, as a warning (a suspect, not a verdict)."""
+    if waited_ns >= job.hang_timeout * NS:
+        return f
+    secs = waited_ns / NS
+    note = (f"The run was interrupted after {secs:.1f} s of this wait, under the "
+            f"{job.hang_timeout:g} s hang timeout: this is what the ranks were doing then, "
+            "a suspect rather than a verdict.")
+    detail = "\n".join(f"Waiting for {secs:.1f} s when interrupted." if
+                       line.startswith("Waiting for ") else line
+                       for line in f.detail.splitlines())
+    return replace(f, severity=Severity.WARNING,
+                   summary=f"when interrupted, {f.summary} (for {secs:.1f} s)",
+                   detail=f"{note}\n{detail}",
+                   evidence={**f.evidence, "interrupted": {"waited_s": round(secs, 3)}})
 
 
 class _Builder:
@@ -78,6 +122,9 @@ def diagnose(job: JobView) -> Diagnosis:
     states = rank_states(job)
     waits = wait_for_graph(job, states)
     judged = [w for w in waits if _judged(job, states, w)]
+    stopped_early = interrupted(job)
+    if stopped_early:
+        judged = [w for w in judged if _waited_ns(job, states, w) >= SUSPECT_WAIT_NS]
     by_rank = {w.rank: w for w in waits}
     b = _Builder()
     covered: dict[int, int] = {}  # ranks whose own error a root already tells -> that root
@@ -88,6 +135,9 @@ def diagnose(job: JobView) -> Diagnosis:
     grouped = new_group_divergence(job)
     if grouped is not None:  # every later group is shifted: the waits it leads to are its
         b.add(grouped, set(job.ranks))
+    split = split_sizes_mismatch(job, states)
+    if split is not None:  # the ranks' errors in and after the exchange are its echo
+        covered.update(dict.fromkeys(split.ranks, b.add(split, set(split.ranks))))
     uneven_found = uneven.detect(job)
     late: list[Finding] = []
     for f in uneven_found:
@@ -98,8 +148,9 @@ def diagnose(job: JobView) -> Diagnosis:
     consequences: list[tuple[Finding, int]] = []
     for div in mismatch.divergences(job):
         f = mismatch.finding_for(div, job)
-        cause = next((i for i, r in enumerate(b.roots) if r.kind == "uneven_batches" and
-                      r.seq == div.seq and r.evidence.get("group") == div.group), None)
+        cause = next((i for i, r in enumerate(b.roots)
+                      if r.kind == FindingKind.UNEVEN_BATCHES and r.seq == div.seq and
+                      r.evidence.get("group") == div.group), None)
         if cause is not None:
             consequences.append((replace(f, severity=Severity.INFO, summary=(
                 f"{f.summary} (a consequence of the uneven batches: "
@@ -112,6 +163,7 @@ def diagnose(job: JobView) -> Diagnosis:
             if s is not None and s.kind == StateKind.DIED and s.call is not None and \
                     (s.call.group, s.call.seq) == (div.group, div.seq):
                 covered.setdefault(r, cause)
+    first_wait_root = len(b.roots)  # roots told from waits from here on (until deaths)
     if not b.roots:  # ranks behind in a call every member entered, on a stalled link
         from ddpdoctor.analysis.causal.stall import stalled_behind
 
@@ -142,11 +194,17 @@ def diagnose(job: JobView) -> Diagnosis:
         lost = _lost_ranks(job, states, node.host)
         if node.lost and lost and all(b.root_of(r, []) is None for r in lost):
             _lost(job, states, lost[0], judged, b)
+    from_waits = range(first_wait_root, len(b.roots))
     _deaths(job, states, judged, b, consequences, covered)
     if not b.roots:
         stall = _stalled(job, states)
         if stall is not None:
-            b.add(stall, set())
+            from_waits = range(0, b.add(stall, set()) + 1)
+    if stopped_early:
+        for i in from_waits:
+            longest = max((_waited_ns(job, states, w) for w in judged
+                           if w.rank in b.explains[i]), default=0)
+            b.roots[i] = _when_interrupted(b.roots[i], job, longest)
     return Diagnosis(states, waits, _assemble(b.roots, consequences, late))
 
 
@@ -178,7 +236,7 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
         if s.rank in covered:  # (a rank_failed root quotes its own culprits' error)
             told.add(s.rank)
             root = b.roots[covered[s.rank]]
-            if root.kind != "rank_failed" or s.rank not in root.ranks:
+            if root.kind != FindingKind.RANK_FAILED or s.rank not in root.ranks:
                 linked.setdefault(covered[s.rank], []).append(s.rank)
             continue
         if s.death.teardown:  # type: ignore[union-attr]
@@ -202,8 +260,8 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
     orphans = []
     for s in failed:
         i = b.root_of(s.rank, waits)
-        if i is None and b.roots:
-            i = 0
+        if i is None:
+            i = _root_by_evidence(s, job, states, b)
         if i is None:
             orphans.append(s)
         else:
@@ -218,10 +276,31 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
         if k is not None:
             alike[k.id] = i
     for i, ranks in linked.items():
-        if b.roots[i].kind == "rank_failed":  # one finding tells the failure and its echo
+        if b.roots[i].kind == FindingKind.RANK_FAILED:  # one finding: a failure and its echo
             b.roots[i] = F.with_consequences(b.roots[i], sorted(ranks), states)
         else:
             consequences.append((F.consequence(sorted(ranks), states, b.roots[i], i), i))
+
+
+def _root_by_evidence(s: RankState, job: JobView, states: dict[int, RankState],
+                      b: _Builder) -> int | None:
+    """The root a rank that failed of a peer's absence (and waits on no one any more) is a
+    consequence of: a root naming a peer of the group it failed in, that peer gone first
+    (died earlier on one clock, or not dead: a hang or an exit); failing that, any root
+    naming such a peer; else none (its failure is its own finding).  Never a root about
+    ranks it shares no group with."""
+    group = s.call.group if s.call is not None else None
+    peers = set(job.group_members(group) if group is not None else states) - {s.rank}
+    named = [i for i, f in enumerate(b.roots) if set(f.ranks) & peers]
+
+    def first(r: int) -> bool:
+        o = states.get(r)
+        if o is None or o.death is None or s.death is None:
+            return True
+        return not same_host(job, r, s.rank) or o.death.at_ns <= s.death.at_ns
+
+    earlier = [i for i in named if any(first(r) for r in set(b.roots[i].ranks) & peers)]
+    return (earlier or named or [None])[0]
 
 
 def _if_known(root: Finding, job: JobView, states: dict[int, RankState], rank: int) -> Finding:
@@ -274,7 +353,7 @@ def _stalled(job: JobView, states: dict[int, RankState]) -> Finding | None:
     completed (the DDP ring records its sends and receives), else the call itself."""
     from ddpdoctor.analysis.causal.stall import stalled_call, stalled_ring
 
-    if job.live and job.outcome is None:
+    if job.live and job.outcome is None and not interrupted(job):
         return None
     blocked = {r: s.call for r, s in states.items()
                if s.kind == StateKind.BLOCKED and s.call is not None}

@@ -63,8 +63,16 @@ def stop_time(job: JobView) -> int | None:
 
 def _stop_of(run: RankRun, job: JobView) -> int | None:
     """When ddpdoctor stopped this rank's node, on the rank's own clock: the stop event of
-    its own run dir; a rank built without one (tests, attach) falls back on the job's."""
-    return run.stop_ns if run.stop_ns is not None else stop_time(job)
+    its own run dir; a rank built without one (tests, attach) falls back on the job's,
+    moved onto its node's clock when it ran on another node (by the skew node 0 measured;
+    with none measured, another node's stop says nothing of this rank's clock)."""
+    if run.stop_ns is not None:
+        return run.stop_ns
+    stop = stop_time(job)
+    node = job.nodes.get(str(run.header.host or ""))
+    if stop is None or node is None:
+        return stop
+    return stop + node.skew_ns if node.skew_ns is not None else None
 
 
 def _signal_name(num: int) -> str:
@@ -122,8 +130,20 @@ def _exception_death(run: RankRun, exc: dict) -> Death:
                    for f in frames[-8:] if isinstance(f, dict))
     return Death(first_line[:300], int(exc.get("t") or run.header.heartbeat_ns), where,
                  f"Traceback (innermost last):\n{tb}\n{msg[:1500]}", None,
-                 peer_absence(msg) and (failed_call(run) is not None or
-                                        bool(PEER_GONE.search(msg))))
+                 peer_absence(msg) and _raised_by_torch(exc) and
+                 (failed_call(run) is not None or bool(PEER_GONE.search(msg))))
+
+
+def _raised_by_torch(exc: dict) -> bool:
+    """Was the error raised inside torch (a collective, the store) or ddpdoctor's ring,
+    rather than by the rank's own code or another library?  Only such an error can tell
+    a peer's absence: a user's `TimeoutError` or an HTTP client's "reset by peer" is the
+    rank's own failure.  Without a traceback, the text decides."""
+    frames = [f for f in traceback_frames(exc) if isinstance(f, dict)]
+    if not frames:
+        return True
+    name = str(frames[-1].get("filename", ""))
+    return ddpdoctor_frame(name) or "/torch/" in name.replace("\\", "/")
 
 
 def death_of(run: RankRun, stop_ns: int | None) -> Death | None:

@@ -8,7 +8,7 @@ from typing import Any
 from ddpdoctor.analysis.alignment import OutOfStep, out_of_step
 from ddpdoctor.analysis.branches import LoopExit, loop_exit
 from ddpdoctor.analysis.iterations import SkippedIteration, skipped_iterations
-from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
+from ddpdoctor.analysis.model import Call, Finding, FindingKind, JobView, Severity
 from ddpdoctor.analysis.source import rank_condition, source_line
 from ddpdoctor.trace.origin import Origin
 
@@ -185,10 +185,18 @@ def with_skip(f: Finding, skip: SkippedIteration) -> Finding:
         evidence.update(statement=exit_.statement, callsite=exit_.callsite,
                         source=exit_.source, condition=exit_.condition,
                         decided_by=exit_.decided_by)
-    return replace(f, summary=f"{lead}; {f.summary}", detail=detail,
-                   fix=DECIDE_TOGETHER + (ZERO_LOSS if skip.missed.origin ==
-                                          Origin.DDP_BACKWARD else ""),
+    fix = _decided_fix(exit_, skip.ranks, skip.missed) if exit_ is not None else \
+        DECIDE_TOGETHER + (ZERO_LOSS if skip.missed.origin == Origin.DDP_BACKWARD else "")
+    return replace(f, summary=f"{lead}; {f.summary}", detail=detail, fix=fix,
                    evidence={**f.evidence, "skipped_iteration": evidence})
+
+
+def _decided_fix(exit_: LoopExit, ranks: tuple[int, ...], call: Call) -> str:
+    """The fix of a loop exit a rank took alone: decide together on what it read."""
+    from ddpdoctor.analysis.causal.cause import Cause, CauseKind, fix_for
+    from ddpdoctor.analysis.decisions import from_exit
+
+    return fix_for(Cause(CauseKind.LOCAL_DECISION, tuple(ranks), call, from_exit(exit_)))
 
 
 def explained(findings: list[Finding], job: JobView) -> list[Finding]:
@@ -197,11 +205,14 @@ def explained(findings: list[Finding], job: JobView) -> list[Finding]:
     skipped; findings that say this already are left as they are."""
     out = list(findings)
     first = next((i for i, f in enumerate(out) if f.severity == Severity.ERROR), None)
-    if first is None:
-        return out
+    if first is None:  # (an interrupted run's suspect: where the absent rank is held)
+        from ddpdoctor.analysis.causal.cause import with_frame_decision
+
+        return [with_frame_decision(f) if f.severity == Severity.WARNING else f for f in out]
     f = out[first]
     if "out_of_step" in f.evidence or f.kind not in (
-            "missing_collective", "uneven_batches", "collective_mismatch", "rank_failed"):
+            FindingKind.MISSING_COLLECTIVE, FindingKind.UNEVEN_BATCHES,
+            FindingKind.COLLECTIVE_MISMATCH, FindingKind.RANK_FAILED):
         return out
     skips = skipped_iterations(job)
     skip = next((s for s in skips if set(s.ranks) <= set(f.ranks)), None)
@@ -216,6 +227,10 @@ def explained(findings: list[Finding], job: JobView) -> list[Finding]:
             out[first] = with_step(f, oos, surfaced, blame=not oos.probable)
             return out
     out[first] = with_exit(f, job)
+    if out[first] is f:
+        from ddpdoctor.analysis.causal.cause import with_frame_decision
+
+        out[first] = with_frame_decision(f)
     return out
 
 
@@ -223,7 +238,8 @@ def _left_loop(f: Finding, job: JobView) -> tuple[int, Call] | None:
     """(the culprit that exited cleanly, the call a rank still waits in) when the finding
     blames one rank that left while others wait in a collective."""
     gone = [r for r in f.ranks if r in job.ranks and job.ranks[r].exited_cleanly()]
-    if f.kind not in ("missing_collective", "uneven_batches") or len(gone) != 1 or \
+    if f.kind not in (FindingKind.MISSING_COLLECTIVE, FindingKind.UNEVEN_BATCHES) or \
+            len(gone) != 1 or \
             len(f.ranks) != 1:
         return None
     group = f.evidence.get("group")
@@ -259,4 +275,5 @@ def with_exit(f: Finding, job: JobView) -> Finding:
                 "source": exit_.source, "condition": exit_.condition,
                 "decided_by": exit_.decided_by, "awaited": awaited.callsite}
     return replace(f, summary=f"{lead}; {f.summary}", detail=f"{lead}.\n{f.detail}",
-                   fix=DECIDE_TOGETHER, evidence={**f.evidence, "loop_exit": evidence})
+                   fix=_decided_fix(exit_, (rank,), awaited),
+                   evidence={**f.evidence, "loop_exit": evidence})

@@ -3,36 +3,31 @@
 from __future__ import annotations
 
 from ddpdoctor.analysis.causal import why
+from ddpdoctor.analysis.causal.cause import decision_of, mismatch_cause, with_cause
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
-from ddpdoctor.analysis.matcher import Divergence, MatchState, find_divergence
+from ddpdoctor.analysis.alignment import OutOfStep
+from ddpdoctor.analysis.matcher import Divergence, find_divergence
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
 from ddpdoctor.analysis.source import rank_condition, source_line
 
-_ORDER_FIX = (
-    "Make every rank call the same collectives in the same order: a collective inside "
-    "a rank-dependent branch must have a matching call on every other rank (move it out "
-    "of the branch, or call it on all ranks).")
-FIXES = {
-    MatchState.CALL_MISMATCH: _ORDER_FIX,
-    MatchState.OP_MISMATCH: _ORDER_FIX,
-    MatchState.SIZE_MISMATCH: (
-        "Give the collective tensors of the same size on every rank: pad to the largest size "
-        "(gather the sizes first), use drop_last=True, or all_gather_object for ragged data."),
-    MatchState.DTYPE_MISMATCH: (
-        "Cast to one dtype on every rank before the collective (e.g. `t.float()`)."),
-    MatchState.REDUCE_OP_MISMATCH: "Use the same reduce op (ReduceOp.SUM, ...) on every rank.",
-    MatchState.ROOT_MISMATCH: "Pass the same src/dst rank on every rank.",
-}
-
-
-def _tie_break(div: Divergence, job: JobView | None) -> tuple[int, ...]:
+def _tie_break(div: Divergence, job: JobView | None,
+               here: OutOfStep | None) -> tuple[int, ...]:
     """With no majority, blame the ranks whose call sits under a rank-dependent branch
-    when the others' do not (the evidence in the source); else the ranks whose call breaks
-    their own repeating pattern of earlier calls (or, failing that, whose call has no
-    precedent while the others repeat theirs); else every rank."""
+    when the others' do not (the evidence in the source); else the ranks whose call a
+    decision on rank-local input put there (a branch on a metric or a clock, the no_sync()
+    choice, the loop exit by which they left the loop the others are in); else the ranks
+    the alignment says skipped (or added) a call at this seq (``here``); else the ranks
+    whose call breaks their own repeating pattern of earlier calls (or, failing that,
+    whose call has no precedent while the others repeat theirs); else every rank."""
     conditional = {r for r, c in div.calls.items() if rank_condition(c.callsite)}
     if conditional and len(conditional) < len(div.calls):
         return tuple(sorted(conditional))
+    decided = {r for r, c in div.calls.items()
+               if decision_of(c, [o for q, o in div.calls.items() if q != r])}
+    if decided and len(decided) < len(div.calls):
+        return tuple(sorted(decided))
+    if here is not None and set(here.culprits) < set(div.calls):
+        return tuple(sorted(here.culprits))  # the alignment: they skipped or added a call
     if job is not None:
         verdicts = {r: breaks_pattern(stream_until(job.ranks[r], c, div.group))
                     for r, c in div.calls.items() if r in job.ranks}
@@ -40,6 +35,15 @@ def _tie_break(div: Divergence, job: JobView | None) -> tuple[int, ...]:
         if blamed and len(verdicts) == len(div.calls):
             return blamed
     return div.culprits
+
+
+def _step_here(div: Divergence, job: JobView | None) -> OutOfStep | None:
+    """Where the alignment says the ranks went out of step, when that is this very seq and
+    more than a call-site difference tells it."""
+    oos = why.find_step(job, div.group, div.seq) if job is not None else None
+    if oos is None or oos.probable or min(oos.seqs.values()) != div.seq:
+        return None
+    return oos
 
 
 def _line(call: Call) -> str:
@@ -56,7 +60,8 @@ def _line(call: Call) -> str:
 def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
     """The collective_mismatch finding of a divergence (``job`` lets a tie be broken by
     each rank's own history)."""
-    culprits = _tie_break(div, job) if not div.majority else div.culprits
+    here = _step_here(div, job)
+    culprits = _tie_break(div, job, here) if not div.majority else div.culprits
     calls = div.calls
     others = [r for r in calls if r not in culprits]
     bad = calls[culprits[0]]
@@ -69,7 +74,9 @@ def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
     else:
         summary = (f"ranks {_ranks(culprits)} diverged at seq {div.seq}: "
                    + "; ".join(f"rank {r} {c.describe()} at {c.short_site}"
-                               for r, c in calls.items()))
+                               for r, c in calls.items())
+                   + " (no majority, and neither the source nor the ranks' own histories "
+                   "single one out)")
     detail = (f"Collective #{div.seq} on process group {div.group} does not match across "
               f"ranks ({div.state.value} differs):\n"
               + "\n".join("  " + _line(c) for c in calls.values()))
@@ -81,16 +88,17 @@ def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
                            "dtypes": list(c.dtypes), "reduce_op": c.reduce_op or None,
                            "root": c.peer if c.peer >= 0 else None, "callsite": c.callsite,
                            "condition": rank_condition(c.callsite),
-                           "entered_at": c.t_start / 1e9}
+                           "origin": c.origin.value, "entered_at": c.t_start / 1e9}
                   for r, c in calls.items()},
     }
-    fix = next((why.fix_for(c) for c in (bad, *calls.values()) if why.fix_for(c)),
-               FIXES[div.state])
+    missed = here.call if here is not None and not here.extra and \
+        set(here.culprits) == set(culprits) else None
+    cause = mismatch_cause(tuple(culprits), calls, div.state.value, missed)
     told = [why.mechanism(c) for c in calls.values() if c.origin.implicit]
     if told:
         detail += "\n" + "\n".join(dict.fromkeys(told))
-    found = Finding("collective_mismatch", Severity.ERROR, tuple(culprits), div.seq, summary,
-                    detail, fix, evidence)
+    found = with_cause(Finding("collective_mismatch", Severity.ERROR, tuple(culprits),
+                               div.seq, summary, detail, "", evidence), cause, job)
     return _out_of_step(found, div, job, bool(div.majority))
 
 
