@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from rich.table import Table
 
 from ddpdoctor.catalogue import CATALOGUE, FINDING_KINDS, Bug, Launch  # noqa: F401 (API)
 from ddpdoctor.errors import UserError
+from ddpdoctor.proc.signals import interrupts_raised, signal_of
 
 ENV_SAMPLE_BUGS = "DDPDOCTOR_SAMPLE_BUGS"
 
@@ -113,13 +115,24 @@ def run_bug(name: str, fixed: bool, extra_args: list[str], repro: bool = False) 
     shown = ["python" if a == sys.executable else
              "torchrun" if a.endswith(f"{os.sep}torchrun") else a for a in cmd[4:]]
     console.print(escape("$ cd sample_bugs && ddpdoctor run " + " ".join(shown)), style="dim")
-    try:
-        code = subprocess.run(cmd, cwd=where).returncode
-    except KeyboardInterrupt:
-        return 130
+    code = _wait_for_run(subprocess.Popen(cmd, cwd=where))
     if repro:
         _print_repro(console, _given_run_dir(extra_args, where) or run_dir)
     return code
+
+
+def _wait_for_run(proc: subprocess.Popen) -> int:
+    """The run's exit status, waited for through Ctrl-C, SIGTERM and SIGHUP: the run ends
+    its job and writes the report before it exits.  Ctrl-C reached it from the terminal as
+    it reached this process; another signal, perhaps sent to this process alone, is passed
+    on."""
+    with interrupts_raised():
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt as e:
+                if signal_of(e) != signal.SIGINT:
+                    proc.send_signal(signal_of(e))
 
 
 def _given_run_dir(extra_args: list[str], where: Path) -> Path | None:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from rich.console import Console
 
@@ -18,7 +17,8 @@ from ddpdoctor.errors import UserError
 from ddpdoctor.launch.attempts import make_supervisor, restarts_env
 from ddpdoctor.launch.command import job_argv, job_env
 from ddpdoctor.lint.prerun import lint_before_run
-from ddpdoctor.proc.control import become_subreaper, start_job
+from ddpdoctor.proc.control import become_subreaper, start_job, stop_job
+from ddpdoctor.proc.signals import interrupts_raised, say_to_stderr, signal_of
 from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.report.schema import iso
@@ -36,13 +36,20 @@ def _check_report_path(path: Path) -> None:
                         "is not writable")
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+class RunConsole(Console):
+    """ddpdoctor's console during a run: when its reader closes it (`| head`, a killed
+    `| tee`), it falls silent instead of exiting (rich's default); the supervisor sees
+    the closed output and ends the run as interrupted, with a report."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
 
 
 def run_job(config: RunConfig, console: Console | None = None) -> int:
-    """Run the job under supervision and return ddpdoctor's exit status."""
-    console = console or Console(stderr=True)
+    """Run the job under supervision and return ddpdoctor's exit status.  Ctrl-C, SIGTERM,
+    SIGHUP and a closed output each end it as interrupted: the job stopped, the report
+    written, exit 128 + the signal (proc.signals)."""
+    console = console or RunConsole(stderr=True)
     argv = job_argv(config)  # validates the command before anything is created
     run_id = new_run_id()
     run_dir = make_run_dir(config.run_dir, run_id)
@@ -65,18 +72,22 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     nodes = node_setup(argv, config.doctor_store)
     if nodes is not None:
         preload_store()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    proc = None
     try:
-        become_subreaper()  # orphans of the job come back here, not to init
-        proc = start_job(argv, restarts_env(argv, job_env(run_dir, run_id, config)), log)
-        supervisor = make_supervisor(argv, config, run_dir, proc, report_path, console,
-                                     started)
-        supervisor.open_nodes(nodes)
-        if config.ui:
-            return _run_with_ui(supervisor, run_dir)
-        return supervisor.run()
+        with interrupts_raised():
+            become_subreaper()  # orphans of the job come back here, not to init
+            proc = start_job(argv, restarts_env(argv, job_env(run_dir, run_id, config)), log)
+            supervisor = make_supervisor(argv, config, run_dir, proc, report_path, console,
+                                         started)
+            supervisor.open_nodes(nodes)
+            if config.ui:
+                return _run_with_ui(supervisor, run_dir)
+            return supervisor.run()
+    except KeyboardInterrupt:
+        if proc is not None and proc.poll() is None:
+            stop_job(proc)  # interrupted before the supervisor took over: no job left
+        raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
         become_subreaper(False)
         if log is not None:
             log.close()
@@ -98,15 +109,14 @@ def _run_with_ui(supervisor: Supervisor, run_dir: Path) -> int:
     finally:
         supervisor.quiet = False
     if thread.is_alive():
-        print("ddpdoctor: UI closed; still supervising the job (Ctrl-C stops it)",
-              file=sys.stderr)
+        say_to_stderr("ddpdoctor: UI closed; still supervising the job (Ctrl-C stops it)")
     try:
         while thread.is_alive():
             thread.join(0.2)
-    except KeyboardInterrupt:
-        supervisor.stop_requested.set()
+    except KeyboardInterrupt as e:
+        supervisor.request_stop(signal_of(e))
         thread.join()
     if supervisor.report is not None and supervisor.report_path is not None:
-        print(f"ddpdoctor: {supervisor.report.get('outcome')}; report: "
-              f"{supervisor.report_path}", file=sys.stderr)
+        say_to_stderr(f"ddpdoctor: {supervisor.report.get('outcome')}; report: "
+                      f"{supervisor.report_path}")
     return result[0] if result else 1
