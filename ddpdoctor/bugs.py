@@ -66,6 +66,36 @@ def _torchrun() -> list[str]:
     return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
 
 
+# the frameworks of the catalogued framework bugs (module -> package): not ddpdoctor's
+# dependencies; the test extras install them (pip install -e ".[test]")
+FRAMEWORKS = {"lightning": "lightning", "accelerate": "accelerate",
+              "ignite": "pytorch-ignite", "transformers": "transformers"}
+
+
+def _check_framework(bug: Bug, script: Path) -> None:
+    """A bug whose script imports a framework that is not installed: a one-line error
+    that says what to install, instead of a run whose ranks die of an ImportError."""
+    import ast
+    import importlib.util
+
+    try:
+        tree = ast.parse(script.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return  # the run says what is wrong with the script
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        else:
+            continue
+        for top in {n.split(".")[0] for n in names} & set(FRAMEWORKS):
+            if importlib.util.find_spec(top) is None:
+                raise UserError(f"{bug.name} runs on {top}, which is not installed: "
+                                f"pip install {FRAMEWORKS[top]} (or the test extras: "
+                                "pip install -e \".[test]\")")
+
+
 def job_command(bug: Bug, fixed: bool) -> list[str]:
     """The user's command without ddpdoctor, as ``ddpdoctor run`` gets it."""
     script = bug.fixed_script if fixed else bug.script
@@ -101,6 +131,7 @@ def run_bug(name: str, fixed: bool, extra_args: list[str], repro: bool = False) 
     extra_args = [a for a in extra_args if a not in ("--fixed", "--repro")]
     bug = find_bug(name)
     where = sample_bugs_dir()
+    _check_framework(bug, where / (bug.fixed_script if fixed else bug.script))
     own_dir = any(a == "--run-dir" or a.startswith("--run-dir=") for a in extra_args)
     run_dir = None if own_dir else _default_run_dir(bug, fixed)
     cmd = run_command(bug, fixed, extra_args, run_dir)

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import IO
 
 from rich.console import Console
+from rich.markup import escape
 
 import ddpdoctor
 from ddpdoctor.config import RunConfig
 from ddpdoctor.errors import UserError
 from ddpdoctor.launch.attempts import make_supervisor, restarts_env
 from ddpdoctor.launch.command import job_argv, job_env
+from ddpdoctor.launch.torch_range import torch_notice
 from ddpdoctor.lint.prerun import lint_before_run
 from ddpdoctor.proc.control import become_subreaper, start_job, stop_job
 from ddpdoctor.proc.signals import interrupts_raised, say_to_stderr, signal_of
@@ -64,6 +66,10 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     })
     if not config.ui:
         console.print(f"[bold]ddpdoctor:[/bold] run dir {run_dir}", highlight=False)
+        said = torch_notice()  # once, before the job: it runs on whatever torch it has
+        if said:
+            console.print(f"[bold]ddpdoctor:[/bold] {escape(said)}", style="yellow",
+                          highlight=False)
     lint_before_run(list(config.command), run_dir, console)  # notices; the job starts anyway
     log: IO[bytes] | None = None
     if config.ui:
