@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -40,11 +40,18 @@ def _check_report_path(path: Path) -> None:
 
 class RunConsole(Console):
     """ddpdoctor's console during a run: when its reader closes it (`| head`, a killed
-    `| tee`), it falls silent instead of exiting (rich's default); the supervisor sees
-    the closed output and ends the run as interrupted, with a report."""
+    `| tee`: EPIPE) or its terminal hangs up (EIO), it falls silent instead of exiting
+    (rich's default) or raising; the supervisor sees the closed output, or gets SIGHUP,
+    and ends the run as interrupted, with a report."""
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().print(*args, **kwargs)
+        except OSError:  # a hung-up terminal: EIO
+            self.quiet = True
 
 
 def run_job(config: RunConfig, console: Console | None = None) -> int:
