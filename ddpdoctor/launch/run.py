@@ -116,6 +116,8 @@ def _run_with_ui(supervisor: Supervisor, run_dir: Path) -> int:
         from ddpdoctor.tui.app import run_live
 
         run_live(run_dir, run_dir / "job.log", thread.is_alive)
+    except KeyboardInterrupt as e:  # SIGTERM or SIGHUP while the UI ran: the same ending
+        supervisor.request_stop(signal_of(e))
     except ImportError as e:
         print(f"ddpdoctor: the UI is not available ({e}); supervising without it",
               file=sys.stderr)
