@@ -99,10 +99,20 @@ class OutputWatch:
 
     def __init__(self, fds: tuple[int, ...] = WATCHED_FDS):
         self.fds = tuple(fd for fd in fds if _watchable(fd))
+        self.ttys = frozenset(fd for fd in self.fds if os.isatty(fd))
 
     def closed(self) -> tuple[int, ...]:
         """The watched fds whose reader is gone."""
         return tuple(fd for fd in self.fds if _closed(fd))
+
+    def ending_signal(self) -> int | None:
+        """What a closed output stands for: SIGHUP for a terminal that hung up (its SIGHUP
+        may come a moment later), SIGPIPE for a pipe or socket whose reader went; None
+        while every watched output is open."""
+        closed = self.closed()
+        if not closed:
+            return None
+        return signal.SIGHUP if self.ttys.intersection(closed) else OUTPUT_CLOSED
 
 
 def silence_closed_output(fds: tuple[int, ...] = WATCHED_FDS) -> None:

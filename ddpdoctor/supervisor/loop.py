@@ -18,8 +18,8 @@ from rich.markup import escape
 from ddpdoctor.analysis.causal.verdict import MISMATCH_SETTLE_S
 from ddpdoctor.config import RunConfig
 from ddpdoctor.proc.control import JobTree
-from ddpdoctor.proc.signals import (ENDING_SIGNALS, OUTPUT_CLOSED, OutputWatch, describe,
-                                    say_to_stderr, signal_of)
+from ddpdoctor.proc.signals import (ENDING_SIGNALS, OutputWatch, describe, say_to_stderr,
+                                    signal_of)
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.supervisor.ending import POLL_SECONDS, JobEnding, Verdict
 from ddpdoctor.supervisor.live_state import LiveStateWriter
@@ -145,8 +145,9 @@ class Supervisor(JobEnding, NodesMixin):
         while True:
             if self.stop_requested.is_set():
                 return Verdict("interrupt", "stopped on request", self.stop_signal)
-            if self.output.closed():  # `| head` exited, the `tee` was killed
-                return Verdict("interrupt", describe(OUTPUT_CLOSED), OUTPUT_CLOSED)
+            gone = self.output.ending_signal()  # `| head` exited, the `tee` was killed
+            if gone is not None:
+                return Verdict("interrupt", describe(gone), gone)
             if self.proc.poll() is not None:
                 return None
             self.live.poll()
