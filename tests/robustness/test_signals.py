@@ -86,9 +86,10 @@ def test_ctrl_c_to_the_foreground_group_with_the_output_a_pipe(run_dir, pid_dir,
     # terminal's Ctrl-C is SIGINT to all of it (tee -i lives on to show what was printed)
     log = tmp_path / "log"
     doctor = subprocess.Popen(_doctor(run_dir), env=_env(pid_dir), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, process_group=0)
+                              stderr=subprocess.STDOUT, preexec_fn=os.setpgrp)
     tee = subprocess.Popen(["tee", "-i", str(log)], stdin=doctor.stdout,
-                           stdout=subprocess.DEVNULL, process_group=doctor.pid)
+                           stdout=subprocess.DEVNULL,
+                           preexec_fn=lambda: os.setpgid(0, doctor.pid))
     doctor.stdout.close()  # type: ignore[union-attr]
     try:
         assert wait_until(lambda: _started(pid_dir, run_dir), ENDED_S)
@@ -122,7 +123,7 @@ def test_the_terminal_going_away_ends_the_run(run_dir, pid_dir):
     # kernel sends SIGHUP, and every later write to the terminal fails (EIO)
     master, slave = os.openpty()
     doctor = subprocess.Popen(_doctor(run_dir), env=_env(pid_dir),
-                              preexec_fn=lambda: os.login_tty(slave), pass_fds=(slave,))
+                              preexec_fn=lambda: _login_tty(slave), pass_fds=(slave,))
     os.close(slave)
     seen = bytearray()
     try:
@@ -140,6 +141,18 @@ def test_the_terminal_going_away_ends_the_run(run_dir, pid_dir):
     assert report["findings"] == [] or all(f["severity"] != "error"
                                            for f in report["findings"])
     _check_ended(run_dir, pid_dir, "SIGHUP", "")
+
+
+def _login_tty(fd: int) -> None:
+    """os.login_tty (Python 3.11+): a session of its own whose terminal is ``fd``, on
+    stdin, stdout and stderr."""
+    import fcntl
+    import termios
+
+    os.setsid()
+    fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
+    for target in (0, 1, 2):
+        os.dup2(fd, target)
 
 
 def _drain(fd: int, into: bytearray) -> None:
