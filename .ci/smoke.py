@@ -20,6 +20,7 @@ case failed.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -119,6 +120,17 @@ def _missing(modules: tuple[str, ...]) -> list[str]:
     return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
+def _free_port() -> int:
+    """A free port below the ephemeral range, as the suite's jobs take theirs."""
+    import importlib.util
+
+    path = REPO / "tests" / "integration" / "jobs" / "ports.py"
+    spec = importlib.util.spec_from_file_location("ddpdoctor_ci_ports", path)
+    ports = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(ports)  # type: ignore[union-attr]
+    return ports.free_port()
+
+
 def run_case(case: Case, run_dir: Path) -> str:
     """Run one case; "" when it passed, else what went wrong."""
     missing = _missing(case.needs)
@@ -127,9 +139,13 @@ def run_case(case: Case, run_dir: Path) -> str:
     args = list(case.args)
     at = 3 if args[0] == "bugs" else 1
     args[at:at] = ["--run-dir", str(run_dir)]  # bugs run takes run options after the name
+    # torchrun's rendezvous port (29500 unless told) differs per case: two smokes (two
+    # torch releases) run side by side in .ci/run
+    env = {**os.environ, "PET_MASTER_PORT": str(_free_port())}
     try:
         proc = subprocess.run([sys.executable, "-m", "ddpdoctor.cli", *args], cwd=REPO,
-                              capture_output=True, text=True, timeout=CASE_TIMEOUT_S)
+                              env=env, capture_output=True, text=True,
+                              timeout=CASE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return f"no end in {CASE_TIMEOUT_S} s"
     try:
@@ -226,7 +242,11 @@ def prepare_venv(version: str) -> Path:
     checkout = _checkout_id()
     if not (installed.is_file() and installed.read_text() == checkout):
         t0 = time.monotonic()
-        _pip(python, "-e", str(REPO), *(arg for p in PLUGINS for arg in ("-e", str(REPO / p))))
+        with open(cache_dir() / "checkout.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one build of the checkout at a time: two
+            # venvs made side by side would both write its egg-info
+            _pip(python, "-e", str(REPO),
+                 *(arg for p in PLUGINS for arg in ("-e", str(REPO / p))))
         installed.write_text(checkout)
         print(f"smoke: ddpdoctor installed beside torch {version} in "
               f"{time.monotonic() - t0:.0f} s", flush=True)
