@@ -7,6 +7,7 @@ import os
 import select
 import signal
 import stat
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -142,8 +143,9 @@ def _open(fd: int) -> bool:
 
 
 def say_to_stderr(text: str) -> None:
-    """One line on stderr that never fails (stderr may be a closed pipe)."""
+    """One line on stderr that never fails (stderr may be a closed pipe or a terminal that
+    hung up)."""
     try:
-        os.write(2, (text + "\n").encode(errors="replace"))
-    except OSError:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
         pass  # nobody reads it any more: the report holds what matters
