@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from rich.table import Table
 
 from ddpdoctor.catalogue import CATALOGUE, FINDING_KINDS, Bug, Launch  # noqa: F401 (API)
 from ddpdoctor.errors import UserError
+from ddpdoctor.proc.signals import interrupts_raised, signal_of
 
 ENV_SAMPLE_BUGS = "DDPDOCTOR_SAMPLE_BUGS"
 
@@ -63,6 +65,36 @@ def _torchrun() -> list[str]:
     return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
 
 
+# the frameworks of the catalogued framework bugs (module -> package): not ddpdoctor's
+# dependencies; the test extras install them (pip install -e ".[test]")
+FRAMEWORKS = {"lightning": "lightning", "accelerate": "accelerate",
+              "ignite": "pytorch-ignite", "transformers": "transformers"}
+
+
+def _check_framework(bug: Bug, script: Path) -> None:
+    """A bug whose script imports a framework that is not installed: a one-line error
+    that says what to install, instead of a run whose ranks die of an ImportError."""
+    import ast
+    import importlib.util
+
+    try:
+        tree = ast.parse(script.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return  # the run says what is wrong with the script
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        else:
+            continue
+        for top in {n.split(".")[0] for n in names} & set(FRAMEWORKS):
+            if importlib.util.find_spec(top) is None:
+                raise UserError(f"{bug.name} runs on {top}, which is not installed: "
+                                f"pip install {FRAMEWORKS[top]} (or the test extras: "
+                                "pip install -e \".[test]\")")
+
+
 def job_command(bug: Bug, fixed: bool) -> list[str]:
     """The user's command without ddpdoctor, as ``ddpdoctor run`` gets it."""
     script = bug.fixed_script if fixed else bug.script
@@ -98,6 +130,7 @@ def run_bug(name: str, fixed: bool, extra_args: list[str], repro: bool = False) 
     extra_args = [a for a in extra_args if a not in ("--fixed", "--repro")]
     bug = find_bug(name)
     where = sample_bugs_dir()
+    _check_framework(bug, where / (bug.fixed_script if fixed else bug.script))
     own_dir = any(a == "--run-dir" or a.startswith("--run-dir=") for a in extra_args)
     run_dir = None if own_dir else _default_run_dir(bug, fixed)
     cmd = run_command(bug, fixed, extra_args, run_dir)
@@ -112,13 +145,24 @@ def run_bug(name: str, fixed: bool, extra_args: list[str], repro: bool = False) 
     shown = ["python" if a == sys.executable else
              "torchrun" if a.endswith(f"{os.sep}torchrun") else a for a in cmd[4:]]
     console.print(escape("$ cd sample_bugs && ddpdoctor run " + " ".join(shown)), style="dim")
-    try:
-        code = subprocess.run(cmd, cwd=where).returncode
-    except KeyboardInterrupt:
-        return 130
+    code = _wait_for_run(subprocess.Popen(cmd, cwd=where))
     if repro:
         _print_repro(console, _given_run_dir(extra_args, where) or run_dir)
     return code
+
+
+def _wait_for_run(proc: subprocess.Popen) -> int:
+    """The run's exit status, waited for through Ctrl-C, SIGTERM and SIGHUP: the run ends
+    its job and writes the report before it exits.  Ctrl-C reached it from the terminal as
+    it reached this process; another signal, perhaps sent to this process alone, is passed
+    on."""
+    with interrupts_raised():
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt as e:
+                if signal_of(e) != signal.SIGINT:
+                    proc.send_signal(signal_of(e))
 
 
 def _given_run_dir(extra_args: list[str], where: Path) -> Path | None:

@@ -9,6 +9,7 @@ from typing import Sequence
 
 from ddpdoctor import __version__
 from ddpdoctor.errors import UserError
+from ddpdoctor.proc.signals import exit_status, say_to_stderr, signal_of, silence_closed_output
 
 EXIT_USAGE = 2
 EXIT_FINDING = 1  # a diagnosing command (analyze, attach, lint) found an error
@@ -425,13 +426,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         return int(handler(args) or 0)
     except UserError as e:
-        print(f"ddpdoctor: {e}", file=sys.stderr)
+        say_to_stderr(f"ddpdoctor: {e}")
         return e.exit_code
-    except KeyboardInterrupt:
-        print("ddpdoctor: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP during `run`
+        say_to_stderr("ddpdoctor: interrupted")
+        return exit_status(signal_of(e))
     except BrokenPipeError:
         return 1
+    finally:
+        silence_closed_output()  # no failing last flush (exit 120) into a closed pipe
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import time
@@ -11,14 +10,17 @@ from pathlib import Path
 from typing import IO, Any
 
 from rich.console import Console
+from rich.markup import escape
 
 import ddpdoctor
 from ddpdoctor.config import RunConfig
 from ddpdoctor.errors import UserError
 from ddpdoctor.launch.attempts import make_supervisor, restarts_env
 from ddpdoctor.launch.command import job_argv, job_env
+from ddpdoctor.launch.torch_range import torch_notice
 from ddpdoctor.lint.prerun import lint_before_run
-from ddpdoctor.proc.control import become_subreaper, start_job
+from ddpdoctor.proc.control import become_subreaper, start_job, stop_job
+from ddpdoctor.proc.signals import interrupts_raised, say_to_stderr, signal_of
 from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.report.schema import iso
@@ -36,13 +38,27 @@ def _check_report_path(path: Path) -> None:
                         "is not writable")
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+class RunConsole(Console):
+    """ddpdoctor's console during a run: when its reader closes it (`| head`, a killed
+    `| tee`: EPIPE) or its terminal hangs up (EIO), it falls silent instead of exiting
+    (rich's default) or raising; the supervisor sees the closed output, or gets SIGHUP,
+    and ends the run as interrupted, with a report."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().print(*args, **kwargs)
+        except OSError:  # a hung-up terminal: EIO
+            self.quiet = True
 
 
 def run_job(config: RunConfig, console: Console | None = None) -> int:
-    """Run the job under supervision and return ddpdoctor's exit status."""
-    console = console or Console(stderr=True)
+    """Run the job under supervision and return ddpdoctor's exit status.  Ctrl-C, SIGTERM,
+    SIGHUP and a closed output each end it as interrupted: the job stopped, the report
+    written, exit 128 + the signal (proc.signals)."""
+    console = console or RunConsole(stderr=True)
     argv = job_argv(config)  # validates the command before anything is created
     nodes = node_setup(argv, config.doctor_store)
     secret = node_secret(config.node_secret_file, config.insecure_node_channel) \
@@ -60,23 +76,31 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     })
     if not config.ui:
         console.print(f"[bold]ddpdoctor:[/bold] run dir {run_dir}", highlight=False)
+        said = torch_notice()  # once, before the job: it runs on whatever torch it has
+        if said:
+            console.print(f"[bold]ddpdoctor:[/bold] {escape(said)}", style="yellow",
+                          highlight=False)
     lint_before_run(list(config.command), run_dir, console)  # notices; the job starts anyway
     log: IO[bytes] | None = None
     if config.ui:
         log = open(run_dir / "job.log", "ab", buffering=0,  # noqa: SIM115
                    opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o600))
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    proc = None
     try:
-        become_subreaper()  # orphans of the job come back here, not to init
-        proc = start_job(argv, restarts_env(argv, job_env(run_dir, run_id, config)), log)
-        supervisor = make_supervisor(argv, config, run_dir, proc, report_path, console,
-                                     started)
-        supervisor.open_nodes(nodes, secret)
-        if config.ui:
-            return _run_with_ui(supervisor, run_dir)
-        return supervisor.run()
+        with interrupts_raised():
+            become_subreaper()  # orphans of the job come back here, not to init
+            proc = start_job(argv, restarts_env(argv, job_env(run_dir, run_id, config)), log)
+            supervisor = make_supervisor(argv, config, run_dir, proc, report_path, console,
+                                         started)
+            supervisor.open_nodes(nodes, secret)
+            if config.ui:
+                return _run_with_ui(supervisor, run_dir)
+            return supervisor.run()
+    except KeyboardInterrupt:
+        if proc is not None and proc.poll() is None:
+            stop_job(proc)  # interrupted before the supervisor took over: no job left
+        raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
         become_subreaper(False)
         if log is not None:
             log.close()
@@ -92,21 +116,22 @@ def _run_with_ui(supervisor: Supervisor, run_dir: Path) -> int:
         from ddpdoctor.tui.app import run_live
 
         run_live(run_dir, run_dir / "job.log", thread.is_alive)
+    except KeyboardInterrupt as e:  # SIGTERM or SIGHUP while the UI ran: the same ending
+        supervisor.request_stop(signal_of(e))
     except ImportError as e:
         print(f"ddpdoctor: the UI is not available ({e}); supervising without it",
               file=sys.stderr)
     finally:
         supervisor.quiet = False
     if thread.is_alive():
-        print("ddpdoctor: UI closed; still supervising the job (Ctrl-C stops it)",
-              file=sys.stderr)
+        say_to_stderr("ddpdoctor: UI closed; still supervising the job (Ctrl-C stops it)")
     try:
         while thread.is_alive():
             thread.join(0.2)
-    except KeyboardInterrupt:
-        supervisor.stop_requested.set()
+    except KeyboardInterrupt as e:
+        supervisor.request_stop(signal_of(e))
         thread.join()
     if supervisor.report is not None and supervisor.report_path is not None:
-        print(f"ddpdoctor: {supervisor.report.get('outcome')}; report: "
-              f"{supervisor.report_path}", file=sys.stderr)
+        say_to_stderr(f"ddpdoctor: {supervisor.report.get('outcome')}; report: "
+                      f"{supervisor.report_path}")
     return result[0] if result else 1

@@ -18,7 +18,7 @@ STATE_STYLE = {"computing": "green", "in_collective": "cyan", "waiting": "yellow
                "unreachable": "bold yellow"}
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
 OUTCOME_STYLE = {"completed": "bold green", "failed": "bold red", "hung": "bold magenta",
-                 "running": "bold cyan"}
+                 "interrupted": "bold yellow", "running": "bold cyan"}
 MAX_RANK_ROWS = 16
 
 

@@ -1,11 +1,13 @@
 """report.json (schema ddpdoctor.report/1): build it from a JobView and its findings.
 
-Top level (contract): schema, outcome (completed | failed | hung; a live view, live: true,
-of a job that still runs with nothing wrong so far: running), command, world_size,
+Top level (contract): schema, outcome (completed | failed | hung | interrupted; a live
+view, live: true, of a job that still runs with nothing wrong so far: running), command, world_size,
 started_at and ended_at (ISO 8601, UTC), ranks, findings (each with caused_by: the index of
 its root cause's finding, or null), waits (the wait-for graph: rank, waits_for, group, seq,
 op).  Extensions: run_dir, live,
-timeline, profile, problems, notices, exit_code, ddpdoctor_version; job_exit_code (the job's
+timeline, profile, problems, notices, exit_code, ddpdoctor_version; interrupted_by (the
+signal that ended an interrupted run: SIGINT, SIGTERM, SIGHUP, or SIGPIPE when ddpdoctor's
+output was closed); job_exit_code (the job's
 own status after ddpdoctor stopped it); stopped, when ddpdoctor stopped processes of the job:
 {reason: hang | mismatch | abandoned | interrupt | leftovers, signal: the first signal
 (SIGTERM, SIGINT), pids: every process it reached, sigkill: those still alive after the
@@ -47,7 +49,7 @@ from ddpdoctor.report.transports import transports
 from ddpdoctor.trace import layout as L
 
 SCHEMA = "ddpdoctor.report/1"
-OUTCOMES = ("completed", "failed", "hung")
+OUTCOMES = ("completed", "failed", "hung", "interrupted")
 LIVE_OUTCOMES = OUTCOMES + ("running",)  # a live view (live: true) of a job still running
 TIMELINE_LEN = 200
 RECENT_LEN = 20

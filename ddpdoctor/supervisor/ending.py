@@ -4,7 +4,6 @@ stopped (or left to run), the summary printed."""
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 from ddpdoctor.config import OnHang
 from ddpdoctor.proc.control import StopResult, stop_job
+from ddpdoctor.proc.signals import OUTPUT_CLOSED, exit_status, say_to_stderr, signal_of
 from ddpdoctor.rundir.layout import free_bytes, write_json_atomic
 from ddpdoctor.report.build import build_report
 from ddpdoctor.report.console import NEVER_INITIALIZED, NO_ACTIVITY, print_summary
@@ -21,17 +21,19 @@ from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
 from ddpdoctor.supervisor.stacks import capture_stacks
 
 EXIT_HUNG = 124
-EXIT_INTERRUPTED = 130
 POLL_SECONDS = 0.1
 SELF_END_S = 5.0  # after a rank failed, the launcher's time to end the job by itself
 
 
 @dataclass
 class Verdict:
-    """Why the supervisor stepped in: ``reason`` is hang | mismatch | abandoned | interrupt."""
+    """Why the supervisor stepped in: ``reason`` is hang | mismatch | abandoned | interrupt;
+    ``signum``, for an interrupt, the signal that ended the run (SIGPIPE: the output was
+    closed)."""
 
     reason: str
     message: str
+    signum: int = signal.SIGINT
 
 
 class JobEnding:
@@ -83,8 +85,8 @@ class JobEnding:
             write_json_atomic(self.report_path, report)
             self.log("report", path=str(self.report_path))
         except OSError as e:
-            print(f"ddpdoctor: cannot write the report to {self.report_path}: "
-                  f"{e.strerror or e}", file=sys.stderr)
+            say_to_stderr(f"ddpdoctor: cannot write the report to {self.report_path}: "
+                          f"{e.strerror or e}")
             self.report_path = None  # type: ignore[assignment]
         self.report = report
         return report
@@ -150,18 +152,18 @@ class JobEnding:
             self.log("ended_by_itself", reason=verdict.reason)
             return self._finish_ended()
         self.live.poll()
+        # an interrupted job is judged as a live one (a wait shorter than the hang timeout
+        # is no finding), then said to be interrupted
         outcome = None if interrupted else "hung"
         report = self._write(outcome, None, live=True)
         if interrupted:
-            report["notes"] = report.get("notes", []) + ["interrupted by the user"]
-            if report["outcome"] in ("completed", "running"):
-                report["outcome"] = "failed"
+            _mark_interrupted(report, verdict.signum)
         stop = interrupted or self.config.on_hang == OnHang.STOP
         self.publish_verdict(verdict.reason, verdict.message, stop,
-                             EXIT_INTERRUPTED if interrupted else EXIT_HUNG)
+                             exit_status(verdict.signum) if interrupted else EXIT_HUNG)
         summarized = not stop
         if stop:
-            code, exit_code = self._stop(verdict.reason, interrupted)
+            code, exit_code = self._stop(verdict.reason, interrupted, verdict.signum)
         else:
             self._summary(report)
             self.say("--on-hang wait: the job keeps running; ddpdoctor waits for it "
@@ -169,10 +171,10 @@ class JobEnding:
             try:
                 while self.proc.poll() is None and not self.stop_requested.is_set():
                     time.sleep(POLL_SECONDS)
-            except KeyboardInterrupt:
-                self.stop_requested.set()
+            except KeyboardInterrupt as e:
+                self.request_stop(signal_of(e))
             if self.proc.poll() is None:
-                code, exit_code = self._stop("interrupt", True)
+                code, exit_code = self._stop("interrupt", True, self.stop_signal)
             else:
                 code = exit_code = self.proc.returncode
                 self._stop_leftovers()
@@ -193,7 +195,8 @@ class JobEnding:
         assert self.follower is not None and self.follower.verdict is not None
         exit_code = self.follower.verdict.get("exit_code")
         exit_code = exit_code if type(exit_code) is int else EXIT_HUNG
-        code, _ = self._stop("node0", exit_code == EXIT_INTERRUPTED)
+        interrupted = exit_code > 128
+        code, _ = self._stop("node0", interrupted, exit_code - 128 if interrupted else 0)
         if not self.follow_end(None):  # node 0 went quiet: this node's own report
             report = self._write("hung", exit_code, live=False)
             report["job_exit_code"] = code
@@ -203,18 +206,22 @@ class JobEnding:
             self._summary(report)
         return exit_code
 
-    def _stop(self, reason: str, interrupted: bool) -> tuple[int | None, int]:
-        """Stop the whole job; returns (the job's status, ddpdoctor's exit status)."""
+    def _stop(self, reason: str, interrupted: bool,
+              signum: int = signal.SIGINT) -> tuple[int | None, int]:
+        """Stop the whole job; returns (the job's status, ddpdoctor's exit status):
+        124 for a hang, 128 + ``signum`` for an interruption."""
         self.log("stop", reason=reason)
-        # Ctrl-C reaches the job as Ctrl-C; a hung job gets SIGTERM, its launcher frozen
-        # first (no traceback over the verdict). Whatever still runs after a short grace
-        # (a rank stuck in C++, the frozen launcher) is SIGKILLed: its stacks and the
-        # report are saved by then.
+        # Ctrl-C reaches the job as Ctrl-C; a hung job, or one whose run was ended by
+        # SIGTERM, SIGHUP or a closed output, gets SIGTERM, its launcher frozen first (no
+        # traceback over the verdict). Whatever still runs after a short grace (a rank
+        # stuck in C++, the frozen launcher) is SIGKILLed: its stacks and the report are
+        # saved by then.
+        ctrl_c = interrupted and signum == signal.SIGINT
         result = stop_job(self.proc, self.tree, self.live.pids(),
-                          first=signal.SIGINT if interrupted else signal.SIGTERM,
-                          quiet_launcher=not interrupted)
+                          first=signal.SIGINT if ctrl_c else signal.SIGTERM,
+                          quiet_launcher=not ctrl_c)
         self._note_stop(reason, result)
-        return result.exit_code, EXIT_INTERRUPTED if interrupted else EXIT_HUNG
+        return result.exit_code, exit_status(signum) if interrupted else EXIT_HUNG
 
     def _stop_leftovers(self) -> None:
         """The job has ended: stop what it left running (DataLoader workers, children of
@@ -244,8 +251,18 @@ class JobEnding:
         try:
             print_summary(report, self.report_path, self.console)
         except Exception as e:  # noqa: BLE001 - the report on disk is what matters
-            print(f"ddpdoctor: could not print the summary ({e}); see {self.report_path}",
-                  file=sys.stderr)
+            say_to_stderr(f"ddpdoctor: could not print the summary ({e}); see "
+                          f"{self.report_path}")
+
+
+def _mark_interrupted(report: dict[str, Any], signum: int) -> None:
+    """An interrupted run's report: outcome interrupted, what ended it, and a note."""
+    report["outcome"] = "interrupted"
+    report["interrupted_by"] = signal.Signals(signum).name
+    note = ("interrupted by the user" if signum == signal.SIGINT else
+            "interrupted: the output was closed" if signum == OUTPUT_CLOSED else
+            f"interrupted by {signal.Signals(signum).name}")
+    report["notes"] = report.get("notes", []) + [note]
 
 
 FULL_BELOW_BYTES = 1 << 20  # a rank's trace needs more than this

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -19,6 +18,8 @@ from rich.markup import escape
 from ddpdoctor.analysis.causal.verdict import MISMATCH_SETTLE_S
 from ddpdoctor.config import RunConfig
 from ddpdoctor.proc.control import JobTree
+from ddpdoctor.proc.signals import (ENDING_SIGNALS, OutputWatch, describe, say_to_stderr,
+                                    signal_of)
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.supervisor.ending import POLL_SECONDS, JobEnding, Verdict
 from ddpdoctor.supervisor.live_state import LiveStateWriter
@@ -60,6 +61,8 @@ class Supervisor(JobEnding, NodesMixin):
         self.tree = JobTree((proc.pid,))
         self.stopped: dict[str, Any] | None = None
         self.stop_requested = threading.Event()
+        self.stop_signal: int = signal.SIGINT  # what asked for the stop (see request_stop)
+        self.output = OutputWatch()  # ddpdoctor's stdout and stderr, closed by their reader?
         self._log_fd: int | None = None
         self._warned_mismatch = False
         self._failure_seen_at: float | None = None
@@ -102,8 +105,8 @@ class Supervisor(JobEnding, NodesMixin):
         self.log("start", pid=self.proc.pid, command=redact_argv(self.config.command))
         try:
             verdict = self._watch()
-        except KeyboardInterrupt:
-            verdict = Verdict("interrupt", "interrupted (Ctrl-C)")
+        except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP (proc.signals.Interrupted)
+            verdict = Verdict("interrupt", describe(signal_of(e)), signal_of(e))
         with self._finishing():
             if verdict is None:
                 return self._finish_ended()
@@ -119,21 +122,32 @@ class Supervisor(JobEnding, NodesMixin):
 
         def again(signum: int, frame: Any) -> None:
             if not self.stop_requested.is_set():
-                print("ddpdoctor: stopping the job and writing the report, one moment",
-                      file=sys.stderr)
-            self.stop_requested.set()
+                say_to_stderr("ddpdoctor: stopping the job and writing the report, one "
+                              "moment")
+            self.request_stop(signum)
 
-        previous = {sig: signal.signal(sig, again) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: signal.signal(sig, again) for sig in ENDING_SIGNALS
+                    if signal.getsignal(sig) is not signal.SIG_IGN}
         try:
             yield
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+    def request_stop(self, signum: int = signal.SIGINT) -> None:
+        """Ask the loop to end the run as interrupted by ``signum`` (the first asker's
+        signal stands); safe from a signal handler or another thread."""
+        if not self.stop_requested.is_set():
+            self.stop_signal = signum
+        self.stop_requested.set()
+
     def _watch(self) -> Verdict | None:
         while True:
             if self.stop_requested.is_set():
-                return Verdict("interrupt", "stopped on request")
+                return Verdict("interrupt", "stopped on request", self.stop_signal)
+            gone = self.output.ending_signal()  # `| head` exited, the `tee` was killed
+            if gone is not None:
+                return Verdict("interrupt", describe(gone), gone)
             if self.proc.poll() is not None:
                 return None
             self.live.poll()

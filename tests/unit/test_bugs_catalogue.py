@@ -179,14 +179,14 @@ def test_run_bug_runs_in_sample_bugs_with_a_run_dir_in_the_cwd(tmp_path, monkeyp
     calls = []
 
     class Done:
-        returncode = 124
+        def __init__(self, cmd, cwd):
+            calls.append((cmd, cwd))
 
-    def fake_run(cmd, cwd):
-        calls.append((cmd, cwd))
-        return Done()
+        def wait(self):
+            return 124
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(bugs.subprocess, "run", fake_run)
+    monkeypatch.setattr(bugs.subprocess, "Popen", Done)
     assert bugs.run_bug("crash_mid_epoch", False, []) == 124
     [(cmd, cwd)] = calls
     assert cwd == SAMPLE_BUGS
@@ -199,9 +199,13 @@ def test_run_bug_keeps_the_users_run_dir(monkeypatch):
     calls = []
 
     class Done:
-        returncode = 0
+        def __init__(self, cmd, cwd):
+            calls.append(cmd)
 
-    monkeypatch.setattr(bugs.subprocess, "run", lambda cmd, cwd: calls.append(cmd) or Done())
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(bugs.subprocess, "Popen", Done)
     assert bugs.run_bug("crash_mid_epoch", True, ["--run-dir", "/x"]) == 0
     assert calls[0].count("--run-dir") == 1
     assert calls[0][-1] == "crash_mid_epoch_fixed.py"
