@@ -79,11 +79,10 @@ def _bug(name: str, nproc: int, launch: Launch, symptom: str, kind: str,
 # Bugs whose replay (zero tensors, no model, no data) cannot carry what their first finding
 # rests on: what differs, and why.
 REPLAY_GAPS: dict[str, str] = {
-    name: "the replicas' parameters (the replay's tensors are zeros, and it has no model)"
-    for name in ("checkpoint_reentrant_drift", "head_loaded_one_rank", "lr_scheduler_rank0_only",
-                 "grad_clip_local_loss", "requires_grad_after_ddp")}
-
-
+    **{name: "the replicas' parameters (the replay's tensors are zeros, and it has no model)"
+       for name in ("checkpoint_reentrant_drift", "head_loaded_one_rank",
+                    "lr_scheduler_rank0_only", "grad_clip_local_loss",
+                    "requires_grad_after_ddp")},
     "no_sync_token_count": (
         "rank 1's replayed synced backward blocks before its bucket all-reduce is "
         "recorded (in a futex), so the replay names rank 1 in a missing_collective, not "
