@@ -23,7 +23,6 @@ training step is never affected.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 import weakref
@@ -35,6 +34,35 @@ from ddpdoctor.runtime.replica_prints import CheckSchedule, fingerprints
 ENV_EVERY = "DDPDOCTOR_REPLICA_EVERY"  # a fixed interval; 0 turns the checks off
 HYPER_SKIP = frozenset({"params", "initial_lr"})
 BYTES_A_TENSOR = 120  # a check's meta log bytes a tensor, about: prints, grad, version
+
+
+class _NoHook:
+    """What a counting hook becomes in a pickled or copied module: nothing."""
+
+    def __call__(self, *args: Any) -> None:
+        return None
+
+
+class _Hook:
+    """A counting hook that calls its Replica while it lives.  The user's module carries
+    it (``_forward_pre_hooks``, a parameter's hooks) while armed, so pickling, saving or
+    copying the module must not reach the Replica and its weak references: it is
+    reduced to a hook that does nothing."""
+
+    __slots__ = ("replica", "method", "args")
+
+    def __init__(self, replica: "Replica", method: str, *args: Any):
+        self.replica = weakref.ref(replica)
+        self.method = method
+        self.args = args
+
+    def __call__(self, *args: Any) -> None:
+        replica = self.replica()
+        if replica is not None:
+            getattr(replica, self.method)(*self.args, *args)
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return (_NoHook, ())
 
 
 class Replica:
@@ -79,11 +107,11 @@ class Replica:
         self.accumulated = [0] * len(ps)
         ddp = self.ddp()
         if ddp is not None:
-            self._hooks.append(ddp.register_forward_pre_hook(self._forward))
+            self._hooks.append(ddp.register_forward_pre_hook(_Hook(self, "_forward")))
         for i, p in enumerate(ps):
             if p.requires_grad:
                 self._hooks.append(p.register_post_accumulate_grad_hook(
-                    functools.partial(self._accumulated, i)))
+                    _Hook(self, "_accumulated", i)))
 
     def _forward(self, module: Any, args: Any) -> None:
         self.accumulated = [0] * len(self.accumulated)  # counts are per backward

@@ -1,5 +1,6 @@
 """The replica checks inside a real (one-rank, gloo) DDP process: what the meta log holds after
-scheduled steps, a re-initialised layer, a loaded state, a scheduler and a frozen layer."""
+scheduled steps, a re-initialised layer, a loaded state, a scheduler and a frozen layer; the
+model pickles while its counting hooks are armed (torch.save of a DDP model)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 JOB = textwrap.dedent("""
     import ddpdoctor.runtime as runtime
     runtime.activate()
-    import torch, torch.distributed as dist
+    import torch, torch.distributed as dist, pickle
     from torch import nn
     dist.init_process_group("gloo", init_method="file://" + {store!r}, rank=0, world_size=1)
     torch.manual_seed(0)
@@ -23,7 +24,7 @@ JOB = textwrap.dedent("""
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
     for step in range(1, 5):
         opt.zero_grad()
-        model(torch.randn(3, 4)).sum().backward()
+        model(torch.randn(3, 4)).sum().backward(); pickle.loads(pickle.dumps(model))
         opt.step()
         sched.step()
         if step == 1:
