@@ -75,6 +75,20 @@ EXPECTED: dict[str, Flagged | OutOfReach] = {
                                        "is memory, not a path in the source"),
     "sampler_seed_per_rank": OutOfReach("the sampler's seed is an expression of the rank; "
                                         "a per-rank seed is right elsewhere (augmentation)"),
+    "checkpoint_reentrant_drift": Flagged(47, "reentrant_checkpoint", E),
+    "head_loaded_one_rank": OutOfReach("the head is loaded where a cached file exists on that "
+                                       "rank's disk; replica_drift reads rank tests only"),
+    "lr_scheduler_rank0_only": OutOfReach("not yet seen: replica_drift does not count a "
+                                          "scheduler's step() under a rank test"),
+    "grad_clip_local_loss": OutOfReach("the clipping threshold is a value from the rank's own "
+                                       "loss, not a path that differs"),
+    "requires_grad_after_ddp": OutOfReach("requires_grad changes on every rank alike after "
+                                          "DDP's construction: no rank test to read"),
+    "early_stop_closing_barrier": Flagged(44, "rank_dependent_skip", E),
+    "no_sync_token_count": OutOfReach("the no_sync() choice rests on a token count that lint "
+                                      "does not follow into the context manager"),
+    "checkpoint_on_own_clock": Flagged(41, "conditional_collective", W),
+    "time_budget_exit": Flagged(38, "conditional_skip", W),
 }
 
 
