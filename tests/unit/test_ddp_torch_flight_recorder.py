@@ -23,6 +23,7 @@ class _Events:
     """Stands in for the rank's recorder: ``ddp_buckets`` events kept, a record a failure."""
 
     enabled = True
+    steps = 0  # optimizer steps (the replica checks read it)
     rank = 0
 
     def __init__(self) -> None:

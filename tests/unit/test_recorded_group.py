@@ -32,6 +32,7 @@ class _Records:
     it ended (None while open)."""
 
     enabled = True
+    steps = 0  # optimizer steps (the replica checks read it)
     rank = 0
 
     def __init__(self) -> None:
