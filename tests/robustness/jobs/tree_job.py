@@ -1,7 +1,7 @@
 """A two-rank job with a process tree: each rank has a DataLoader worker (num_workers=1) and a
 grandchild (`sleep 3600` in a session of its own, so no process-group signal reaches it).  Every pid is written to PID_DIR/<what>-<rank>.pid.
 
-MODE: long (trains until SECONDS pass), hang (rank 1's worker blocks in __getitem__ at step 3:
+MODE: long (trains until SECONDS pass), hang (rank 1's worker deadlocks in __getitem__ at step 3:
 rank 0 waits in all_reduce), crash (rank 1 raises at step 3), abort (rank 1 SIGABRTs itself at
 step 3 while rank 0 waits, as gloo does after a mismatch), hang_later (both train for STEPS
 steps, then rank 1 blocks as in hang).  STEP_SLEEP seconds between steps (0.05).
@@ -10,6 +10,7 @@ steps, then rank 1 blocks as in hang).  STEP_SLEEP seconds between steps (0.05).
 import datetime
 import os
 import subprocess
+import threading
 import time
 
 import torch
@@ -36,7 +37,8 @@ class Numbers(Dataset):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         if self.block_at is not None and i >= self.block_at:
-            time.sleep(3600)  # the worker hangs: its rank never gets the batch
+            threading.Event().wait()  # the worker deadlocks (a lock nobody releases): its
+            # rank never gets the batch (a timed sleep would be a slow sample, not a hang)
         return torch.full((4,), float(i))
 
 
