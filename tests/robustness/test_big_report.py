@@ -46,6 +46,13 @@ def test_a_big_jobs_report_says_what_the_object_path_says(tmp_path, monkeypatch,
     small = build.build_report(run_dir, live=False)
     monkeypatch.setattr(build, "BIG_JOB_RECORDS", 0)  # the same job, taken as a big one
     big = build.build_report(run_dir, live=False)
+    # a big job's report reads each rank's tail only: where the whole history singles a
+    # rank out of a tie (its own earlier iterations), the tail may not, and the big report
+    # then names every side, saying why (never another rank alone)
+    for f_big, f_small in zip(big["findings"], small["findings"]):
+        if f_big["ranks"] != f_small["ranks"] and "no majority" in f_big["summary"]:
+            assert set(f_small["ranks"]) < set(f_big["ranks"])
+            f_big["ranks"] = f_small["ranks"]
     assert _content(big) == _content(small)
 
 
