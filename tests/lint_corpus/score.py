@@ -34,7 +34,7 @@ def healthy_dir() -> Path | None:
     candidates = [Path(os.environ["DDPDOCTOR_LINT_CORPUS"]) / "healthy"] \
         if os.environ.get("DDPDOCTOR_LINT_CORPUS") else []
     candidates += [HERE / "healthy", ROOT.parent / "shared" / "lint_corpus" / "healthy",
-                   Path("/work/shared/lint_corpus/healthy"), Path("/work/lint_corpus/healthy")]
+                   Path.home() / ".cache" / "ddpdoctor" / "lint_corpus" / "healthy"]
     return next((c for c in candidates if c.is_dir() and any(c.glob("*.py"))), None)
 
 
