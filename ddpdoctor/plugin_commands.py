@@ -14,7 +14,7 @@ from ddpdoctor.plugins import (ENV_ALLOW, allowed_names, load_failures, plugin_t
 
 def add_cli_commands(subparsers: argparse._SubParsersAction) -> None:
     """`ddpdoctor plugins`, `ddpdoctor export`, and the commands plugins add."""
-    from ddpdoctor.cli import HelpFormatter
+    from ddpdoctor.help_format import HelpFormatter
 
     p = subparsers.add_parser("plugins", help="list the loaded plugins and what they add",
                               description="List the loaded plugins (built-in and installed), "

@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass, replace
 
 from ddpdoctor.analysis.branches import loop_exit
+from ddpdoctor.analysis.causal.mechanisms import fix_for as origin_fix
 from ddpdoctor.analysis.decisions import (Decision, Reads, branch_decision, from_exit,
                                           left_loop, no_sync_decision)
 from ddpdoctor.analysis.model import Call, Finding, JobView
@@ -136,12 +137,10 @@ _TOGETHER = {
 
 def fix_for(cause: Cause) -> str:
     """The fix that follows from the cause (its decision, the culprits' own call)."""
-    from ddpdoctor.analysis.causal import why
-
     call = cause.call
     if cause.kind == CauseKind.RANK_BRANCH and call is not None:
-        if call.origin.implicit and why.fix_for(call):
-            return why.fix_for(call)  # type: ignore[return-value]
+        if call.origin.implicit and origin_fix(call):
+            return origin_fix(call)  # type: ignore[return-value]
         where = f"in the {cause.condition}" if str(cause.condition).startswith("else") \
             else f"where {cause.condition} holds"
         return (f"The {call.describe()} at {call.short_site} runs only {where}: call it on "
@@ -159,8 +158,8 @@ def fix_for(cause: Cause) -> str:
             text += (" With DDP, a step that must not count can run backward on a zeroed "
                      "loss (loss * 0): the gradient all-reduces stay in step.")
         return text
-    if cause.kind == CauseKind.IMPLICIT and call is not None and why.fix_for(call):
-        return why.fix_for(call)  # type: ignore[return-value]
+    if cause.kind == CauseKind.IMPLICIT and call is not None and origin_fix(call):
+        return origin_fix(call)  # type: ignore[return-value]
     if cause.kind == CauseKind.SHAPE and call is not None and call.op == "all_to_all_single":
         return SPLIT_FIX
     return FIXES.get(cause.kind, ORDER_FIX)
