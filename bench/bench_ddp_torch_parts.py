@@ -129,9 +129,10 @@ def main(argv: list[str] | None = None) -> int:
                              f"{got[k]['wall_ms'] / base['wall_ms']:.3f}")
             print(f"  launch {i + 1}: torch {base['cpu_us']:.0f} us; " + "; ".join(cells))
         fr, fwd, rec = (statistics.median(extra[k]) for k in extra)
-        print(f"  median: --ddp torch now {fr:+.0f} us a step; before, the call into Python "
-              f"and the future {fwd:+.0f} us, the records {rec - fwd:+.0f} us more "
-              f"(recording group {rec:+.0f} us)")
+        print(f"  median: --ddp torch (the recording group, every bucket recorded as "
+              f"issued) {rec:+.0f} us a step: the call into Python and the future {fwd:+.0f} "
+              f"us, the records {rec - fwd:+.0f} us more; buckets left to the flight recorder "
+              f"(DDPDOCTOR_DDP_TORCH_BUCKETS=flight_recorder) {fr:+.0f} us")
         if args.buckets_only:
             return 0
         print(f"supervisor: median step while it runs / while stopped ({args.window:g} s "

@@ -45,8 +45,12 @@ def mlp() -> torch.nn.Module:
 
 
 def four_ddps() -> dict:
-    flight = DDP(mlp())
-    os.environ[recorded_group.BUCKETS_ENV] = "python"  # the recording group, as before
+    os.environ[recorded_group.BUCKETS_ENV] = "flight_recorder"  # buckets left to torch's
+    try:
+        flight = DDP(mlp())
+    finally:
+        del os.environ[recorded_group.BUCKETS_ENV]
+    os.environ[recorded_group.BUCKETS_ENV] = "python"  # the recording group (the default)
     try:
         recorded = DDP(mlp())
         mine = recorded_group.RecordedGroup
