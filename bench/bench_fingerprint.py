@@ -59,9 +59,14 @@ def _watch(opt: torch.optim.Optimizer, spent: list[float]) -> None:
     opt.register_step_post_hook(post)
 
 
-def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> float:
+def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
+          watch: Any = None) -> float:
     dist.barrier()
     t0 = time.perf_counter()
+    if watch is not None and watch.last_step_at:
+        # the interval is chosen from the time between this model's steps; in a job that
+        # trains it alone that is its own step, here the other two models' steps lie between
+        watch.last_step_at = t0
     model(x).square().mean().backward()
     opt.step()
     opt.zero_grad()
@@ -69,8 +74,10 @@ def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor) -> floa
 
 
 def _model_rows(name: str, layers: int, width: int, window: int, batch: int) -> dict:
+    from ddpdoctor.runtime import recorder as R
     from ddpdoctor.runtime import replica_watch
 
+    R._recorder.steps = 0  # each model's job counts its optimizer steps from its start
     torch.manual_seed(0)
     ddps = {k: nn.parallel.DistributedDataParallel(mlp(layers, width))
             for k in ("plain", "watched", "control")}
@@ -87,7 +94,7 @@ def _model_rows(name: str, layers: int, width: int, window: int, batch: int) -> 
         step += 1
         order = order[1:] + order[:1]
         for k in order:
-            t = _step(ddps[k], opts[k], x)
+            t = _step(ddps[k], opts[k], x, watch if k == "watched" else None)
             if step > DECIDED:
                 times[k].append(t)
         if step == DECIDED:

@@ -136,5 +136,6 @@ class CheckSchedule:
         if not self.fixed and self.every is None and step >= DECIDE_AT:
             steps = sorted(self._step_times)
             step_s = steps[len(steps) // 2] if steps else 0.0
-            check_s = min(self._check_times) if self._check_times else check_s
+            checks = sorted(self._check_times)
+            check_s = checks[len(checks) // 2] if checks else check_s  # not the luckiest
             self.every = every_for(check_s, step_s)

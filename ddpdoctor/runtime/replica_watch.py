@@ -142,6 +142,7 @@ class ReplicaWatch:
         self.grads: dict[int, list[Any]] = {}  # replica index -> grad prints of this step
         self.twice: dict[int, list[int]] = {}
         self.last_step_at = 0.0
+        self.check_cost = 0.0  # seconds the next check has cost so far (arming, gradients)
         self.enabled = True
 
     def saw_optimizer(self, optimizer: Any) -> None:
@@ -214,6 +215,7 @@ def before_step(optimizer: Any) -> None:
     if w is None or rec is None or not w.enabled or not w.replicas:
         return
     try:
+        t0 = time.perf_counter()
         w.saw_optimizer(optimizer)
         if not w.schedule.is_check(rec.steps + 1):
             return
@@ -224,6 +226,7 @@ def before_step(optimizer: Any) -> None:
             w.twice[rep.index] = rep.disarm()
             if rep.index not in w.grads:  # the first optimizer of the step sees them all
                 w.grads[rep.index] = fingerprints([p.grad for p in ps])
+        w.check_cost += time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - see the module docstring
         disable("fingerprinting gradients", e)
 
@@ -240,10 +243,14 @@ def after_step(optimizer: Any, step: int) -> None:
         w.saw_optimizer(optimizer)
         if w.schedule.is_check(step):
             _check(w, rec, step)
-            w.schedule.note_check(step, time.perf_counter() - now)
+            # the whole check: arming the step before, the gradients' prints, this
+            w.schedule.note_check(step, w.check_cost + time.perf_counter() - now)
+            w.check_cost = 0.0
         if w.schedule.is_check(step + 1):
+            armed = time.perf_counter()
             for rep in w.replicas:
                 rep.arm()
+            w.check_cost += time.perf_counter() - armed
         w.last_step_at = time.perf_counter()
     except Exception as e:  # noqa: BLE001 - see the module docstring
         disable("fingerprinting parameters", e)
