@@ -30,7 +30,7 @@ class RankProgress:
     progress_ns: int = 0
     cpu_busy: bool = False  # the rank's own process computes
     io_busy: bool = False  # the tree's I/O above IO_BYTES_PER_S in the last window
-    workers_busy: bool = False  # its descendants computed, or a worker of it sleeps timed
+    waits_busy: bool = False  # its descendants computed, or it or one of them sleeps timed
     children: tuple[int, ...] = ()
     children_ns: int = 0
     tree: TreeProgress | None = field(default=None, repr=False)
@@ -70,7 +70,7 @@ class ProgressTracker:
             p.window_ns, p.cpu_s = now, p.tree.cpu_s
             p.cpu_busy = look.cpu_busy
             p.io_busy = look.io_bytes >= IO_BYTES_PER_S * look.span_s
-            p.workers_busy = look.worker_sleeping or \
+            p.waits_busy = look.timed_sleep or \
                 look.children_cpu_s >= BUSY_SHARE * look.span_s
             if made_progress(look):
                 p.progress_ns = now
@@ -84,8 +84,8 @@ class ProgressTracker:
 
     def event(self) -> dict[str, Any]:
         """The ``progress`` event of supervisor.jsonl: {"<rank>": {progress_ns, cpu_busy,
-        cpu_s, io_busy, workers_busy}}."""
+        cpu_s, io_busy, waits_busy}}."""
         return {str(p.rank): {"progress_ns": p.progress_ns, "cpu_busy": p.cpu_busy,
                               "cpu_s": round(p.cpu_s, 3), "io_busy": p.io_busy,
-                              "workers_busy": p.workers_busy}
+                              "waits_busy": p.waits_busy}
                 for p in self.by_pid.values()}

@@ -135,6 +135,15 @@ def test_busy_straggler_gets_no_hang_verdict() -> None:
     assert "rank 1 is computing at eval.py:88" in said.message
 
 
+def test_a_straggler_in_a_chosen_wait_is_not_said_to_compute() -> None:
+    """A rank whose progress is I/O, its workers or a bounded wait (proc/progress.py) is a
+    straggler, and is not described as computing."""
+    said = judge(_straggler(cpu_busy=False, progress_s_ago=0.1), 5.0)
+    assert isinstance(said, Straggling) and said.ranks == (1,)
+    assert "rank 1 is working (I/O, its workers, or a wait it chose) at eval.py:88" \
+        in said.message
+
+
 def test_a_sleeping_rank_others_wait_for_is_a_hang() -> None:
     verdict = hang_verdict(_straggler(cpu_busy=False, progress_s_ago=30), 5.0)
     assert isinstance(verdict, HangVerdict) and verdict.absent == (1,)

@@ -70,14 +70,15 @@ def test_the_report_carries_waits_and_caused_by(tmp_path: Path) -> None:
     assert report["findings"][0]["ranks"] == [1]
 
 
-def test_a_slow_writer_makes_progress_and_a_sleeper_does_not(tmp_path: Path) -> None:
+def test_a_slow_writer_makes_progress_and_a_blocked_process_does_not(tmp_path: Path) -> None:
     writer = subprocess.Popen([sys.executable, "-c", (
         "import os, time\n"
         f"f = open({str(tmp_path / 'out.bin')!r}, 'wb')\n"
         "chunk = b'x' * (64 << 10)\n"
         "while True:\n"
         "    f.write(chunk); f.flush(); os.fsync(f.fileno()); time.sleep(0.05)\n")])
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sleeper = subprocess.Popen([sys.executable, "-c",  # blocked for good, no timed sleep
+                                "import threading; threading.Event().wait()"])
     try:
         time.sleep(1.0)  # both started
         tracker = ProgressTracker()
@@ -106,7 +107,7 @@ def test_a_child_process_writing_is_its_ranks_progress(tmp_path: Path) -> None:
         "while True:\n"
         "    f.write(b\"y\" * (64 << 10)); f.flush(); time.sleep(0.05)\n"
         "'''])\n"
-        "time.sleep(60)\n")])
+        "child.wait()\n")])  # waits on its child, no timed sleep of its own
     try:
         time.sleep(1.5)
         tracker = ProgressTracker()
@@ -171,7 +172,7 @@ def test_a_worker_in_a_timed_sleep_or_computing_is_its_ranks_progress() -> None:
     spinner = _parent_with_forked_child("while True: pass")
     try:
         slept, spun = _tree_looks(sleeper), _tree_looks(spinner)
-        assert all(made_progress(look) and look.worker_sleeping for look in slept)
+        assert all(made_progress(look) and look.timed_sleep for look in slept)
         assert not any(look.cpu_busy for look in slept)  # the rank itself only waits
         assert any(made_progress(look) and look.children_cpu_s > 0 for look in spun)
     finally:
@@ -188,3 +189,56 @@ def test_a_worker_blocked_on_a_lock_is_no_progress() -> None:
         assert not any(made_progress(look) for look in _tree_looks(stuck))
     finally:
         _end(stuck)
+
+
+def _one_look(proc: subprocess.Popen, gap_s: float = 1.2) -> "object":
+    from ddpdoctor.proc.progress import TreeProgress
+    from ddpdoctor.proc.table import descendants, scan
+
+    tree = TreeProgress(proc.pid)
+    tree.set_children(descendants(scan(), [proc.pid]))
+    tree.look(time.time_ns())
+    time.sleep(gap_s / 2)
+    tree.look(time.time_ns())  # the sleep's switches are seen from here
+    time.sleep(gap_s / 2)
+    return tree.look(time.time_ns())
+
+
+def test_a_bounded_wait_is_progress_and_a_stuck_one_is_not() -> None:
+    """Slow is not hung: the rank retrying in timed sleeps (around a slow save), or a command
+    it waits on sleeping (an upload's stand-in), is the program's chosen wait.  One sleep
+    with no wake-up, or a background child sleeping while the rank is blocked elsewhere,
+    is not."""
+    from ddpdoctor.proc.progress import made_progress
+
+    code = {
+        "retries": "import time\nwhile True: time.sleep(0.2)",
+        "runs_a_command": "import subprocess; subprocess.run(['sleep', '60'])",
+        "runs_and_reads": "import subprocess; subprocess.run(['sleep', '60'], "
+                          "capture_output=True)",
+        "one_long_sleep": "import time; time.sleep(60)",
+        "blocked_beside_a_sleeping_child": (
+            "import subprocess, threading; child = subprocess.Popen(['sleep', '60']); "
+            "threading.Event().wait()"),
+        "polls_beside_a_sleeping_child": (  # a DataLoader's queue wait, a `sleep` beside it
+            "import os, select, subprocess; child = subprocess.Popen(['sleep', '60']); "
+            "r, w = os.pipe(); select.select([r], [], [])"),
+    }
+    procs = {k: subprocess.Popen([sys.executable, "-c", c]) for k, c in code.items()}
+    try:
+        from ddpdoctor.proc.table import descendants, scan
+
+        deadline = time.monotonic() + 30  # every command started, on a loaded machine too
+        while time.monotonic() < deadline and not all(
+                descendants(scan(), [procs[k].pid]) for k in
+                ("runs_a_command", "runs_and_reads", "blocked_beside_a_sleeping_child",
+                 "polls_beside_a_sleeping_child")):
+            time.sleep(0.2)
+        time.sleep(1.0)
+        looks = {k: _one_look(p) for k, p in procs.items()}
+        progressed = {k for k, look in looks.items() if look is not None and made_progress(look)}
+        assert progressed == {"retries", "runs_a_command", "runs_and_reads"}, looks
+        assert not any(look.cpu_busy for look in looks.values() if look is not None)
+    finally:
+        for p in procs.values():
+            _end(p)

@@ -53,9 +53,10 @@ class Straggling:
 def progressing(s: RankState, now_ns: int, window_ns: int) -> bool:
     """Does the rank make progress: CPU time advancing, or progress seen in the window?
     Progress is the rank's process tree's (``proc.progress.made_progress``: the rank or a
-    process it waits on, a DataLoader worker or a subprocess, computing, doing I/O, or a
-    worker in a timed sleep) or its trace advancing.  A rank that sleeps, polls, or waits
-    on a lock, with nothing of its own working, does not."""
+    process it waits on, a DataLoader worker or a subprocess, computing, doing I/O, or in
+    a chosen, bounded wait: retrying in timed sleeps, a worker or a command it waits on
+    sleeping) or its trace advancing.  A rank in one long sleep, or waiting on a lock,
+    with nothing of its own working, does not."""
     if s.kind not in WORKING:
         return False
     return bool(s.cpu_busy) or (s.progress_ns is not None and now_ns - s.progress_ns < window_ns)
@@ -199,7 +200,9 @@ def judge(job: JobView, hang_timeout: float,
     parts = []
     for r in sorted(behind):
         at = frame_text(states[r])
-        doing = "is starting" if states[r].kind == StateKind.NOT_ARRIVED else "is computing"
+        doing = ("is starting" if states[r].kind == StateKind.NOT_ARRIVED else
+                 "is computing" if states[r].cpu_busy else
+                 "is working (I/O, its workers, or a wait it chose)")
         parts.append(f"rank {r} {doing}" + (f" at {at}" if at else ""))
     if unseen:
         parts.append(f"{ranks_text(sorted(unseen))} not seen yet (starting)")
