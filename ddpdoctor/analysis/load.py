@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.analysis import flight_recorder, sources
+from ddpdoctor.analysis.implied import add_reducer_call
 from ddpdoctor.analysis.model import NS, Call, JobView, NodeFacts, RankRun
 from ddpdoctor.errors import UserError
 from ddpdoctor.host import host_name
@@ -255,6 +256,7 @@ def _load_dir(run_dir: Path, ranks: dict[int, RankRun], problems: list[str],
         if stacks and f"pid-{trace.header.pid}.json" in stack_files:
             run.stack, run.stack_error = load_stack(
                 run_dir / "stacks" / f"pid-{trace.header.pid}.json")
+            add_reducer_call(run)
         ranks[trace.header.rank] = run
         mine.append(run)
     if is_attempt_dir(run_dir):  # torchrun's agent (the launcher) spans the attempts

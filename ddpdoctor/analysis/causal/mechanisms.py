@@ -10,7 +10,8 @@ from ddpdoctor.trace.origin import Origin
 MECHANISMS: dict[Origin, tuple[str, str]] = {
     Origin.DDP_FORWARD: (
         "calling the DDP model is a collective: its forward broadcasts the module's buffers "
-        "from rank 0 (broadcast_buffers=True), so every rank must call it the same number "
+        "from rank 0 (broadcast_buffers=True) and, once after the first backward, the "
+        "rebuilt order of the gradient buckets, so every rank must call it the same number "
         "of times",
         "Evaluate on `model.module` (the wrapped module: no collective) or call the DDP model "
         "on every rank; DDP(..., broadcast_buffers=False) also drops the broadcast."),

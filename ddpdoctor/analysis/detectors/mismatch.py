@@ -2,13 +2,37 @@
 
 from __future__ import annotations
 
+import os
+
 from ddpdoctor.analysis.causal import why
 from ddpdoctor.analysis.causal.cause import decision_of, mismatch_cause, with_cause
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
 from ddpdoctor.analysis.alignment import OutOfStep
 from ddpdoctor.analysis.matcher import Divergence, find_divergence
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
-from ddpdoctor.analysis.source import rank_condition, source_line
+from ddpdoctor.analysis.causal.facts import INTERNAL_PARTS
+from ddpdoctor.analysis.source import rank_condition, source_line, split_callsite
+
+def call_condition(call: Call, job: JobView | None) -> tuple[str, str] | None:
+    """(site, test): the rank-dependent ``if`` enclosing the call, at its own line; else,
+    for the call the rank is blocked in now, at a line of the user's code further out on
+    its captured stack (a helper whose collective is called under ``if rank == 0``)."""
+    cond = rank_condition(call.callsite)
+    if cond:
+        return call.callsite, cond
+    run = job.ranks.get(call.rank) if job is not None else None
+    if run is None or not run.stack or not call.open or run.open_call() is not call:
+        return None
+    for frame in run.stack:
+        name = str(frame.get("filename", ""))
+        if not name or any(part in name for part in INTERNAL_PARTS):
+            continue
+        site = f"{name}:{frame.get('line')}"
+        cond = rank_condition(site) if site != call.callsite else None
+        if cond:
+            return site, cond
+    return None
+
 
 def _tie_break(div: Divergence, job: JobView | None,
                here: OutOfStep | None) -> tuple[int, ...]:
@@ -19,7 +43,7 @@ def _tie_break(div: Divergence, job: JobView | None,
     the alignment says skipped (or added) a call at this seq (``here``); else the ranks
     whose call breaks their own repeating pattern of earlier calls (or, failing that,
     whose call has no precedent while the others repeat theirs); else every rank."""
-    conditional = {r for r, c in div.calls.items() if rank_condition(c.callsite)}
+    conditional = {r for r, c in div.calls.items() if call_condition(c, job)}
     if conditional and len(conditional) < len(div.calls):
         return tuple(sorted(conditional))
     decided = {r for r, c in div.calls.items()
@@ -46,14 +70,17 @@ def _step_here(div: Divergence, job: JobView | None) -> OutOfStep | None:
     return oos
 
 
-def _line(call: Call) -> str:
-    cond = rank_condition(call.callsite)
+def _line(call: Call, job: JobView | None) -> str:
+    found = call_condition(call, job)
     src = source_line(call.callsite)
     text = f"rank {call.rank}: {call.describe()} at {call.short_site}"
     if src:
         text += f"  `{src}`"
-    if cond:
-        text += f"  (inside {cond})"
+    if found is not None:
+        site, cond = found
+        outer = f" at {os.path.basename(split_callsite(site)[0])}:{split_callsite(site)[1]}" \
+            if site != call.callsite else ""
+        text += f"  (inside {cond}{outer})"
     return text
 
 
@@ -79,7 +106,7 @@ def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
                    "single one out)")
     detail = (f"Collective #{div.seq} on process group {div.group} does not match across "
               f"ranks ({div.state.value} differs):\n"
-              + "\n".join("  " + _line(c) for c in calls.values()))
+              + "\n".join("  " + _line(c, job) for c in calls.values()))
     if div.majority:
         detail += f"\nRanks {_ranks(div.majority)} agree; the odd one{'s' if len(culprits) > 1 else ''} out: {_ranks(culprits)}."
     evidence = {
@@ -87,7 +114,7 @@ def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
         "calls": {str(r): {"op": c.op, "shapes": [list(s) for s in c.in_shapes],
                            "dtypes": list(c.dtypes), "reduce_op": c.reduce_op or None,
                            "root": c.peer if c.peer >= 0 else None, "callsite": c.callsite,
-                           "condition": rank_condition(c.callsite),
+                           "condition": (call_condition(c, job) or (None, None))[1],
                            "origin": c.origin.value, "entered_at": c.t_start / 1e9}
                   for r, c in calls.items()},
     }
