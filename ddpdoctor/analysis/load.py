@@ -16,6 +16,7 @@ from ddpdoctor.analysis.model import NS, Call, JobView, NodeFacts, RankRun
 from ddpdoctor.errors import UserError
 from ddpdoctor.host import host_name
 from ddpdoctor.rundir.attempts import is_attempt_dir
+from ddpdoctor.rundir.lint_results import read_lint_results
 from ddpdoctor.rundir.layout import is_run_dir, read_run_file
 from ddpdoctor.rundir.nodes import read_node_file, with_mirrors
 from ddpdoctor.proc.table import alive, proc_state
@@ -211,7 +212,20 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
                   all_launchers, problems, sup_events, command, outcome,
                   min(started) if started else None, None if live else _ended(ranks, sup_events))
     job.nodes = nodes
+    for run_dir in run_dirs[:1]:
+        job.lint_sites = lint_sites(run_dir)
     return job
+
+
+RANK_DEPENDENT_LINT = ("rank_dependent_collective", "rank_dependent_stop")
+
+
+def lint_sites(run_dir: Path) -> dict[tuple[str, int], str]:
+    """The lines lint flagged before the run as reaching a collective on some ranks only."""
+    found = read_lint_results(run_dir) or []
+    return {(os.path.basename(f["file"]), f["line"]): str(f.get("kind"))
+            for f in found if f.get("kind") in RANK_DEPENDENT_LINT
+            and isinstance(f.get("file"), str) and isinstance(f.get("line"), int)}
 
 
 def _node_facts(run_dir: Path) -> NodeFacts | None:

@@ -173,6 +173,9 @@ class JobView:
     ended_ns: int | None = None  # offline: when the job ended (the supervisor's last word)
     big: bool = False  # only each rank's newest records were loaded: match with analysis.fast
     nodes: dict[str, NodeFacts] = field(default_factory=dict)  # other nodes, by host
+    # lines lint flagged before the run as a collective reached on some ranks only:
+    # (file basename, line) -> lint's kind (rundir/lint_results.py)
+    lint_sites: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def group_members(self, group: str) -> list[int]:
         for run in self.ranks.values():

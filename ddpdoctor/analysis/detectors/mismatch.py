@@ -16,21 +16,28 @@ from ddpdoctor.analysis.source import rank_condition, source_line, split_callsit
 def call_condition(call: Call, job: JobView | None) -> tuple[str, str] | None:
     """(site, test): the rank-dependent ``if`` enclosing the call, at its own line; else,
     for the call the rank is blocked in now, at a line of the user's code further out on
-    its captured stack (a helper whose collective is called under ``if rank == 0``)."""
+    its captured stack (a helper whose collective is called under ``if rank == 0``); else
+    a line of those that lint flagged before the run as reaching a collective on some
+    ranks only (a flag set from the rank, tested in another method)."""
     cond = rank_condition(call.callsite)
     if cond:
         return call.callsite, cond
+    sites = [call.callsite]
     run = job.ranks.get(call.rank) if job is not None else None
-    if run is None or not run.stack or not call.open or run.open_call() is not call:
-        return None
-    for frame in run.stack:
-        name = str(frame.get("filename", ""))
-        if not name or any(part in name for part in INTERNAL_PARTS):
-            continue
-        site = f"{name}:{frame.get('line')}"
+    if run is not None and run.stack and call.open and run.open_call() is call:
+        sites += [f"{f.get('filename')}:{f.get('line')}" for f in run.stack
+                  if f.get("filename") and
+                  not any(part in str(f["filename"]) for part in INTERNAL_PARTS)]
+    for site in dict.fromkeys(sites[1:]):
         cond = rank_condition(site) if site != call.callsite else None
         if cond:
             return site, cond
+    lint = job.lint_sites if job is not None else {}
+    for site in dict.fromkeys(sites):
+        path, line = split_callsite(site)
+        kind = lint.get((os.path.basename(path), line))
+        if kind:
+            return site, f"a branch lint flagged ({kind})"
     return None
 
 
