@@ -27,7 +27,8 @@ from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.taint import Taint, TaintKind, stronger
 
 if TYPE_CHECKING:
-    from ddpdoctor.lint.summaries import FunctionInfo, Program
+    from ddpdoctor.lint.summaries import FunctionInfo, FunctionNode, Program
+    from ddpdoctor.lint.taint import Env
 
 CLASS_LABEL = "class:"
 CARRIED = frozenset({TaintKind.RANK, TaintKind.SHARD})
@@ -134,3 +135,16 @@ def bind_call(program: Program, module: ParsedModule, cls: str | None, call: ast
 def _arg_taint(value: ast.expr, call: ast.Call,
                taint_of: Callable[[ast.expr], Taint | None]) -> Taint | None:
     return carried(taint_of(value))
+
+
+def seed_objects(program: Program, env: Env, path: str, info: FunctionInfo | None,
+                 node: FunctionNode) -> None:
+    """A function starts with what calls pass into its parameters, and a method with what its
+    class's objects may hold in their attributes (``self.enabled``), tainted."""
+    objects = program.objects
+    for name, t in objects.param_taints(node).items():
+        env.taints[name] = stronger(env.taints.get(name), t)  # type: ignore[assignment]
+        env.uniform.discard(name)
+    if info is not None and info.cls is not None:
+        for attr, t in objects.class_attrs(path, info.cls).items():
+            env.taints[f"self.{attr}"] = t

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from ddpdoctor.lint.attributes import seed_objects
 from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, receiver_name
 from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
 from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
@@ -29,7 +30,7 @@ class FunctionWalker(DataFlow):
     def walk_function(self, info: FunctionInfo | None,
                       node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.seed_params(node)
-        self.seed_objects(info, node)
+        seed_objects(self.program, self.env, self.module.path, info, node)
         self.passthrough = hands_back_argument(node)
         self.mark_before_ddp(node.body)
         self.no_grad = no_grad_decorated(node, self.module)
@@ -57,18 +58,6 @@ class FunctionWalker(DataFlow):
             if (has_ddp and arg.arg in MODEL_PARAMS) or ddp_annotation(arg, self.module):
                 self.env.kinds[arg.arg] = frozenset({"ddp"})
                 self.ddp_seen = True
-
-    def seed_objects(self, info: FunctionInfo | None,
-                     node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        """What calls pass into the parameters, and what the class's objects may hold in
-        their attributes (``self.enabled``), tainted from the start."""
-        objects = self.program.objects
-        for name, t in objects.param_taints(node).items():
-            self.env.taints[name] = stronger(self.env.taints.get(name), t)  # type: ignore[assignment]
-            self.env.uniform.discard(name)
-        if info is not None and info.cls is not None:
-            for attr, t in objects.class_attrs(self.module.path, info.cls).items():
-                self.env.taints[f"self.{attr}"] = t
 
     # -- blocks -------------------------------------------------------------------------------
     def block(self, stmts: list[ast.stmt], loop: bool = False) -> None:
