@@ -123,18 +123,41 @@ def _walk_module(program: Program, module: ParsedModule, functions: list[Functio
         _walk_function(program, module, info, base, class_kinds, datasets, quiet, drafts, facts)
 
 
+SUMMARY_ROUNDS = 4  # passes at most: what flows into attributes and parameters rarely nests
+
+
 def _summarise_returns(program: Program, datasets: dict[str, dict[str, ast.ClassDef]]) -> None:
-    """A first, quiet pass: what user functions return, callees before callers."""
-    bases: dict[str, tuple[Env, dict[str, dict[str, frozenset[str]]]]] = {}
-    for module in program.modules:
-        top = _top_walker(program, module, set(datasets[module.path]), True, [], ModuleFacts())
-        bases[module.path] = (top.env, _class_kinds(program, module))
-    for info in callee_first(program):
-        if not any(isinstance(n, ast.Return) for n in info.module.nodes(info.node)):
-            continue  # returns nothing: None is the same on every rank
-        base, class_kinds = bases[info.module.path]
-        _walk_function(program, info.module, info, base, class_kinds,
-                       set(datasets[info.module.path]), True, [], ModuleFacts())
+    """Quiet passes: what user functions return (callees before callers), and what flows into
+    objects' attributes and functions' parameters; again while the latter grow."""
+    order = [info for info in callee_first(program) if _passes_values(program, info)]
+    for _ in range(SUMMARY_ROUNDS):
+        version = program.objects.version
+        bases: dict[str, tuple[Env, dict[str, dict[str, frozenset[str]]]]] = {}
+        for module in program.modules:
+            top = _top_walker(program, module, set(datasets[module.path]), True, [],
+                              ModuleFacts())
+            bases[module.path] = (top.env, _class_kinds(program, module))
+        for info in order:
+            base, class_kinds = bases[info.module.path]
+            _walk_function(program, info.module, info, base, class_kinds,
+                           set(datasets[info.module.path]), True, [], ModuleFacts())
+        if program.objects.version == version:
+            return
+
+
+def _passes_values(program: Program, info: FunctionInfo) -> bool:
+    """A function that can hand a value on: it returns one, sets an attribute, or calls a
+    linted function or class with arguments (None and no call at all are the same on every
+    rank)."""
+    for n in info.module.nodes(info.node):
+        if isinstance(n, ast.Return) or (isinstance(n, ast.Attribute) and
+                                         isinstance(n.ctx, ast.Store)):
+            return True
+        if isinstance(n, ast.Call) and (n.args or n.keywords) and (
+                program.resolve(n, info.module, info.cls) is not None or
+                (info.module.qualified(n.func) or "") in info.module.classes()):
+            return True
+    return False
 
 
 def _set_epoch_functions(program: Program) -> set[str]:

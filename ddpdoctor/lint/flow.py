@@ -8,6 +8,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ddpdoctor.lint.attributes import bind_call, carried, class_of
 from ddpdoctor.lint.collectives import (BEFORE_DDP, IN_PLACE_UNIFORM, Site, call_kinds,
                                         dist_op, is_ddp_wrap, uniform_result)
 from ddpdoctor.lint.module import ParsedModule, own
@@ -188,6 +189,8 @@ class DataFlow(StateChecks):
         key = key_of(target)
         if key is None:
             return
+        self.into_object(target, t)
+        t = self.object_state(key, t)
         if t is not None:
             self.env.taints[key] = stronger(self.env.taints.get(key), t)  # type: ignore[assignment]
             self.env.uniform.discard(key)
@@ -216,6 +219,7 @@ class DataFlow(StateChecks):
         key = key_of(target)
         if key is None:
             return
+        t = self.object_state(key, t)
         if t is None:
             self.env.taints.pop(key, None)
         else:
@@ -226,8 +230,40 @@ class DataFlow(StateChecks):
         if isinstance(value, ast.Call) and self._uniform_call(value):
             self.env.uniform.add(key)
         self.env.kinds[key] = self.kinds_of(value)
+        self.into_object(target, t)
+        if isinstance(target, ast.Name):
+            self.new_object(key)
         if value is not None:
             self.track_tensor(key, value)
+
+    @staticmethod
+    def object_state(key: str, t: Taint | None) -> Taint | None:
+        """The taint another object's attribute keeps (``args.x = v``: the rank's alone)."""
+        owner, dot, _ = key.partition(".")
+        return carried(t) if dot and owner not in ("self", "cls") else t
+
+    def into_object(self, target: ast.expr, t: Taint | None) -> None:
+        """``self.x = v``, ``obj.x = v``: objects of the class may hold ``v`` in ``x``."""
+        if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)):
+            return
+        owner = target.value.id
+        cls = self.cls if owner == "self" else \
+            class_of(self.env.kinds.get(owner, frozenset()))
+        if cls is not None:
+            self.program.objects.add_attr(self.module.path, cls, target.attr, t)
+
+    def new_object(self, name: str) -> None:
+        """``name`` holds a new value: what was known of its attributes goes; an object of
+        one of the file's classes starts with the attributes its class may hold tainted."""
+        prefix = name + "."
+        for table in (self.env.taints, self.env.shapes):
+            for k in [k for k in table if k.startswith(prefix)]:
+                del table[k]
+        self.env.uniform = {k for k in self.env.uniform if not k.startswith(prefix)}
+        cls = class_of(self.env.kinds.get(name, frozenset()))
+        if cls is not None:
+            for attr, t in self.program.objects.class_attrs(self.module.path, cls).items():
+                self.env.taints[prefix + attr] = t
 
     def kinds_of(self, value: ast.expr | None) -> frozenset[str]:
         if is_device(value, self.module):
@@ -281,6 +317,7 @@ class DataFlow(StateChecks):
             self.check_log(call)
             self.check_replica(call)
         self.feed_state(call)
+        bind_call(self.program, self.module, self.cls, call, self.taint_of)
         op = dist_op(call, self.module)
         if op in IN_PLACE_UNIFORM and call.args:
             key = key_of(call.args[0])

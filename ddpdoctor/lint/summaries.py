@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from ddpdoctor.lint.attributes import ObjectFacts
 from ddpdoctor.lint.collectives import Site, call_kinds, classify
 from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.taint import Taint, key_of
@@ -44,6 +45,7 @@ class Program:
     spawn_targets: set[str] = field(default_factory=set)
     calls: dict[int, list[FunctionInfo]] = field(default_factory=dict)  # id(info) -> callees
     monitors: dict[str, str] = field(default_factory=dict)  # metric key -> the callback
+    objects: ObjectFacts = field(default_factory=ObjectFacts)  # taint in attributes, params
 
     def resolve(self, call: ast.Call, module: ParsedModule, cls: str | None) -> FunctionInfo | None:
         """The linted function a call reaches: ``f()`` or ``self.m()``; None when unknown."""

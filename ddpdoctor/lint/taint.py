@@ -35,6 +35,7 @@ class TaintKind(str, enum.Enum):
     WORLD = "world"
 
 
+MAX_VIA = 3
 STRENGTH = {k: len(TaintKind) - i for i, k in enumerate(TaintKind)}
 DESCRIBE = {
     TaintKind.RANK: "the rank",
@@ -54,6 +55,13 @@ class Taint:
 
     kind: TaintKind
     line: int
+    via: tuple[str, ...] = ()  # the attributes and parameters it passed through, in order
+
+    def through(self, step: str) -> Taint:
+        """The same taint, having passed through ``step`` (an attribute, a parameter)."""
+        if step in self.via or len(self.via) >= MAX_VIA:
+            return self
+        return Taint(self.kind, self.line, (*self.via, step))
 
     def divergent(self) -> bool:
         """True when ranks can really take different paths on it (not the world size)."""
@@ -156,11 +164,10 @@ SEED_ARGS = frozenset({"generator", "worker_init_fn", "seed", "num_workers", "pi
 
 
 def key_of(node: ast.expr) -> str | None:
-    """The name a value is kept under: ``x``, ``self.x``; None for anything else."""
+    """The name a value is kept under: ``x``, ``self.x``, ``obj.x``; None for anything else."""
     if isinstance(node, ast.Name):
         return node.id
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
-            node.value.id in ("self", "cls"):
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return f"{node.value.id}.{node.attr}"
     return None
 

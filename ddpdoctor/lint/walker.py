@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from ddpdoctor.lint.attributes import seed_objects
 from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, receiver_name
 from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
 from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
@@ -29,6 +30,7 @@ class FunctionWalker(DataFlow):
     def walk_function(self, info: FunctionInfo | None,
                       node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.seed_params(node)
+        seed_objects(self.program, self.env, self.module.path, info, node)
         self.passthrough = hands_back_argument(node)
         self.mark_before_ddp(node.body)
         self.no_grad = no_grad_decorated(node, self.module)

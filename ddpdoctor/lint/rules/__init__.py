@@ -28,4 +28,5 @@ def severity_of(taint: Taint) -> Severity:
 
 def because(taint: Taint) -> str:
     """Words for why the value differs, with the line it began to differ on."""
-    return f"{DESCRIBE[taint.kind]} (line {taint.line})"
+    words = f"{DESCRIBE[taint.kind]} (line {taint.line})"
+    return words + (", through " + ", then ".join(taint.via) if taint.via else "")

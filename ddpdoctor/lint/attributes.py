@@ -1,0 +1,150 @@
+"""Rank-dependence that flows through objects: attributes and the arguments of calls.
+
+A value that differs between ranks can leave a function in two ways besides its return value:
+
+- into an object's attribute (``self.enabled = is_chief``, ``monitor.enabled = rank == 0``):
+  every method of the object's class then starts with that attribute tainted, and so does
+  every name bound to a new object of that class;
+- into a parameter of a linted function (``GradNormMonitor(is_chief=(rank == 0))``,
+  ``step(is_main)``): the callee starts with that parameter tainted.
+
+The facts are kept on the program (a class attribute's taint, a parameter's taint), joined over
+every assignment and call site, and grow only; the summary pass repeats until they stop growing.
+A uniform value (the world size, a constant) adds no fact, so ``self.world_size =
+dist.get_world_size()`` or ``self.distributed = world_size > 1`` taints nothing. Object state
+carries the rank and the rank's shard only: state restored from a checkpoint a rank finds on
+disk, or set in an ``except``, is the same on every rank of a healthy job as a rule (the
+same shared checkpoint), and flow-insensitive facts about it would cry wolf.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from ddpdoctor.lint.module import ParsedModule
+from ddpdoctor.lint.taint import Taint, TaintKind, stronger
+
+if TYPE_CHECKING:
+    from ddpdoctor.lint.summaries import FunctionInfo, FunctionNode, Program
+    from ddpdoctor.lint.taint import Env
+
+CLASS_LABEL = "class:"
+CARRIED = frozenset({TaintKind.RANK, TaintKind.SHARD})
+
+
+def carried(t: Taint | None) -> Taint | None:
+    """The taint an object's state or a parameter keeps across functions: the rank's alone."""
+    return t if t is not None and t.kind in CARRIED else None
+
+
+@dataclass
+class ObjectFacts:
+    """What flows into objects and parameters, file-wide: grows only (a fixpoint's state)."""
+
+    attrs: dict[tuple[str, str], dict[str, Taint]] = field(default_factory=dict)
+    params: dict[int, dict[str, Taint]] = field(default_factory=dict)  # id(function node)
+    version: int = 0  # bumped whenever a fact grows
+
+    def class_attrs(self, path: str, cls: str) -> dict[str, Taint]:
+        """The tainted attributes of a class of a file: attribute name -> taint."""
+        return self.attrs.get((path, cls), {})
+
+    def add_attr(self, path: str, cls: str, attr: str, t: Taint | None) -> None:
+        """``attr`` of objects of ``cls`` may hold a value tainted by ``t``."""
+        t = carried(t)
+        if t is None:
+            return
+        table = self.attrs.setdefault((path, cls), {})
+        self._grow(table, attr, t.through(f"`{cls}.{attr}`"))
+
+    def add_param(self, node: ast.AST, name: str, t: Taint | None, shown: str) -> None:
+        """Parameter ``name`` of the function ``node`` may receive a value tainted by ``t``."""
+        t = carried(t)
+        if t is None:
+            return
+        self._grow(self.params.setdefault(id(node), {}), name, t.through(shown))
+
+    def param_taints(self, node: ast.AST) -> dict[str, Taint]:
+        return self.params.get(id(node), {})
+
+    def _grow(self, table: dict[str, Taint], key: str, t: Taint) -> None:
+        old = table.get(key)
+        new = stronger(old, t)
+        if new is not old:
+            table[key] = new  # type: ignore[assignment]
+            self.version += 1
+
+
+def class_of(labels: frozenset[str]) -> str | None:
+    """The file's class an object is an instance of, from what its name holds."""
+    return next((lb[len(CLASS_LABEL):] for lb in labels if lb.startswith(CLASS_LABEL)), None)
+
+
+def constructed(call: ast.Call, module: ParsedModule) -> ast.ClassDef | None:
+    """The file's class a call builds (``GradNormMonitor(...)``), if any."""
+    name = module.qualified(call.func) or ""
+    return module.classes().get(name)
+
+
+def class_fields(cls: ast.ClassDef) -> list[str]:
+    """A dataclass's fields in order (annotated names of its body)."""
+    return [s.target.id for s in cls.body
+            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+
+
+def bind_call(program: Program, module: ParsedModule, cls: str | None, call: ast.Call,
+              taint_of: Callable[[ast.expr], Taint | None]) -> None:
+    """Carry the taint of a call's arguments to the parameters of the linted function it
+    reaches (a constructor reaches ``__init__``; a class without one, a dataclass, takes the
+    arguments as its fields)."""
+    if not call.args and not call.keywords:
+        return
+    facts = program.objects
+    built = constructed(call, module)
+    info: FunctionInfo | None
+    if built is not None:
+        info = program.functions.get((module.path, f"{built.name}.__init__"))
+        if info is None:
+            fields = class_fields(built)
+            pairs = list(zip(fields, call.args)) + [(k.arg, k.value) for k in call.keywords
+                                                     if k.arg in fields]
+            for name, value in pairs:
+                facts.add_attr(module.path, built.name, name, _arg_taint(value, call, taint_of))
+            return
+    else:
+        info = program.resolve(call, module, cls)
+    if info is None:
+        return
+    args = info.node.args
+    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+    if info.cls is not None and positional and positional[0] in ("self", "cls"):
+        positional = positional[1:]
+    named = set(positional) | {a.arg for a in args.kwonlyargs}
+    pairs = list(zip(positional, call.args)) + [(k.arg, k.value) for k in call.keywords
+                                                 if k.arg in named]
+    for name, value in pairs:
+        if isinstance(value, ast.Starred):
+            continue
+        t = _arg_taint(value, call, taint_of)
+        facts.add_param(info.node, name, t,
+                        f"`{name}={ast.unparse(value)}` at the call on line {call.lineno}")
+
+
+def _arg_taint(value: ast.expr, call: ast.Call,
+               taint_of: Callable[[ast.expr], Taint | None]) -> Taint | None:
+    return carried(taint_of(value))
+
+
+def seed_objects(program: Program, env: Env, path: str, info: FunctionInfo | None,
+                 node: FunctionNode) -> None:
+    """A function starts with what calls pass into its parameters, and a method with what its
+    class's objects may hold in their attributes (``self.enabled``), tainted."""
+    objects = program.objects
+    for name, t in objects.param_taints(node).items():
+        env.taints[name] = stronger(env.taints.get(name), t)  # type: ignore[assignment]
+        env.uniform.discard(name)
+    if info is not None and info.cls is not None:
+        for attr, t in objects.class_attrs(path, info.cls).items():
+            env.taints[f"self.{attr}"] = t
