@@ -218,14 +218,25 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
 
 
 RANK_DEPENDENT_LINT = ("rank_dependent_collective", "rank_dependent_stop")
+SKIPPED = re.compile(r"skips \w+ \(line (\d+)\)")  # lint's rank_dependent_skip message
 
 
 def lint_sites(run_dir: Path) -> dict[tuple[str, int], str]:
-    """The lines lint flagged before the run as reaching a collective on some ranks only."""
-    found = read_lint_results(run_dir) or []
-    return {(os.path.basename(f["file"]), f["line"]): str(f.get("kind"))
-            for f in found if f.get("kind") in RANK_DEPENDENT_LINT
-            and isinstance(f.get("file"), str) and isinstance(f.get("line"), int)}
+    """The lines lint flagged before the run as reaching a collective on some ranks only:
+    the call (or the collective) it flagged, and for a ``return``/``continue`` that skips a
+    collective on some ranks, that collective's line (reached on the other ranks only)."""
+    sites: dict[tuple[str, int], str] = {}
+    for f in read_lint_results(run_dir) or []:
+        kind, path, line = f.get("kind"), f.get("file"), f.get("line")
+        if not isinstance(path, str) or not isinstance(line, int):
+            continue
+        if kind in RANK_DEPENDENT_LINT:
+            sites[(os.path.basename(path), line)] = str(kind)
+        elif kind == "rank_dependent_skip":
+            skipped = SKIPPED.search(str(f.get("message") or ""))
+            if skipped:
+                sites[(os.path.basename(path), int(skipped.group(1)))] = str(kind)
+    return sites
 
 
 def _node_facts(run_dir: Path) -> NodeFacts | None:

@@ -82,4 +82,20 @@ def test_a_line_lint_flagged_tells_the_sides_apart_where_the_source_does_not(tmp
     assert next(f for f in diagnose(j).findings if f.severity.value == "error").ranks == (0, 1)
     j.lint_sites = {("train.py", 6): "rank_dependent_collective"}
     first = next(f for f in diagnose(j).findings if f.severity.value == "error")
-    assert first.ranks == (0,) and "lint flagged" in first.detail
+    assert first.ranks == (0,) and "lint flagged before the run" in first.detail
+
+
+def test_lint_sites_are_the_flagged_calls_and_the_collectives_a_flagged_return_skips(tmp_path):
+    from ddpdoctor.analysis.load import lint_sites
+    from ddpdoctor.rundir.lint_results import write_lint_results
+
+    write_lint_results(tmp_path, [
+        {"kind": "rank_dependent_collective", "severity": "error", "file": "/x/train.py",
+         "line": 27, "message": "log() runs only where ..."},
+        {"kind": "rank_dependent_skip", "severity": "error", "file": "/x/cb.py", "line": 11,
+         "message": "`return` under the condition on line 10 skips all_reduce (line 13) "
+                    "that the other ranks still call"},
+        {"kind": "unused_parameters", "severity": "warning", "file": "/x/train.py",
+         "line": 5, "message": "..."}])
+    assert lint_sites(tmp_path) == {("train.py", 27): "rank_dependent_collective",
+                                    ("cb.py", 13): "rank_dependent_skip"}

@@ -37,7 +37,7 @@ def call_condition(call: Call, job: JobView | None) -> tuple[str, str] | None:
         path, line = split_callsite(site)
         kind = lint.get((os.path.basename(path), line))
         if kind:
-            return site, f"a branch lint flagged ({kind})"
+            return site, f"a path lint flagged before the run ({kind})"
     return None
 
 
