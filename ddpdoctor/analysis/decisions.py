@@ -34,7 +34,9 @@ class Reads(str, enum.Enum):
 
 _CLOCK = re.compile(r"time|clock|deadline|elapsed|budget|timeout|now\b", re.IGNORECASE)
 _FILES = re.compile(r"exists|isfile|is_file|isdir|listdir|glob|stat\(|path", re.IGNORECASE)
-_METRIC = re.compile(r"val|score|metric|best|patience|acc|stop", re.IGNORECASE)
+_METRIC = re.compile(r"val|score|metric|best|patience|(?<![a-z])acc(uracy)?(?![a-z])|stop",
+                     re.IGNORECASE)
+_CONSTANT = re.compile(r"\b[A-Z][A-Z0-9_]*\b")  # ACC, MAX_STEPS: module constants, shared
 _RANDOM = re.compile(r"random|rand\w*\(|uniform|bernoulli|coin|prob", re.IGNORECASE)
 _DATA = re.compile(r"nan|inf\b|finite|loss|grad|batch|sample|label|data|norm|overflow|"
                    r"token|numel|len\(|size|count|length|seq", re.IGNORECASE)
@@ -54,6 +56,7 @@ def classify(text: str, tree: ast.AST | None = None) -> Reads:
     """What a condition's source text reads (the rank first: it is the strongest fact)."""
     if tree is not None and any(_RANK.search(n) for n in _names(tree)):
         return Reads.RANK
+    text = _CONSTANT.sub(" ", text)
     for words, what in ((_CLOCK, Reads.CLOCK), (_FILES, Reads.FILES),
                         (_METRIC, Reads.METRIC), (_RANDOM, Reads.RANDOM),
                         (_DATA, Reads.DATA)):
