@@ -378,3 +378,21 @@ def test_every_rank_inside_the_same_collective_is_a_stalled_call() -> None:
     assert found[0].seq == 3 and "all_reduce #3 on group 0" in found[0].summary
     late = [rank(0, steps(3) + [rec(3, t=4, dur=None)]), rank(1, steps(3))]
     assert check(job(late), (1,), {0})[0].kind == "missing_collective"
+
+
+def test_a_dataloader_workers_error_is_told_by_its_own_words_and_line() -> None:
+    """The main process re-raises a worker's error as "Caught ValueError in DataLoader worker
+    process 0" with the worker's traceback as text: the finding quotes the worker's error
+    and its line, not the wrapper's."""
+    from ddpdoctor.analysis.causal.facts import state_of
+
+    wrapped = ("Caught ValueError in DataLoader worker process 0.\nOriginal Traceback (most "
+               "recent call last):\n  File \"/usr/lib/python3/site-packages/torch/utils/data/"
+               "_utils/worker.py\", line 349, in _worker_loop\n    data = fetcher.fetch(index)\n"
+               "  File \"/home/u/data.py\", line 16, in __getitem__\n    raise ValueError(f\"record"
+               " {i}: unexpected end of data\")\nValueError: record 42: unexpected end of data\n")
+    r1 = rank(1, steps(2), exception={"type": "ValueError", "message": wrapped}, returncode=1)
+    death = state_of(r1, job([rank(0, steps(2)), r1])).death
+    assert death is not None and death.cause == (
+        "ValueError: record 42: unexpected end of data (in DataLoader worker process 0)")
+    assert death.where == "data.py:16"

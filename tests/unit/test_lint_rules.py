@@ -66,6 +66,24 @@ def test_collective_under_rank_condition():
     assert findings[0].condition is not None and findings[0].condition.source == "if rank == 0:"
 
 
+def test_the_same_collective_on_each_sides_own_group_is_balanced():
+    """Pairs of ranks, each pair on its own group: every rank issues one all_reduce, on the
+    group of the side it takes.  A side whose call is on no explicit group still differs."""
+    check("""
+    def main(rank):
+        t = torch.ones(1)
+        g01, g23 = dist.new_group([0, 1]), dist.new_group([2, 3])
+        if rank < 2:
+            dist.all_reduce(t, group=g01)
+        else:
+            dist.all_reduce(t, group=g23)
+        if rank < 2:
+            dist.all_reduce(t, group=g01)  # expect: rank_dependent_collective
+        else:
+            dist.all_reduce(t)
+    """)
+
+
 def test_rank_zero_first_pattern_is_balanced():
     check("""
     def rank_zero_first(rank):

@@ -30,6 +30,9 @@ FATAL_SIGNAL = re.compile(r"Fatal Python error: (\w+)")
 # "RuntimeError: Got the following error when running the callback: <type>: <message>"
 CALLBACK_WRAP = re.compile(r"^RuntimeError: Got the following error when running the "
                            r"callback: (?=[\w.]+: )")
+# a DataLoader worker's error, as the main process re-raises it (torch/_utils.py's wrapper)
+WORKER_WRAP = re.compile(r"^\w+: Caught \w+ in DataLoader worker process (\d+)")
+WORKER_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 INTERNAL_PARTS = ("site-packages", "/torch/", "/ddpdoctor/", "/lib/python3", "<frozen")
 LOADER_FUNCS = ("__next__", "_next_data", "fetch", "_get_data", "_try_get_data")
 TEARDOWN_WORDS = ("destroy_process_group", "Py_Finalize", "_shutdown", "atexit",
@@ -126,6 +129,15 @@ def _exception_death(run: RankRun, exc: dict) -> Death:
     msg = CALLBACK_WRAP.sub("", f"{exc.get('type', 'Exception')}: {exc.get('message', '')}"
                             .strip())
     first_line = msg.splitlines()[0] if msg else "an exception"
+    worker = WORKER_WRAP.match(first_line)
+    if worker and "Original Traceback" in msg:  # the worker's own error, not the wrapper's
+        lines = msg.splitlines()
+        first_line = next((x.strip() for x in reversed(lines) if x.strip()), first_line) + \
+            f" (in DataLoader worker process {worker.group(1)})"
+        inner = [m for m in WORKER_FRAME.finditer(msg)
+                 if not any(p in m.group(1) for p in INTERNAL_PARTS)]
+        if inner:
+            where = f"{os.path.basename(inner[-1].group(1))}:{inner[-1].group(2)}"
     tb = "\n".join(f"  {f.get('filename')}:{f.get('line')} in {f.get('name')}"
                    for f in frames[-8:] if isinstance(f, dict))
     return Death(first_line[:300], int(exc.get("t") or run.header.heartbeat_ns), where,

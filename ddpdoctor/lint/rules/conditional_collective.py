@@ -22,6 +22,16 @@ def signature(sites: list[Site]) -> list[str]:
     return [s.sig for s in sites if not s.p2p]
 
 
+def _per_group(a: list[Site], b: list[Site]) -> bool:
+    """Both branches issue the same ops in the same order, each side every one on an
+    explicit group of its own (``if rank < 2: all_reduce(x, group=g01) else:
+    all_reduce(x, group=g23)``): each group's members are the ranks that take its side, a
+    balanced split, as under a membership test."""
+    return bool(a) and len(a) == len(b) and all(x.grouped and y.grouped for x, y in zip(a, b)) \
+        and [x.name for x in a] == [y.name for y in b] \
+        and not {x.sig for x in a} & {y.sig for y in b}  # no group called on both sides
+
+
 def check(taint: Taint, cond_line: int, taken: list[Site], other: list[Site],
           membership: bool = False) -> Draft | None:
     """Rule: when a condition that can differ between ranks guards a branch, the collectives
@@ -31,7 +41,7 @@ def check(taint: Taint, cond_line: int, taken: list[Site], other: list[Site],
     taken to be that group's, which only its members call."""
     a = [s for s in taken if not s.p2p and not (membership and s.grouped)]
     b = [s for s in other if not s.p2p and not (membership and s.grouped)]
-    if [s.sig for s in a] == [s.sig for s in b]:
+    if [s.sig for s in a] == [s.sig for s in b] or _per_group(a, b):
         return None
     if a and b and sorted(s.sig for s in a) == sorted(s.sig for s in b):
         first = next(x for x, y in zip(a, b) if x.sig != y.sig)
