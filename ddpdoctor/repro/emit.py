@@ -287,6 +287,7 @@ def _group_var(name: str, index: int) -> str:
 
 
 PRELUDE = '''import os
+import threading
 import time
 
 import torch
@@ -308,12 +309,12 @@ RANK_DEPENDENT = True  # the job made the call under an `if` on the rank
 
 
 def stall(busy):
-    """Stay here as the recorded rank did, outside any collective, until stopped."""
-    while True:
-        if busy:
-            sum(range(100_000))
-        else:
-            time.sleep(0.5)
+    """Stay here as the recorded rank did, outside any collective, until stopped: spinning
+    if it was busy, else blocked for good (no timed sleep: that would read as a wait the
+    program chose, which is progress, not a hang)."""
+    while busy:
+        sum(range(100_000))
+    threading.Event().wait()
 '''
 
 
