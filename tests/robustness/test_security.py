@@ -640,7 +640,11 @@ def test_a_repro_of_hostile_call_sites_runs_only_the_replay(tmp_path):
     env.pop("DDPDOCTOR_RUN_DIR", None)
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
+    # torch 2.13's gloo now and then aborts a process at teardown after its work is done
+    # (test_sample_bugs.teardown_abort_only): not what this test is about
+    gloo_teardown = done.returncode == -6 and \
+        done.stderr.strip() == "terminate called without an active exception"
+    assert done.returncode == 0 or gloo_teardown, done.stderr[-3000:]
     assert not os.path.exists(PWNED)
 
 
