@@ -8,7 +8,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ddpdoctor.lint.attributes import bind_call, carried, class_of
+from ddpdoctor.lint.attributes import carried, class_of
+from ddpdoctor.lint.object_flow import bind_call
 from ddpdoctor.lint.collectives import (BEFORE_DDP, IN_PLACE_UNIFORM, Site, call_kinds,
                                         dist_op, is_ddp_wrap, uniform_result)
 from ddpdoctor.lint.module import ParsedModule, own

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ddpdoctor.lint.attributes import seed_objects
+from ddpdoctor.lint.object_flow import seed_objects
 from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, receiver_name
 from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
 from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \

@@ -5,6 +5,8 @@ same on every rank (the world size, a constant)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.unit.test_lint_rules import check
 
 
@@ -118,40 +120,30 @@ def test_attribute_set_after_construction_uniform_twin():
     """)
 
 
-def test_dataclass_field_from_the_rank_by_constructor_or_after():
-    check("""
-    from dataclasses import dataclass
+PROBE = """
+from dataclasses import dataclass
 
-    @dataclass
-    class Probe:
-        every: int
-        enabled: bool = False
+@dataclass
+class Probe:
+    every: int
+    enabled: bool = False
 
-        def fire(self, t):
-            if self.enabled:
-                dist.all_reduce(t)  # expect: rank_dependent_collective
+    def fire(self, t):
+        if self.enabled:
+            dist.all_reduce(t)  # expect: rank_dependent_collective
+"""
 
-    def main():
-        probe = Probe(every=2, enabled=dist.get_rank() == 0)
-        probe.fire(torch.ones(1))
-    """)
-    check("""
-    from dataclasses import dataclass
 
-    @dataclass
-    class Probe:
-        every: int
-        enabled: bool = False
-
-        def fire(self, t):
-            if self.enabled:
-                dist.all_reduce(t)  # expect: rank_dependent_collective
-
-    def main():
-        probe = Probe(2)
-        probe.enabled = int(os.environ["RANK"]) == 0
-        probe.fire(torch.ones(1))
-    """)
+@pytest.mark.parametrize("made", [
+    "probe = Probe(every=2, enabled=dist.get_rank() == 0)",
+    "probe = Probe(2)\n    probe.enabled = int(os.environ[\"RANK\"]) == 0",
+])
+def test_dataclass_field_from_the_rank_by_constructor_or_after(made):
+    check(PROBE + f"""
+def main():
+    {made}
+    probe.fire(torch.ones(1))
+""")
 
 
 def test_dataclass_field_uniform_twin():
