@@ -22,6 +22,7 @@ class CauseKind(str, enum.Enum):
     WRITE = "write"  # load_state_dict / torch.nn.init on some ranks after construction
     REQUIRES_GRAD = "requires_grad"  # changed after construction
     ACCUMULATED_TWICE = "accumulated_twice"  # a gradient added after its bucket was reduced
+    UNSYNCED = "unsynced"  # ranks ran different numbers of synced backward passes
     NO_GRADIENT = "no_gradient"  # in no bucket on some ranks
     SCHEDULER = "scheduler"  # LR scheduler stepped a different number of times
     HYPERPARAMETERS = "hyperparameters"  # optimizer settings differ
@@ -43,6 +44,10 @@ FIXES = {
                                  "reentrant checkpoint runs a nested backward that adds to "
                                  "the gradient after DDP averaged it; and call backward once "
                                  "per forward.",
+    CauseKind.UNSYNCED: "Run the synced backward (the one outside no_sync()) on every rank "
+                        "in every step: when a micro-batch fails on one rank, decide together "
+                        "(all-reduce a 'skip' flag) and skip it on every rank, or run it with "
+                        "its loss weighted by zero.",
     CauseKind.NO_GRADIENT: "Give every parameter a gradient on every rank in every step (use "
                            "it in forward on every rank, weighted by zero if need be), or "
                            "build DDP with find_unused_parameters=True.",
@@ -71,6 +76,8 @@ SHORT = {
     CauseKind.REQUIRES_GRAD: "requires_grad of {params} changed after DDP was built",
     CauseKind.ACCUMULATED_TWICE: "the gradient of {params} was accumulated after DDP averaged "
                                  "it (reentrant checkpoint)",
+    CauseKind.UNSYNCED: "{ranks} ran a different number of synced backward passes (DDP "
+                        "averaged gradients of different steps)",
     CauseKind.NO_GRADIENT: "{params} had no gradient on {ranks}",
     CauseKind.SCHEDULER: "the LR scheduler was stepped on {ranks} only",
     CauseKind.HYPERPARAMETERS: "optimizer settings differ between ranks",
@@ -305,11 +312,30 @@ def _versions(at: dict[int, Check], div: Divergence) -> list[Cause]:
                   f"(in-place writes to {names[0]} since DDP was built: {told})")]
 
 
+def _unsynced(at: dict[int, Check], div: Divergence, facts: ReplicaFacts) -> list[Cause]:
+    """Ranks that, by the divergent check, had run different numbers of synced backward
+    passes: DDP then paired all-reduces of different steps, and the ranks stepped on
+    different gradients."""
+    counts = {r: sum(1 for t in facts.passes.get(r, ()) if t <= c.t_ns)
+              for r, c in at.items() if c.t_ns}
+    if len(counts) < 2 or len(set(counts.values())) < 2:
+        return []
+    values = list(counts.values())
+    usual = max(set(values), key=values.count)
+    odd = tuple(sorted(r for r, n in counts.items() if n != usual))
+    ranks = odd if values.count(usual) * 2 > len(values) else tuple(sorted(counts))
+    told = ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
+    return [Cause(CauseKind.UNSYNCED, ranks, _names(div, div.params),
+                  f"the ranks had run different numbers of synced backward passes by step "
+                  f"{div.step} ({told}): a backward skipped or added on some ranks makes DDP "
+                  "average one step's gradients with another's, and each rank steps on its own")]
+
+
 def likely_causes(div: Divergence, facts: ReplicaFacts) -> list[Cause]:
     """Every cause seen at the divergent step, the likely one first."""
     at = div.replicas.checks[div.step]
     found = (_writes(div, facts) + _by_rank(at, div, "flipped") + _by_rank(at, div, "twice")
-             + _no_gradient(at, div) + _scheduler(at) + _hyper(at, div)
+             + _unsynced(at, div, facts) + _no_gradient(at, div) + _scheduler(at) + _hyper(at, div)
              + _gradients_changed(at, div) + _versions(at, div))
     order = list(CauseKind)
     found.sort(key=lambda c: order.index(c.kind))

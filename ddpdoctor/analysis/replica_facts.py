@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpdoctor.analysis.model import JobView
+from ddpdoctor.trace.origin import Origin
 
 Print = tuple[int, float | None]  # (bits, norm): see runtime/replica_prints.py
 
@@ -67,6 +68,7 @@ class Check:
     group_of: tuple[int, ...] = ()
     schedulers: tuple[SchedulerSteps, ...] = ()
     clips: tuple[tuple[str, float | None], ...] = ()  # (site, last max_norm) of grad clipping
+    t_ns: int = 0  # when the check was taken, on the rank's clock (0: not known)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class ReplicaFacts:
     sets: dict[int, list[ReplicaSet]] = field(default_factory=dict)
     checks: dict[int, list[Check]] = field(default_factory=dict)
     writes: list[Write] = field(default_factory=list)
+    # each rank's synced backward passes (DDP's first bucket issued), when each began
+    passes: dict[int, list[int]] = field(default_factory=dict)
 
 
 def _prints(value: Any) -> tuple[Print | None, ...] | None:
@@ -142,7 +146,8 @@ def check_from_event(rank: int, ev: dict[str, Any]) -> Check | None:
                  _ints(ev.get("flipped")), _ints(ev.get("accumulated_twice")),
                  _hyper(ev.get("hyper")), tuple(v if type(v) is int else -1 for v in
                                                 ev.get("group_of") or []),
-                 _schedulers(ev.get("schedulers")), _clips(ev.get("clips")))
+                 _schedulers(ev.get("schedulers")), _clips(ev.get("clips")),
+                 ev["t"] if type(ev.get("t")) is int else 0)
 
 
 def replica_facts(job: JobView) -> ReplicaFacts:
@@ -160,6 +165,10 @@ def replica_facts(job: JobView) -> ReplicaFacts:
             check = check_from_event(rank, ev)
             if check is not None:
                 facts.checks.setdefault(rank, []).append(check)
+        passes = sorted(c.t_start for calls in run.calls.values() for c in calls
+                        if c.origin == Origin.DDP_BACKWARD and c.aux == 0)
+        if passes:
+            facts.passes[rank] = passes
         for ev in run.trace.meta_events("replica_write"):
             if type(ev.get("ddp")) is int:
                 facts.writes.append(Write(rank, ev["ddp"], str(ev.get("what", "")),

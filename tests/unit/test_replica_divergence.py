@@ -186,3 +186,20 @@ def test_a_clip_threshold_that_differs_names_its_line():
     [cause] = f.evidence["causes"]
     assert cause["kind"] == "gradient_changed" and cause["site"].endswith("train.py:37")
     assert "max_norm 0.05 on rank 0, 0.06 on rank 1" in f.detail
+
+
+def test_ranks_that_ran_different_numbers_of_synced_backwards_are_the_likely_cause():
+    """A synced micro-batch skipped on one rank: DDP averages one step's gradients with
+    another's, the gradients differ at the step, and the count of synced backward passes by
+    the check says why (not a per-rank clipping)."""
+    checks = [check(r, 1, t_ns=100) for r in (0, 1)]
+    checks += [check(0, 2, t_ns=200),
+               check(1, 2, params=drifted(), grads=drifted(), t_ns=200)]
+    f = facts(checks)
+    f.passes = {0: [10, 110, 150], 1: [10, 110]}
+    [found] = divergence_findings(f)
+    assert found.evidence["cause"] == "unsynced"
+    assert "rank 0: 3, rank 1: 2" in found.detail and "skip it on every rank" in found.fix
+    f.passes = {0: [10, 110, 150], 1: [10, 110, 150]}
+    [same] = divergence_findings(f)
+    assert same.evidence["cause"] == "gradient_changed"  # the counts agree: not this cause
