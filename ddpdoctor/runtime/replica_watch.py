@@ -215,10 +215,10 @@ def before_step(optimizer: Any) -> None:
     if w is None or rec is None or not w.enabled or not w.replicas:
         return
     try:
-        t0 = time.perf_counter()
         w.saw_optimizer(optimizer)
         if not w.schedule.is_check(rec.steps + 1):
             return
+        t0 = time.perf_counter()
         for rep in w.replicas:
             ps = rep.live_params()
             if ps is None:

@@ -44,13 +44,20 @@ def peer_absence(text: str) -> bool:
     return bool(PEER_ABSENCE.search(text))
 
 
-def user_frame(run: RankRun) -> tuple[str | None, str]:
-    """(``path:line``, function) of the innermost user frame of the rank's stack."""
+def user_frames(run: RankRun) -> list[tuple[str, str]]:
+    """(``path:line``, function) of each user frame of the rank's stack, innermost first."""
+    out = []
     for frame in run.stack or []:
         fn = str(frame.get("filename", ""))
         if fn and not any(p in fn for p in INTERNAL_PARTS):
-            return f"{fn}:{frame.get('line')}", str(frame.get("name") or "")
-    return None, ""
+            out.append((f"{fn}:{frame.get('line')}", str(frame.get("name") or "")))
+    return out
+
+
+def user_frame(run: RankRun) -> tuple[str | None, str]:
+    """(``path:line``, function) of the innermost user frame of the rank's stack."""
+    frames = user_frames(run)
+    return frames[0] if frames else (None, "")
 
 
 def in_data_loading(run: RankRun) -> bool:

@@ -10,7 +10,7 @@ from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, 
 from ddpdoctor.analysis.alignment import OutOfStep
 from ddpdoctor.analysis.matcher import Divergence, find_divergence
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
-from ddpdoctor.analysis.causal.facts import INTERNAL_PARTS
+from ddpdoctor.analysis.causal.facts import user_frames
 from ddpdoctor.analysis.source import rank_condition, source_line, split_callsite
 
 def call_condition(call: Call, job: JobView | None) -> tuple[str, str] | None:
@@ -19,17 +19,13 @@ def call_condition(call: Call, job: JobView | None) -> tuple[str, str] | None:
     its captured stack (a helper whose collective is called under ``if rank == 0``); else
     a line of those that lint flagged before the run as reaching a collective on some
     ranks only (a flag set from the rank, tested in another method)."""
-    cond = rank_condition(call.callsite)
-    if cond:
-        return call.callsite, cond
     sites = [call.callsite]
     run = job.ranks.get(call.rank) if job is not None else None
-    if run is not None and run.stack and call.open and run.open_call() is call:
-        sites += [f"{f.get('filename')}:{f.get('line')}" for f in run.stack
-                  if f.get("filename") and
-                  not any(part in str(f["filename"]) for part in INTERNAL_PARTS)]
-    for site in dict.fromkeys(sites[1:]):
-        cond = rank_condition(site) if site != call.callsite else None
+    if run is not None and call.open and run.open_call() is call:
+        sites += [site for site, _ in user_frames(run)]
+    sites = list(dict.fromkeys(sites))
+    for site in sites:
+        cond = rank_condition(site)
         if cond:
             return site, cond
     lint = job.lint_sites if job is not None else {}
@@ -85,8 +81,8 @@ def _line(call: Call, job: JobView | None) -> str:
         text += f"  `{src}`"
     if found is not None:
         site, cond = found
-        outer = f" at {os.path.basename(split_callsite(site)[0])}:{split_callsite(site)[1]}" \
-            if site != call.callsite else ""
+        path, line = split_callsite(site)
+        outer = f" at {os.path.basename(path)}:{line}" if site != call.callsite else ""
         text += f"  (inside {cond}{outer})"
     return text
 
