@@ -115,7 +115,7 @@ def analyze_child(run_dir: Path, slow: bool) -> None:
            "divergences": [{"group": d.group, "seq": d.seq, "state": d.state.value,
                             "culprits": list(d.culprits)} for d in result.divergences]}
     if slow:
-        from ddpdoctor.analysis.detectors.mismatch import divergences
+        from ddpdoctor.analysis.causal.mismatch import divergences
         from ddpdoctor.analysis.load import load_job
 
         t = time.perf_counter()

@@ -2,78 +2,10 @@
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-FINDING_KINDS = ("collective_mismatch", "missing_collective", "uneven_batches", "rank_failed",
-                 "seed_collision", "stale_shuffle", "duplicate_data", "straggler", "deadlock",
-                 "replica_divergence")
-
-
-class Launch(str, enum.Enum):
-    """How a bug's script starts its ranks, i.e. which form of ``ddpdoctor run`` runs it.
-
-    SCRIPT:   ``ddpdoctor run --nproc-per-node N script.py`` (the script reads RANK from env)
-    TORCHRUN: ``ddpdoctor run -- torchrun --nproc-per-node N script.py``
-    SPAWN:    ``ddpdoctor run -- python script.py`` (the script calls mp.spawn itself)
-    """
-
-    SCRIPT = "script"
-    TORCHRUN = "torchrun"
-    SPAWN = "spawn"
-
-
-@dataclass(frozen=True)
-class Bug:
-    """One known bug and what ddpdoctor must say about it.
-
-    Args:
-        name: the catalogue name; the script is ``sample_bugs/<name>.py``.
-        script: the buggy script's file name, inside ``sample_bugs/``.
-        fixed_script: its fixed twin, which must run clean (exit 0, no error or warning).
-        nproc: how many ranks the job has.
-        launch: how the ranks start (see ``Launch``).
-        symptom: what the user sees, one line.
-        finding_kind: the finding ddpdoctor must report (a kind of the report schema).
-        culprit_ranks: the ranks that finding must blame.
-        source: where the bug comes from: issues, articles.
-        fix: what the fixed twin changes, one line.
-        hang_timeout: ``--hang-timeout`` for the run, in seconds.
-        finishes: the job is slow but healthy: it must run to its end (exit 0) with no error
-            finding; ``finding_kind`` is then the most ddpdoctor may say (a warning at most).
-        replay_gap: why ``ddpdoctor repro`` of its run cannot give the same first finding;
-            empty when it can.
-    """
-
-    name: str
-    script: str
-    fixed_script: str
-    nproc: int
-    launch: Launch
-    symptom: str
-    finding_kind: str
-    culprit_ranks: tuple[int, ...]
-    source: str
-    fix: str
-    hang_timeout: float = 6.0
-    finishes: bool = False
-    replay_gap: str = ""
-
-    def __post_init__(self) -> None:
-        if self.finding_kind not in FINDING_KINDS:
-            raise ValueError(f"bug {self.name}: unknown finding kind {self.finding_kind!r}")
-        if not 2 <= self.nproc <= 4:
-            raise ValueError(f"bug {self.name}: nproc must be 2 to 4, not {self.nproc}")
-        if any(not 0 <= r < self.nproc for r in self.culprit_ranks):
-            raise ValueError(f"bug {self.name}: culprit ranks {self.culprit_ranks} outside "
-                             f"0..{self.nproc - 1}")
-
-
-def _bug(name: str, nproc: int, launch: Launch, symptom: str, kind: str,
-         culprits: tuple[int, ...], source: str, fix: str, hang_timeout: float = 6.0,
-         finishes: bool = False) -> Bug:
-    return Bug(name, f"{name}.py", f"{name}_fixed.py", nproc, launch, symptom, kind, culprits,
-               source, fix, hang_timeout, finishes)
+from ddpdoctor.bug_entry import FINDING_KINDS, Bug, Launch  # noqa: F401 (the API)
+from ddpdoctor.bug_entry import entry as _bug
 
 
 # Bugs whose replay (zero tensors, no model, no data) cannot carry what their first finding
@@ -399,4 +331,35 @@ SHAPE_BUGS: tuple[Bug, ...] = (
          "rank 0 reads the clock and broadcasts the decision", hang_timeout=5.0),
 )
 CATALOGUE = CATALOGUE + SHAPE_BUGS
+
+
+# -- collectives the user never wrote, and sizes nobody exchanged: named at the user's line --
+HIDDEN_BUGS: tuple[Bug, ...] = (
+    _bug("all_to_all_split_own_data", 2, Launch.TORCHRUN,
+         "aborts at step 3: each rank sizes the all_to_all_single from its own routing; the "
+         "splits disagree the first time a batch routes unevenly",
+         "collective_mismatch", (0,),
+         "pytorch/pytorch#111432; deepspeedai/DeepSpeed#5066 (MoE dispatch split sizes)",
+         "all_to_all the split sizes first, then the tokens", hang_timeout=5.0),
+    _bug("dtensor_full_tensor_rank0", 2, Launch.TORCHRUN,
+         "hangs at step 2: rank 0 logs a DTensor's norm with full_tensor(), an all-gather "
+         "the other ranks never call",
+         "collective_mismatch", (0,),
+         "pytorch/pytorch#125740 and #121356; huggingface/accelerate#3254",
+         "call full_tensor() on every rank; keep only the print on rank 0", hang_timeout=5.0),
+    _bug("fsdp2_eval_rank0", 2, Launch.TORCHRUN,
+         "aborts (gloo) or hangs (NCCL) after step 1: rank 0 evaluates the FSDP2-sharded "
+         "model alone, and its forward all-gathers the parameters",
+         "collective_mismatch", (0,),
+         "pytorch/pytorch#76949 and #77562",
+         "run the sharded model's forward on every rank; keep only the print on rank 0",
+         hang_timeout=5.0),
+    _bug("lightning_log_sync_dist_rank0", 2, Launch.TORCHRUN,
+         "hangs at the end of the first epoch: rank 0 alone logs a metric with "
+         "sync_dist=True, which Lightning all-reduces later, inside trainer.fit",
+         "collective_mismatch", (0,),
+         "Lightning-AI/pytorch-lightning#18150 and #19604",
+         "log the synced metric on every rank", hang_timeout=10.0),
+)
+CATALOGUE = CATALOGUE + HIDDEN_BUGS
 CATALOGUE = tuple(replace(b, replay_gap=REPLAY_GAPS.get(b.name, "")) for b in CATALOGUE)

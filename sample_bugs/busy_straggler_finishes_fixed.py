@@ -36,7 +36,7 @@ def main() -> None:
         opt.zero_grad()
         model(torch.randn(4, 8)).sum().backward()
         opt.step()
-    score = evaluate(EVAL_SECONDS[rank])
+    score = evaluate(EVAL_SECONDS.get(rank, EVAL_SECONDS[0]))
     metric = torch.tensor([score])
     dist.all_reduce(metric)
     print(f"rank {rank}: mean score {float(metric) / dist.get_world_size():.3f}", flush=True)

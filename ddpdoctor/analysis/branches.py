@@ -7,7 +7,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from ddpdoctor.analysis.source import _parse, split_callsite
+from ddpdoctor.analysis.source import _depends_on_rank, _parse, split_callsite
 
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -95,17 +95,62 @@ def _described(stmt: ast.stmt, chain: list[ast.AST], path: str, lines: list[str]
                text: str) -> LoopExit:
     condition, in_except = None, False
     for node in reversed(chain):
-        if isinstance(node, ast.If):
+        if isinstance(node, ast.If) and condition is None:
             test = ast.get_source_segment(text, node.test) or ""
             in_else = bool(node.orelse) and node.orelse[0].lineno <= stmt.lineno
             condition = f"else of `if {test}`" if in_else else f"`if {test}:`"
-            break
-        if isinstance(node, ast.ExceptHandler):
+        if isinstance(node, ast.ExceptHandler):  # (an `if` on what was caught: still it)
             kind = ast.get_source_segment(text, node.type) if node.type is not None else ""
-            condition = f"`except {kind}:`" if kind else "`except:`"
+            condition = condition or (f"`except {kind}:`" if kind else "`except:`")
             in_except = True
             break
     keyword = {ast.Continue: "continue", ast.Break: "break"}.get(type(stmt), "return")
     src = lines[stmt.lineno - 1].strip() if stmt.lineno <= len(lines) else keyword
+    test = next((n.test for n in reversed(chain) if isinstance(n, ast.If)), None)
+    flag = _flag_origin(path, test, stmt.lineno) if test is not None and not in_except \
+        else None
+    if flag is not None and flag[1]:
+        condition = f"{condition} ({flag[1]})"
     return LoopExit(keyword, f"{path}:{stmt.lineno}", src, condition,
-                    _decided_by(condition, in_except))
+                    flag[0] if flag else _decided_by(condition, in_except))
+
+
+def _flag_name(test: ast.AST) -> str | None:
+    """The flag a condition tests: ``stop``, ``not stop``, ``self.stop``."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if isinstance(test, ast.Name):
+        return test.id
+    if isinstance(test, ast.Attribute):
+        return test.attr
+    return None
+
+
+def _flag_origin(path: str, test: ast.AST, before: int) -> tuple[str, str] | None:
+    """(what decided a flag the condition tests, a note on where) from the flag's last
+    assignment before the exit: the rank, when it is set under a rank test (``if rank == 0:
+    stop = poll()``), else what the assigned value reads; None when the condition is no
+    bare flag or nothing says."""
+    name = _flag_name(test)
+    parsed = _parse(path)
+    if name is None or parsed is None:
+        return None
+    tree, text = parsed
+    last: ast.stmt | None = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and \
+                node.lineno < before and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(_flag_name(t) == name for t in targets) and \
+                    (last is None or node.lineno > last.lineno):
+                last = node
+    if last is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and node.lineno < last.lineno <= \
+                (node.end_lineno or node.lineno) and _depends_on_rank(node.test):
+            rank_test = ast.get_source_segment(text, node.test) or ""
+            return "its rank", (f"`{name}` is set under `if {rank_test}:` at line "
+                                f"{last.lineno}")
+    said = _decided_by(f"`{ast.get_source_segment(text, last.value) or ''}`", False)
+    return None if said == "a condition this rank evaluated alone" else (said, "")

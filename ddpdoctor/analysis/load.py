@@ -217,7 +217,8 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
     return job
 
 
-RANK_DEPENDENT_LINT = ("rank_dependent_collective", "rank_dependent_stop")
+RANK_DEPENDENT_LINT = ("rank_dependent_collective", "rank_dependent_stop", "rank_dependent_model",
+                       "replica_drift")
 SKIPPED = re.compile(r"skips \w+ \(line (\d+)\)")  # lint's rank_dependent_skip message
 
 

@@ -75,3 +75,35 @@ def rank_condition(callsite: str) -> str | None:
         if best is None or node.lineno > best[0]:
             best = (node.lineno, shown)
     return best[1] if best else None
+
+
+UNORDERED = re.compile(r"\.(items|keys|values)\(\)|^set\(|^\{|listdir|glob|iterdir|scandir")
+
+
+def keyed_loop(callsite: str) -> str | None:
+    """The innermost ``for`` header enclosing the call site that iterates a mapping (its
+    items, keys or values), a set or a directory listing: an order each rank makes for
+    itself (a dict's is the order its keys were added on that rank), as source text."""
+    path, line = split_callsite(callsite)
+    parsed = _parse(path)
+    if parsed is None or line <= 0:
+        return None
+    tree, text = parsed
+    best: tuple[int, str] | None = None
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.For, ast.AsyncFor)):
+            continue
+        end = getattr(node, "end_lineno", None) or node.lineno
+        if not node.lineno < line <= end:
+            continue
+        over = ast.get_source_segment(text, node.iter) or ""
+        if UNORDERED.search(over) and (best is None or node.lineno > best[0]):
+            target = ast.get_source_segment(text, node.target) or "_"
+            best = (node.lineno, f"`for {target} in {over}:`")
+    return best[1] if best else None
+
+
+def file_mentions(callsite: str, words: str) -> bool:
+    """Does the call site's file contain ``words`` (outside nothing: a plain text search)?"""
+    parsed = _parse(split_callsite(callsite)[0])
+    return parsed is not None and words in parsed[1]

@@ -61,7 +61,7 @@ RECEIVER_METHODS: dict[str, frozenset[str]] = {
 UNIFORM_RESULT_METHODS = frozenset({"gather", "gather_for_metrics", "reduce", "all_gather",
                                     "all_reduce", "broadcast", "pad_across_processes",
                                     "reduce_boolean_decision", "compute"})
-ANY_RECEIVER = frozenset({"consolidate_state_dict"})
+ANY_RECEIVER = frozenset({"consolidate_state_dict", "full_tensor"})  # (DTensor: an all-gather)
 LIGHTNING_SELF = frozenset({"all_gather"})
 LOG_METHODS = frozenset({"log", "log_dict"})
 BACKWARD_RECEIVERS = ("accelerator", "fabric")

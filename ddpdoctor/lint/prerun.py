@@ -30,8 +30,23 @@ def job_script(command: list[str]) -> Path | None:
             return None
         if arg.endswith(".py") and not arg.startswith("-"):
             path = Path(arg)
+            if path.is_file() and _declares_launcher(path):
+                continue  # a launcher of the user's own: its script comes later
             return path if path.is_file() else None
     return None
+
+
+LAUNCHER_MARK = "ddpdoctor: launcher"
+
+
+def _declares_launcher(path: Path) -> bool:
+    """Does the script say, in its first lines (``# ddpdoctor: launcher``), that it only
+    starts ranks that run the script named after it?"""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return LAUNCHER_MARK in f.read(2048)
+    except OSError:
+        return False
 
 
 def lint_before_run(command: list[str], run_dir: Path, console: Console) -> list[dict[str, Any]]:

@@ -109,10 +109,13 @@ def _call(step: Step, group: str | None, size: int, peer: str) -> str:
     if op == "all_gather":
         out = _list(outs if len(outs) == size else (), step.dtypes, size, one)
         return f"dist.all_gather({out}, {one}{_kwargs(step, group)})"
+    if op == "all_to_all_single" and (len(ins) > 1 or len(outs) > 1):
+        return _split_exchange(step, group)
     if op in INTO_TENSOR or op in SCATTER_TENSOR or op == "all_to_all_single":
         name = ("all_gather_into_tensor" if op in INTO_TENSOR else
                 "reduce_scatter_tensor" if op in SCATTER_TENSOR else op)
-        out = _one(step, outs) if outs else one
+        out = _one(step, outs) if outs else _gathered(step, ins, size) if op in INTO_TENSOR \
+            else one
         return f"dist.{name}({out}, {one}{_kwargs(step, group, op in SCATTER_TENSOR)})"
     if op == "reduce_scatter":
         out = _one(step, outs) if outs else "z(1)"
@@ -129,6 +132,27 @@ def _call(step: Step, group: str | None, size: int, peer: str) -> str:
         return (f"dist.scatter({out}, {_list((), (), size, out)} if rank == {peer} else None, "
                 f"src={peer}{_kwargs(step, group)})")
     return _object_call(step, group, size, peer)
+
+
+def _gathered(step: Step, ins: tuple[tuple[int, ...], ...], size: int) -> str:
+    """The output of an all-gather into one tensor recorded without it (torch's functional
+    collectives, DTensor's full_tensor): ``size`` inputs stacked on the first dimension."""
+    first = ins[0] if ins else (1,)
+    return tensor_text((first[0] * size, *first[1:]) if first else (size,),
+                       _dtype(step.dtypes, 0))
+
+
+def _split_exchange(step: Step, group: str | None) -> str:
+    """all_to_all_single recorded with one shape per peer: the rows of each, as split sizes."""
+    def whole(shapes: tuple[tuple[int, ...], ...]) -> tuple[str, list[int]]:
+        rows = [s[0] if s else 0 for s in shapes]
+        rest = shapes[0][1:] if shapes else ()
+        return tensor_text((sum(rows), *rest), _dtype(step.dtypes, 0)), rows
+
+    one, sent = whole(step.in_shapes)
+    out, got = whole(step.out_shapes or step.in_shapes)
+    return (f"dist.all_to_all_single({out}, {one}, output_split_sizes={got}, "
+            f"input_split_sizes={sent}{_kwargs(step, group)})")
 
 
 def _object_call(step: Step, group: str | None, size: int, peer: str) -> str:

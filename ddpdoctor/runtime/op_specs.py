@@ -119,6 +119,41 @@ class ShapeOnly:
         return self.shape[0]
 
 
+class Chunk:
+    """Stands in for the rows of a tensor one all_to_all_single peer sends or receives: the
+    split sizes are recorded as shapes, one per peer, as all_to_all's lists are."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, rows: int, like: Any):
+        self.shape = (rows, *tuple(like.shape)[1:])
+        self.dtype = like.dtype
+
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+def split_chunks(spec: OpSpec, args: tuple, kwargs: dict, ins: list, outs: Any) -> tuple:
+    """all_to_all_single's input and output as one shape per peer, when its split sizes are
+    given (a missing list is the even split over as many peers); else unchanged."""
+    in_sizes = spec.arg(args, kwargs, "input_split_sizes")
+    out_sizes = spec.arg(args, kwargs, "output_split_sizes")
+    peers = len(in_sizes or ()) or len(out_sizes or ())
+    if not peers or len(ins) != 1 or len(outs) != 1:
+        return ins, outs
+
+    def chunks(t: Any, sizes: Any) -> list:
+        if not sizes:
+            rows = t.shape[0] if len(t.shape) else 0
+            sizes = [rows // peers] * peers
+        return [Chunk(int(n), t) for n in sizes]
+
+    return chunks(ins[0], in_sizes), chunks(outs[0], out_sizes)
+
+
 def tensors_of(spec: OpSpec, names: tuple[str, ...], args: tuple, kwargs: dict) -> list:
     out: list = []
     for name in names:

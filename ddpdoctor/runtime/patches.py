@@ -12,7 +12,8 @@ from typing import Any, Callable, Iterator
 from ddpdoctor.runtime import gloo_teardown, init_hooks
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.runtime.op_specs import (SPECS, OpSpec, ShapeOnly, getter, is_simple_tensor_op,
-                                        p2p_op_peer, peer_of, reduce_name, tensors_of)
+                                        p2p_op_peer, peer_of, reduce_name, split_chunks,
+                                        tensors_of)
 from ddpdoctor.trace import layout as L
 
 # Threads inside a recorded call (value None: nested calls are not recorded) or inside a
@@ -225,6 +226,8 @@ def _wrap_general(name: str, fn: Callable, spec: OpSpec) -> Callable:
             group = spec.arg(args, kwargs, "group")
             ins = tensors_of(spec, spec.ins, args, kwargs) if spec.ins else []
             outs = tensors_of(spec, spec.outs, args, kwargs) if spec.outs else ()
+            if name == "all_to_all_single":
+                ins, outs = split_chunks(spec, args, kwargs, ins, outs)
             for lname in spec.lists:
                 lst = spec.arg(args, kwargs, lname)
                 ins.append(ShapeOnly(len(lst) if lst is not None else 0))

@@ -197,7 +197,7 @@ class LiveStateWriter:
         if sup._warned_mismatch:
             div = live.divergence()
             if div is not None:
-                from ddpdoctor.analysis.detectors.mismatch import finding_for
+                from ddpdoctor.analysis.causal.mismatch import finding_for
 
                 findings.append(finding_for(div).to_dict())
         return {

@@ -360,7 +360,7 @@ class Supervisor(JobEnding, NodesMixin):
             return
         self._next_prediction = now + 1.0
         try:
-            from ddpdoctor.analysis.detectors.uneven import predict_uneven
+            from ddpdoctor.analysis.causal.uneven import predict_uneven
 
             finding = predict_uneven(self.run_dir)
         except Exception as e:  # noqa: BLE001 - a prediction is a bonus, never a failure

@@ -6,9 +6,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import struct
-from typing import Any
-
 from ddpdoctor.analysis.matcher import Divergence, find_divergence, fingerprint
 from ddpdoctor.analysis.model import NS, Call
 from ddpdoctor.proc.table import alive, proc_state
@@ -16,8 +13,8 @@ from ddpdoctor.rundir.nodes import node_dirs
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.origin import Origin
 from ddpdoctor.trace.record import filled
-from ddpdoctor.trace.reader import (TraceError, TraceFile, TraceHeader, decode_fields,
-                                    meta_path_for, read_meta)
+from ddpdoctor.trace.reader import TraceError, TraceFile, TraceHeader, decode_fields
+from ddpdoctor.trace.tail import TraceTail
 
 WINDOW = 4096  # collectives kept per rank and group for live matching
 MAX_NEW_PER_POLL = 8192
@@ -26,10 +23,7 @@ _WATCHED_KINDS = (int(L.RecordKind.COLLECTIVE), int(L.RecordKind.P2P), int(L.Rec
 _RENDEZVOUS_OPS = (L.OPS.index("init"), L.OPS.index("new_group"))
 _KIND_MARK = int(L.RecordKind.MARK)
 _STARTING = L.RankState.STARTING  # until init returns the header changes without records
-_COMMIT = struct.Struct("<q")
-_COUNT = struct.Struct("<q")
 _KIND_COLLECTIVE = int(L.RecordKind.COLLECTIVE)
-_T_END = struct.Struct(f"<{L.OFF_REC_T_END}xq")
 
 
 _decoded: dict[tuple, tuple] = {}  # record fields -> what they decode to
@@ -64,77 +58,72 @@ def live_call(rank: int, group: str, v: tuple) -> Call:
 
 @dataclass
 class LiveRank:
-    """One process's trace, read incrementally."""
+    """One process's trace, read incrementally: its collectives by group and seq, and the
+    calls it is inside now."""
 
-    file: TraceFile
-    header: TraceHeader
-    read_upto: int = 0  # records [0, read_upto) have been read
-    groups: dict[int, str] = field(default_factory=dict)
-    group_ranks: dict[str, list[int]] = field(default_factory=dict)
+    tail: TraceTail
     calls: dict[str, dict[int, Call]] = field(default_factory=dict)  # group -> seq -> call
     lo: dict[str, int] = field(default_factory=dict)  # group -> lowest seq kept
     hi: dict[str, int] = field(default_factory=dict)  # group -> highest seq seen
-    open: dict[int, Call] = field(default_factory=dict)  # record index -> open call
     gone: bool = False
     exited_clean: bool = False
     stop_logged: bool = False  # the supervisor has said this rank is SIGSTOPped
     remote: bool = False  # another node's rank, read from node 0's copy of its trace
 
     @property
-    def rank(self) -> int:
-        return self.header.rank
+    def file(self) -> TraceFile:
+        return self.tail.file
 
-    def _refresh_groups(self) -> None:
-        events, _ = read_meta(meta_path_for(self.file.path))
-        for g in events:
-            if g.get("event") == "group" and isinstance(g.get("index"), int):
-                name = str(g.get("name", g["index"]))
-                self.groups[g["index"]] = name
-                if isinstance(g.get("ranks"), list):
-                    self.group_ranks[name] = [r for r in g["ranks"] if isinstance(r, int)]
+    @property
+    def header(self) -> TraceHeader:
+        return self.tail.header
+
+    @header.setter
+    def header(self, header: TraceHeader) -> None:
+        self.tail.header = header
+
+    @property
+    def read_upto(self) -> int:
+        """Records [0, read_upto) have been read."""
+        return self.tail.read_upto
+
+    @property
+    def groups(self) -> dict[int, str]:
+        return self.tail.groups
+
+    @property
+    def group_ranks(self) -> dict[str, list[int]]:
+        return self.tail.group_ranks
+
+    @property
+    def open(self) -> dict[int, Call]:
+        """Record index -> the call inside which the rank is."""
+        return self.tail.open
+
+    @property
+    def rank(self) -> int:
+        return self.tail.header.rank
 
     def poll(self) -> None:
         """Read the header, new records, and whether open calls have returned.  A rank
         with nothing new costs one 8-byte read."""
-        buf = self.file._map
-        count = _COUNT.unpack_from(buf, L.OFF_COUNT)[0]
-        h = self.header
-        if count == self.read_upto and h.rank >= 0 and h.state != _STARTING:
-            if self.open:
-                self._close_returned(buf, self.header.capacity)
+        tail = self.tail
+        h = tail.header
+        if not tail.grew() and h.rank >= 0 and h.state != _STARTING:
+            if tail.open:
+                tail.returned()
             return
-        self.header = self.file.header()
-        h = self.header
-        cap = h.capacity
-        slots = min(cap, (len(buf) - L.HEADER_SIZE) // L.RECORD_SIZE)  # a truncated file
-        start = max(self.read_upto, h.count - cap, h.count - MAX_NEW_PER_POLL)
-        for index in range(start, h.count):
-            if index % cap >= slots:
-                continue
-            off = L.HEADER_SIZE + (index % cap) * L.RECORD_SIZE
-            if buf[off + 8] not in _WATCHED_KINDS:  # ring steps, batches: not matched live
-                continue
-            v = L.RECORD.unpack_from(buf, off)
-            if v[0] != index + 1:  # torn or overwritten
-                continue
+        rank = tail.refresh().rank
+        group, opened = tail.group, tail.open
+        for index, v in tail.new_records(_WATCHED_KINDS):  # ring steps, batches: not matched
             if v[1] == _KIND_MARK and v[2] not in _RENDEZVOUS_OPS:
                 continue  # only init / new_group marks are waits
-            if v[5] not in self.groups:
-                self._refresh_groups()
-            call = live_call(h.rank, self.groups.get(v[5], str(v[5])), v)
+            call = live_call(rank, group(v[5]), v)
             if v[1] == _KIND_COLLECTIVE:
                 self._keep(call)
             if call.open:
-                self.open[index] = call
-        self.read_upto = h.count
-        self._close_returned(buf, cap)
-
-    def _close_returned(self, buf: Any, cap: int) -> None:
-        """Forget open calls whose record now has an end time (or was overwritten)."""
-        for index in list(self.open):
-            off = L.HEADER_SIZE + (index % cap) * L.RECORD_SIZE
-            if _COMMIT.unpack_from(buf, off)[0] != index + 1 or _T_END.unpack_from(buf, off)[0]:
-                del self.open[index]
+                opened[index] = call
+        tail.returned()
 
     def is_open(self, call: Call) -> bool:
         """Is ``call`` (as first read) still inside its collective?"""
@@ -187,8 +176,8 @@ class LiveJob:
             if path in self.procs or path in self.bad:
                 continue
             try:
-                f = TraceFile(path)
-                self.procs[path] = LiveRank(f, f.header(), remote=remote)
+                tail = TraceTail(TraceFile(path), max_new=MAX_NEW_PER_POLL)
+                self.procs[path] = LiveRank(tail, remote=remote)
             except FileNotFoundError:
                 continue
             except (TraceError, OSError, ValueError) as e:

@@ -171,6 +171,13 @@ def decode_record(buf: bytes | mmap.mmap, off: int, index: int, rank: int = -1,
     v = L.RECORD.unpack_from(buf, off)
     if v[0] != index + 1:
         return None
+    return record_of(v, index, rank, names, iteration)
+
+
+def record_of(v: tuple, index: int, rank: int = -1, names: dict[int, str] | None = None,
+              iteration: int = -1) -> CallRecord | None:
+    """The record of ``index`` from its raw ``layout.RECORD`` fields ``v`` (whose commit
+    the caller checked); None for a kind this version does not know."""
     try:
         kind = L.RecordKind(v[1])
     except ValueError:

@@ -21,8 +21,8 @@ from ddpdoctor.rundir.layout import LIVE_STATE_FILE
 from ddpdoctor.trace import layout as L
 from ddpdoctor.report.schema import timeline_entry
 from ddpdoctor.trace.record import CallRecord
-from ddpdoctor.trace.reader import (TraceError, TraceFile, decode_record,
-                                    meta_path_for, read_meta)
+from ddpdoctor.trace.reader import TraceError, TraceFile, TraceHeader, record_of
+from ddpdoctor.trace.tail import TraceTail
 
 LIVE_SCHEMA = "ddpdoctor.live/1"
 REPORT_SCHEMA = "ddpdoctor.report/1"
@@ -32,7 +32,7 @@ TIMELINE_LEN = 200  # as report.json: each rank's last calls, fewer past MANY_RA
 MANY_RANKS = 64
 TIMELINE_LEN_MANY = 16
 RECENT_LEN = 20
-_TIMELINE_KINDS = (L.RecordKind.COLLECTIVE, L.RecordKind.P2P)
+_TIMELINE_KINDS = (int(L.RecordKind.COLLECTIVE), int(L.RecordKind.P2P))
 NS = 1_000_000_000
 
 
@@ -45,59 +45,55 @@ class RankTail:
     """One process's trace: the calls it appended since the last poll, kept up to ``keep``."""
 
     def __init__(self, path: Path, keep: int) -> None:
-        self.file = TraceFile(path)
-        self.header = self.file.header()
-        self.read_upto = 0
+        self.tail = TraceTail(TraceFile(path), max_new=(keep or 1) * 4)
         self.entries: deque[dict[str, Any]] = deque(maxlen=keep)
-        self.open: dict[int, dict[str, Any]] = {}  # record index -> its entry, end unknown
-        self.groups: dict[int, str] = {}
+
+    @property
+    def file(self) -> TraceFile:
+        return self.tail.file
+
+    @property
+    def header(self) -> TraceHeader:
+        return self.tail.header
+
+    @property
+    def read_upto(self) -> int:
+        return self.tail.read_upto
+
+    @property
+    def open(self) -> dict[int, dict[str, Any]]:
+        """Record index -> its entry, end unknown."""
+        return self.tail.open
+
+    @property
+    def groups(self) -> dict[int, str]:
+        return self.tail.groups
 
     def poll(self) -> bool:
         """Read what was appended and what returned since the last poll; True if any."""
-        buf = self.file._map
-        count = int.from_bytes(buf[L.OFF_COUNT:L.OFF_COUNT + 8], "little", signed=True)
-        changed = self._close_returned(buf)
-        if count == self.read_upto:
+        tail = self.tail
+        changed = self._close_returned()
+        if not tail.grew():
             return changed
-        self.header = h = self.file.header()
-        cap = h.capacity
-        slots = min(cap, (len(buf) - L.HEADER_SIZE) // L.RECORD_SIZE)
-        start = max(self.read_upto, h.count - cap, h.count - (self.entries.maxlen or 1) * 4)
-        for index in range(start, h.count):
-            if index % cap >= slots:
+        tail.refresh()
+        for index, v in tail.new_records(_TIMELINE_KINDS):
+            rec = record_of(v, index)
+            if rec is None:
                 continue
-            rec = decode_record(buf, L.HEADER_SIZE + (index % cap) * L.RECORD_SIZE, index)
-            if rec is None or rec.kind not in _TIMELINE_KINDS:
-                continue
-            entry = _entry(rec, self._group(rec.group_index))
+            entry = _entry(rec, tail.group(rec.group_index))
             self.entries.append(entry)
             if entry["end"] is None:
-                self.open[index] = entry
-        self.read_upto = h.count
+                tail.open[index] = entry
         return True
 
-    def _group(self, index: int) -> str:
-        if index not in self.groups:
-            events, _ = read_meta(meta_path_for(self.file.path))
-            for g in events:
-                if g.get("event") == "group" and type(g.get("index")) is int:
-                    self.groups[g["index"]] = str(g.get("name", g["index"]))
-        return self.groups.get(index, str(index))
-
-    def _close_returned(self, buf: Any) -> bool:
-        """Give open entries their end once their record has one (or forget them when the
-        ring reused their slot)."""
-        changed = False
-        cap = self.header.capacity
-        for index, entry in list(self.open.items()):
-            off = L.HEADER_SIZE + (index % cap) * L.RECORD_SIZE
-            rec = decode_record(buf, off, index) if off + L.RECORD_SIZE <= len(buf) else None
-            if rec is None or rec.t_end:
-                del self.open[index]
-                if rec is not None:
-                    entry["end"] = rec.t_end / NS
-                changed = True
-        return changed
+    def _close_returned(self) -> bool:
+        """Give open entries their end once their record has one (an entry whose slot the
+        ring reused keeps none)."""
+        returned = self.tail.returned()
+        for entry, t_end in returned:
+            if t_end:
+                entry["end"] = t_end / NS
+        return bool(returned)
 
 
 class LiveFollower:

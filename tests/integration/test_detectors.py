@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import JOBS, DoctorRun, warm_launch
 from tests.integration.sample_runs import shared_run
-from ddpdoctor.analysis.detectors.uneven import predict_uneven
+from ddpdoctor.analysis.causal.uneven import predict_uneven
 
 pytestmark = pytest.mark.slow
 

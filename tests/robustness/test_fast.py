@@ -9,7 +9,7 @@ from unittest import mock
 
 import pytest
 
-from ddpdoctor.analysis.detectors.mismatch import divergences
+from ddpdoctor.analysis.causal.mismatch import divergences
 from ddpdoctor.analysis.fast import find_divergences_fast, scan
 from ddpdoctor.analysis.load import load_job
 from ddpdoctor.trace import layout as L

@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ddpdoctor.analysis.detectors.loader_epochs import epochs_of
+from ddpdoctor.analysis.loader_epochs import epochs_of
 from ddpdoctor.analysis.load import rank_run
 from ddpdoctor.runtime import batch_counts, data_probes
 from ddpdoctor.trace import layout as L

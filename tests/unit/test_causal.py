@@ -150,6 +150,21 @@ def test_a_sleeping_rank_others_wait_for_is_a_hang() -> None:
     assert "rank 0 waits for rank 1 in all_reduce #3" in verdict.message
 
 
+def test_a_live_diagnosis_blames_nobody_the_stop_rule_lets_run() -> None:
+    """One decision: live, the diagnosis judges only the waits the stop rule calls hopeless.
+    A wait past the timeout on a straggler is no finding; on a rank asleep for 30 s it is
+    the same rank the verdict names."""
+    j = _straggler(cpu_busy=True, progress_s_ago=0.1)
+    j.hang_timeout = 5.0
+    assert isinstance(judge(j, 5.0), Straggling)
+    assert [f for f in diagnose(j).findings if f.severity == Severity.ERROR] == []
+    hung = _straggler(cpu_busy=False, progress_s_ago=30)
+    hung.hang_timeout = 5.0
+    verdict = judge(hung, 5.0)
+    errors = [f for f in diagnose(hung).findings if f.severity == Severity.ERROR]
+    assert isinstance(verdict, HangVerdict) and errors and tuple(errors[0].ranks) == verdict.absent
+
+
 def test_no_verdict_before_the_timeout() -> None:
     assert hang_verdict(_straggler(cpu_busy=False, progress_s_ago=30), 60.0) is None
 

@@ -78,3 +78,20 @@ def test_a_comm_hooks_failure_is_told_without_torchs_callback_wrapping() -> None
     assert "callback" not in cause
     assert d.states[0].kind == StateKind.PEER_FAILED
     assert [(f.kind, f.ranks) for f in errors(d.findings)] == [("rank_failed", (1,))]
+
+
+def test_a_rank_the_launcher_ended_after_its_peers_failed_is_not_blamed() -> None:
+    """Ranks 2 and 3 raise a KeyError at one line; torchrun then SIGTERMs rank 1, which was
+    computing (no call open), and rank 0, which waited for the three of them: one error, the
+    two alike failures, and rank 1 is not named as the absent rank."""
+    def key_error(r: int) -> dict:
+        return {"type": "KeyError", "message": str(r),
+                "traceback": [{"file": "/w/eval.py", "line": 45, "name": "main"}]}
+    runs = [rank(0, steps(3) + [rec(3, t=3, dur=None)], world=4, returncode=-15),
+            rank(1, steps(3), world=4, returncode=-15),
+            rank(2, steps(3), L.RankState.FAILED, exception=key_error(2), world=4),
+            rank(3, steps(3), L.RankState.FAILED, exception=key_error(3), world=4)]
+    found = analyze(job(runs, outcome="failed"), [])
+    errs = errors(found)
+    assert errs and set(errs[0].ranks) <= {2, 3}, [(f.kind, f.ranks, f.summary) for f in found]
+    assert not [f for f in errs if {0, 1} & set(f.ranks)], [(f.kind, f.ranks) for f in errs]

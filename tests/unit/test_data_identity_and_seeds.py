@@ -11,7 +11,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis.detectors import seeds, uneven
+from ddpdoctor.analysis.causal import uneven
+from ddpdoctor.analysis.detectors import seeds
 from tests.unit.test_detectors_unit import epoch_end, epoch_start, job
 
 

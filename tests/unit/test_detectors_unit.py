@@ -6,7 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis.detectors import duplicate, seeds, shuffle, straggler, uneven
+from ddpdoctor.analysis.causal import uneven
+from ddpdoctor.analysis.detectors import duplicate, seeds, shuffle, straggler
 from ddpdoctor.analysis.load import rank_run
 from ddpdoctor.analysis.model import NS, JobView
 from ddpdoctor.trace import layout as L

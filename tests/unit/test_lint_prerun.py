@@ -23,6 +23,16 @@ def test_script_found_in_every_form(tmp_path, monkeypatch, command):
     assert job_script(command) is not None and job_script(command).name == "train.py"
 
 
+def test_a_launcher_that_declares_itself_is_skipped_for_its_script(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "launch.py").write_text("# ddpdoctor: launcher\nimport sys\n")
+    (tmp_path / "plain.py").write_text("import sys\n")
+    assert job_script(["python", "launch.py", "--nproc-per-node", "2", "train.py"]).name \
+        == "train.py"
+    assert job_script(["python", "plain.py", "train.py"]).name == "plain.py"
+
+
 @pytest.mark.parametrize("command", [
     ["python", "-m", "mypackage.train"], ["python", "-c", "print(1)"], ["torchrun", "gone.py"],
 ])

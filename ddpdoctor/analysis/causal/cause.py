@@ -16,7 +16,7 @@ from ddpdoctor.analysis.causal.mechanisms import fix_for as origin_fix
 from ddpdoctor.analysis.decisions import (Decision, Reads, branch_decision, from_exit,
                                           left_loop, no_sync_decision)
 from ddpdoctor.analysis.model import Call, Finding, JobView
-from ddpdoctor.analysis.source import rank_condition
+from ddpdoctor.analysis.source import file_mentions, rank_condition
 from ddpdoctor.trace.origin import Origin
 
 
@@ -31,6 +31,7 @@ class CauseKind(str, enum.Enum):
     REDUCE_OP = "reduce op"
     ROOT = "root rank"
     ORDER = "order"  # differing calls with no decision found in the source
+    SWAPPED = "swapped"  # the same calls on every rank, in another order (dict or set order)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,9 @@ def decision_of(call: Call, others: list[Call]) -> Decision | None:
     for o in others:
         if found is None and o.callsite and o.callsite != call.callsite:
             found = left_loop(o.callsite, call.callsite)
-    return found if found is not None and found.reads != Reads.RANK else None
+    if found is not None and found.reads == Reads.RANK and found.statement in ("if", "while"):
+        return None  # a rank test at the call: the rank-dependent branch tells it
+    return found
 
 
 def skip_of(missed: Call) -> Decision | None:
@@ -114,7 +117,11 @@ SHAPE_FIX = ("Give the collective tensors of the same size on every rank: pad to
 SPLIT_FIX = ("Exchange the split sizes before the all_to_all_single: each rank's "
              "output_split_sizes must be the peers' input_split_sizes for it (all_to_all the "
              "sizes first, then the data).")
-FIXES = {CauseKind.SHAPE: SHAPE_FIX,
+SWAPPED_FIX = ("Make the calls in one order on every rank: the ranks make the same "
+               "collectives, each in its own order (iterate the names in sorted order, "
+               "`for name in sorted(metrics)`, or stack the values into one tensor and "
+               "reduce it once).")
+FIXES = {CauseKind.SHAPE: SHAPE_FIX, CauseKind.SWAPPED: SWAPPED_FIX,
          CauseKind.DTYPE: "Cast to one dtype on every rank before the collective "
                           "(e.g. `t.float()`).",
          CauseKind.REDUCE_OP: "Use the same reduce op (ReduceOp.SUM, ...) on every rank.",
@@ -162,6 +169,10 @@ def fix_for(cause: Cause) -> str:
         return origin_fix(call)  # type: ignore[return-value]
     if cause.kind == CauseKind.SHAPE and call is not None and call.op == "all_to_all_single":
         return SPLIT_FIX
+    if cause.kind == CauseKind.SHAPE and call is not None and \
+            file_mentions(call.callsite, "drop_last=True"):  # (it has it: not that advice)
+        return ("Give the collective tensors of the same size on every rank: pad to the "
+                "largest size (gather the sizes first), or all_gather_object for ragged data.")
     return FIXES.get(cause.kind, ORDER_FIX)
 
 

@@ -331,17 +331,27 @@ def construction_mismatch(job: JobView, states: dict[int, RankState]) -> Finding
     built_at = next((s.death.where for r in odd if (s := states.get(r)) is not None and
                      s.death is not None and s.death.where), "")
     lead = (f"{'probably ' if probable else ''}{ranks_text(odd)} built a different model "
-            "than the others" if not tie else
+            f"than {'rank ' + str(ref[0]) if len(ref) == 1 else 'the others'}" if not tie else
             f"{ranks_text(odd)} built different models (as many ranks on each side, none "
             "froze more than the other: nothing singles one out)")
+    changed = sorted(f"{f}:{n}" for (f, n), kind in job.lint_sites.items()
+                     if kind == "rank_dependent_model")
     summary = (f"{lead}, so DDP's construction check failed"
-               + (f" at {built_at}" if built_at else "") + f": {what}")
+               + (f" at {built_at}" if built_at else "") + f": {what}"
+               + (f"; the model is changed under a rank test at {changed[0]}" if changed else ""))
     lines = [f"DDP checks at construction that every rank holds the same parameters (count, "
              f"shapes, requires_grad); {ranks_text(raised)} raised it."]
     lines += [f"  {d['text']}" for d in diffs[:16]]
-    if ref:
+    if ref and len(ref) == len(odd):
+        lines.append(f"As many ranks on each side ({ranks_text(ref)} against {ranks_text(odd)}): "
+                     f"{ranks_text(odd)} is named because it froze parameters, not by counting "
+                     "(requires_grad=False is a choice; a new parameter requires grad).")
+    elif ref:
         lines.append(f"{ranks_text(ref).capitalize()} agree; the odd one out: "
                      f"{ranks_text(odd)}.")
+    if changed:
+        lines.append("Lint flagged the change before the run (rank_dependent_model) at "
+                     + ", ".join(changed[:3]) + ".")
     for r in raised[:4]:
         msg, _ = _message(job.ranks[r])
         lines.append(f"Rank {r}: {msg.splitlines()[0][:300] if msg else '?'}")
@@ -353,7 +363,7 @@ def construction_mismatch(job: JobView, states: dict[int, RankState]) -> Finding
                    "\n".join(lines), fix,
                    {"construction": True, "odd_ranks": odd, "agree": ref,
                     "differences": diffs[:16], "raised": raised, "probable": probable,
-                    "no_majority": tie})
+                    "no_majority": tie or len(ref) == len(odd)})
 
 
 def _frozen(table: dict[str, Any]) -> int:

@@ -5,13 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ddpdoctor.analysis.causal import findings as F
-from ddpdoctor.analysis.causal import known_failures
+from ddpdoctor.analysis.causal.alike import about_the_same_time, exited_alike, same_failure
+from ddpdoctor.analysis.causal import known_failures, mismatch, uneven
 from ddpdoctor.analysis.causal.ddp_errors import construction_mismatch
-from ddpdoctor.analysis.causal.exchange import split_sizes_mismatch
+from ddpdoctor.analysis.causal.exchange import recorded_splits, split_sizes_mismatch
 from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.graph import Wait, cycles, reachable, sinks, wait_for_graph
+from ddpdoctor.analysis.causal.group_calls import new_group_divergence
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
+from ddpdoctor.analysis.causal.stall import stalled_behind, stalled_call, stalled_ring
 from ddpdoctor.analysis.causal.state import RankState, StateKind
+from ddpdoctor.analysis.causal.verdict import assess
 from ddpdoctor.analysis.clocks import host_now, ordered, same_host
 from ddpdoctor.analysis.model import NS, Finding, FindingKind, JobView, Severity
 
@@ -26,16 +30,20 @@ class Diagnosis:
     findings: list[Finding] = field(default_factory=list)
 
 
-def _judged(job: JobView, states: dict[int, RankState], w: Wait) -> bool:
-    """Is this wait long enough to judge?  Offline, or after a verdict: always; live:
-    past the hang timeout; interrupted by the user: always (what was seen is told)."""
+def _judged(job: JobView, states: dict[int, RankState], waits: list[Wait]) -> list[Wait]:
+    """The waits worth judging.  Offline, after a verdict, or interrupted by the user: all
+    of them (what was seen is told).  Live: the ones the stop rule calls hopeless (past the
+    hang timeout, on ranks that make no progress), so a live view never blames a rank the
+    supervisor lets run; a rank that failed of a peer, once its wait passed the timeout."""
     if not job.live or job.outcome is not None or interrupted(job):
-        return True
-    since = states[w.rank].since_ns
-    return since is not None and host_now(job, w.rank) - since >= job.hang_timeout * NS
+        return list(waits)
+    hopeless = set(assess(job, job.hang_timeout, states, waits).hopeless)
+    limit = job.hang_timeout * NS
+    return [w for w in waits if w in hopeless or (
+        states[w.rank].kind == StateKind.PEER_FAILED and states[w.rank].since_ns is not None
+        and host_now(job, w.rank) - states[w.rank].since_ns >= limit)]  # type: ignore
 
 
-SAME_FAILURE_NS = 5 * NS
 SUSPECT_WAIT_NS = 1 * NS  # an interrupted run: a shorter wait is a step in progress
 
 
@@ -116,12 +124,9 @@ def _cycle_finding(cycle: tuple[int, ...], job: JobView, by_rank: dict[int, Wait
 
 def diagnose(job: JobView) -> Diagnosis:
     """The one causal model of ``job`` (live or offline)."""
-    from ddpdoctor.analysis.causal.group_calls import new_group_divergence
-    from ddpdoctor.analysis.detectors import mismatch, uneven
-
     states = rank_states(job)
     waits = wait_for_graph(job, states)
-    judged = [w for w in waits if _judged(job, states, w)]
+    judged = _judged(job, states, waits)
     stopped_early = interrupted(job)
     if stopped_early:
         judged = [w for w in judged if _waited_ns(job, states, w) >= SUSPECT_WAIT_NS]
@@ -135,7 +140,7 @@ def diagnose(job: JobView) -> Diagnosis:
     grouped = new_group_divergence(job)
     if grouped is not None:  # every later group is shifted: the waits it leads to are its
         b.add(grouped, set(job.ranks))
-    split = split_sizes_mismatch(job, states)
+    split = recorded_splits(job) or split_sizes_mismatch(job, states)
     if split is not None:  # the ranks' errors in and after the exchange are its echo
         covered.update(dict.fromkeys(split.ranks, b.add(split, set(split.ranks))))
     uneven_found = uneven.detect(job)
@@ -165,8 +170,6 @@ def diagnose(job: JobView) -> Diagnosis:
                 covered.setdefault(r, cause)
     first_wait_root = len(b.roots)  # roots told from waits from here on (until deaths)
     if not b.roots:  # ranks behind in a call every member entered, on a stalled link
-        from ddpdoctor.analysis.causal.stall import stalled_behind
-
         behind = stalled_behind(job, states, judged)
         if behind is not None:
             b.add(behind, set(states))
@@ -180,6 +183,9 @@ def diagnose(job: JobView) -> Diagnosis:
             continue
         if s.kind == StateKind.DIED and not _left_early(s):
             continue  # its own finding below
+        if s.kind == StateKind.PEER_FAILED and any(
+                o.kind == StateKind.DIED for o in states.values()):
+            continue  # ended by a peer's failure (the launcher's SIGTERM): that failure's
         blocked_elsewhere = s.kind == StateKind.BLOCKED
         if blocked_elsewhere and b.roots:
             continue  # blocked in a call of its own that another root explains
@@ -189,6 +195,11 @@ def diagnose(job: JobView) -> Diagnosis:
         f = F.exited_early(s, into, states, job) if s.kind == StateKind.EXITED or \
             _left_early(s) else \
             F.absent_rank(job, s, into, states)
+        alike = exited_alike(b.roots, f)
+        if alike is not None:  # ranks that ran as many steps and left: one finding
+            b.roots[alike] = F.exited_together(b.roots[alike], f)
+            b.explains[alike].update({s.rank, *(w.rank for w in into)})
+            continue
         b.add(f, {w.rank for w in into})
     for node in job.nodes.values():  # lost nodes nobody waited on: said all the same
         lost = _lost_ranks(job, states, node.host)
@@ -206,15 +217,6 @@ def diagnose(job: JobView) -> Diagnosis:
                            if w.rank in b.explains[i]), default=0)
             b.roots[i] = _when_interrupted(b.roots[i], job, longest)
     return Diagnosis(states, waits, _assemble(b.roots, consequences, late))
-
-
-def _about_the_same_time(job: JobView, a: RankState, b: RankState) -> bool:
-    """Did two ranks die at about the same time?  By their stamps on one host; across
-    hosts (clocks differ) when they died in the same collective."""
-    if same_host(job, a.rank, b.rank):
-        return abs(a.death.at_ns - b.death.at_ns) < SAME_FAILURE_NS  # type: ignore[union-attr]
-    return a.call is not None and b.call is not None and \
-        (a.call.group, a.call.seq) == (b.call.group, b.call.seq)
 
 
 def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _Builder,
@@ -250,8 +252,8 @@ def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _B
             continue
         # ranks that failed the same way at about the same time share one finding
         same = [o for o in dead if o.rank not in told and not o.death.teardown and  # type: ignore
-                o.death.cause == s.death.cause and  # type: ignore[union-attr]
-                _about_the_same_time(job, o, s)]
+                same_failure(o.death, s.death) and  # type: ignore[arg-type]
+                about_the_same_time(job, o, s)]
         told.update(o.rank for o in same)
         waiting = [w for o in same for w in into.get(o.rank, [])]
         b.add(_if_known(F.died(s, waiting, job, tuple(o.rank for o in same)), job, states,
@@ -351,8 +353,6 @@ def _finished(dead: RankState, states: dict[int, RankState], waits: list[Wait]) 
 def _stalled(job: JobView, states: dict[int, RankState]) -> Finding | None:
     """Every member inside the same call and none returns: the ring step that never
     completed (the DDP ring records its sends and receives), else the call itself."""
-    from ddpdoctor.analysis.causal.stall import stalled_call, stalled_ring
-
     if job.live and job.outcome is None and not interrupted(job):
         return None
     blocked = {r: s.call for r, s in states.items()

@@ -166,7 +166,7 @@ def _steps_reached(s: RankState) -> int:
 def _loader_fed(job: JobView, rank: int) -> bool:
     """Did the rank draw its batches from a recorded DataLoader?  Then its batch counts are
     known (uneven.py compares them) and the step counter says nothing more."""
-    from ddpdoctor.analysis.detectors.loader_epochs import epochs_of
+    from ddpdoctor.analysis.loader_epochs import epochs_of
 
     run = job.ranks.get(rank)
     return run is not None and bool(epochs_of(run))
@@ -196,6 +196,24 @@ def exited_early(target: RankState, waits: list[Wait], states: dict[int, RankSta
                    "call site)." % target.rank)
 
 
+def exited_together(a: Finding, b: Finding) -> Finding:
+    """Two uneven_batches findings of ranks that ran as many steps and left while the same
+    ranks waited: one, naming them all."""
+    ranks = tuple(sorted({*a.ranks, *b.ranks}))
+    steps = {**b.evidence["steps"], **a.evidence["steps"]}
+    mine = steps[str(ranks[0])]
+    waiting = {int(r): n for r, n in steps.items() if int(r) not in ranks}
+    summary = (f"{ranks_text(ranks)} ran {mine} steps and exited while "
+               f"{ranks_text(sorted(waiting))} went on to step {max(waiting.values())} "
+               "(steps: " + ", ".join(f"rank {r}: {n}" for r, n in
+                                      sorted({int(k): v for k, v in steps.items()}.items()))
+               + ")")
+    extra = [line for line in b.detail.splitlines() if line not in a.detail.splitlines()]
+    return replace(a, ranks=ranks, summary=summary,
+                   detail="\n".join([a.detail, *extra]),
+                   evidence={**a.evidence, "steps": steps})
+
+
 def died(s: RankState, waits: list[Wait], job: JobView,
          ranks: tuple[int, ...] = ()) -> Finding:
     """rank_failed: a rank died of its own (exception or signal), with its last words;
@@ -208,6 +226,7 @@ def died(s: RankState, waits: list[Wait], job: JobView,
         (f" at step {s.steps}" if s.steps else "")
     detail = d.detail + (f"\nIt was{during}." if during else "")
     if waits:
+        waits = list(dict.fromkeys(waits))  # (one wait on two ranks that failed alike: once)
         detail += "\n" + "\n".join(f"{wait_text(w, None)}." for w in waits[:16])
     fix = "Fix the error on the failing rank (see its traceback)."
     if d.signal == "SIGKILL" and "vanished" in d.cause:

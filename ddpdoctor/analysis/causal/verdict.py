@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.findings import frame_text, ranks_text, wait_text
+from ddpdoctor.analysis.causal.mismatch import divergences
 from ddpdoctor.analysis.causal.graph import Wait, reachable, wait_for_graph
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.clocks import host_now
@@ -115,8 +116,6 @@ def _mismatched(job: JobView, states: dict[int, RankState],
                 settle_s: float) -> HangVerdict | None:
     """A rank has been inside a collective that its group called differently for
     ``settle_s``: that call never completes."""
-    from ddpdoctor.analysis.detectors.mismatch import divergences
-
     if not any(s.kind == StateKind.BLOCKED for s in states.values()):
         return None
     for div in divergences(job):
@@ -155,16 +154,27 @@ def _failed_and_left(job: JobView, states: dict[int, RankState],
     return None
 
 
-def judge(job: JobView, hang_timeout: float,
-          settle_s: float = MISMATCH_SETTLE_S) -> HangVerdict | Straggling | None:
-    """Stop (mismatch, abandoned, hang, a death the job did not end of), straggler, or
-    nothing to say, from the job's states and progress facts: the supervisor's one rule."""
-    states = rank_states(job)
-    waits = wait_for_graph(job, states)
+@dataclass(frozen=True)
+class Assessment:
+    """The waits of a live job sorted by the one hang rule: ``hopeless`` have lasted the
+    hang timeout on ranks that make no progress (or on nobody: every rank is inside the
+    call); ``behind`` are the progressing ranks some wait past the timeout leads to;
+    ``unseen`` the ranks never seen yet, within the report grace."""
+
+    states: dict[int, RankState]
+    waits: list[Wait]
+    hopeless: list[Wait]
+    behind: frozenset[int]
+    unseen: frozenset[int]
+
+
+def assess(job: JobView, hang_timeout: float, states: dict[int, RankState] | None = None,
+           waits: list[Wait] | None = None) -> Assessment:
+    """Which waits are hopeless, which wait on ranks still working: the rule both the stop
+    (``judge``) and a live diagnosis (``diagnose``) read, over the same states."""
+    states = rank_states(job) if states is None else states
+    waits = wait_for_graph(job, states) if waits is None else waits
     limit = int(hang_timeout * NS)
-    for found in (_mismatched(job, states, settle_s), _abandoned(states, waits)):
-        if found is not None:
-            return found
     live = {r for r, s in states.items() if progressing(s, host_now(job, r), limit)}
     grace = int(report_grace_s(job.hang_timeout or hang_timeout) * NS)
     hopeless, behind, unseen = [], set(), set()
@@ -183,6 +193,21 @@ def judge(job: JobView, hang_timeout: float,
             unseen |= idle  # never seen yet: starting, their node has not reported them
         else:
             hopeless.append(w)
+    return Assessment(states, waits, hopeless, frozenset(behind), frozenset(unseen))
+
+
+def judge(job: JobView, hang_timeout: float,
+          settle_s: float = MISMATCH_SETTLE_S) -> HangVerdict | Straggling | None:
+    """Stop (mismatch, abandoned, hang, a death the job did not end of), straggler, or
+    nothing to say, from the job's states and progress facts: the supervisor's one rule."""
+    states = rank_states(job)
+    waits = wait_for_graph(job, states)
+    limit = int(hang_timeout * NS)
+    for found in (_mismatched(job, states, settle_s), _abandoned(states, waits)):
+        if found is not None:
+            return found
+    seen = assess(job, hang_timeout, states, waits)
+    hopeless, behind, unseen = seen.hopeless, seen.behind, seen.unseen
     if hopeless:
         w = hopeless[0]
         absent = sorted({t for h in hopeless for t in h.waits_for} - {h.rank for h in hopeless})

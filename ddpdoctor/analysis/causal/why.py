@@ -189,13 +189,12 @@ def explained(findings: list[Finding], job: JobView) -> list[Finding]:
     return out
 
 
-def _left_loop(f: Finding, job: JobView) -> tuple[int, Call] | None:
-    """(the culprit that exited cleanly, the call a rank still waits in) when the finding
-    blames one rank that left while others wait in a collective."""
-    gone = [r for r in f.ranks if r in job.ranks and job.ranks[r].exited_cleanly()]
+def _left_loop(f: Finding, job: JobView) -> tuple[tuple[int, ...], Call] | None:
+    """(the culprits, all of which exited cleanly; the call a rank still waits in) when the
+    finding blames ranks that left while others wait in a collective."""
+    gone = tuple(r for r in f.ranks if r in job.ranks and job.ranks[r].exited_cleanly())
     if f.kind not in (FindingKind.MISSING_COLLECTIVE, FindingKind.UNEVEN_BATCHES) or \
-            len(gone) != 1 or \
-            len(f.ranks) != 1:
+            not gone or len(gone) != len(f.ranks):
         return None
     group = f.evidence.get("group")
     group = group if isinstance(group, str) else job.ranks[gone[0]].default_group()
@@ -203,32 +202,75 @@ def _left_loop(f: Finding, job: JobView) -> tuple[int, Call] | None:
     for r in sorted(job.ranks):
         call = job.ranks[r].last_call(group) if r not in f.ranks else None
         if call is not None and call.callsite and (mine is None or call.seq > mine.seq):
-            return gone[0], call
+            return gone, call
     return None
 
 
+def _exit_around(job: JobView, awaited: Call) -> tuple[LoopExit, bool] | None:
+    """The loop exit around the awaited call, at its line or at a line of the waiting
+    rank's stack further out (the call sits in a helper the loop calls): a `break` or
+    `return` (the culprits left the loop), else a `continue` on rank-local input (they
+    skipped a step the others took), with True for the skip."""
+    from ddpdoctor.analysis.causal.facts import user_frames
+    from ddpdoctor.analysis.decisions import from_exit
+
+    run = job.ranks.get(awaited.rank)
+    sites = list(dict.fromkeys([awaited.callsite] + [site for site, _ in
+                                                     (user_frames(run) if run else [])] +
+                               (_raised_at(run) if run else [])))
+    for site in sites:
+        found = loop_exit(site, skipped=False)
+        if found is not None:
+            return found, False
+    for site in sites:
+        found = loop_exit(site, skipped=True)
+        decided = from_exit(found) if found is not None else None
+        if found is not None and decided is not None and decided.reads.rank_local:
+            return found, True
+    return None
+
+
+def _raised_at(run: Any) -> list[str]:
+    """The user's ``path:line`` frames of the rank's uncaught exception, innermost first."""
+    from ddpdoctor.analysis.causal.facts import INTERNAL_PARTS
+    from ddpdoctor.trace.meta_line import traceback_frames
+
+    exc = run.exception()
+    frames = traceback_frames(exc) if exc else []
+    return [f"{f.get('filename')}:{f.get('line')}" for f in reversed(frames)
+            if f.get("filename") and not any(p in str(f["filename"]) for p in INTERNAL_PARTS)]
+
+
 def with_exit(f: Finding, job: JobView) -> Finding:
-    """A rank that left the training loop alone (clean exit while the others wait in the
-    loop's next collective): the `break` or `return` that ended its loop, the condition
-    and what it reads, and the fix that makes the ranks decide together."""
+    """Ranks that left the training loop alone (clean exit while the others wait in the
+    loop's next collective): the `break` or `return` that ended their loop, or the
+    `continue` by which they skipped a step, the condition and what it reads, and the fix
+    that makes the ranks decide together."""
     left = _left_loop(f, job)
     if left is None:
         return f
-    rank, awaited = left
-    exit_ = loop_exit(awaited.callsite, skipped=False)
-    if exit_ is None:
+    ranks, awaited = left
+    around = _exit_around(job, awaited)
+    if around is None:
         return f
-    steps = sum(1 for cs in job.ranks[rank].calls.values() for c in cs
+    exit_, skipped = around
+    steps = sum(1 for cs in job.ranks[ranks[0]].calls.values() for c in cs
                 if c.origin == Origin.DDP_BACKWARD and c.aux == 0)
     after = f" after {steps} backward passes" if steps else ""
-    lead = (f"rank {rank} left the loop alone{after}: `{exit_.source}` at "
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else \
+        "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+    alone = "alone" if len(ranks) == 1 else "without the others"
+    did = (f"skipped a step the others took{after}" if skipped else
+           f"left the loop {alone}{after}")
+    lead = (f"{who} {did}: `{exit_.source}` at "
             f"{_short(exit_.callsite)}" + (f" under {exit_.condition}" if exit_.condition
                                              else "") +
             f", decided by {exit_.decided_by}, while the others went on to "
             f"{awaited.describe()} at {awaited.short_site}")
-    evidence = {"rank": [rank], "statement": exit_.statement, "callsite": exit_.callsite,
-                "source": exit_.source, "condition": exit_.condition,
-                "decided_by": exit_.decided_by, "awaited": awaited.callsite}
+    evidence = {"rank": list(ranks), "statement": exit_.statement,
+                "callsite": exit_.callsite, "source": exit_.source,
+                "condition": exit_.condition, "decided_by": exit_.decided_by,
+                "awaited": awaited.callsite}
     return replace(f, summary=f"{lead}; {f.summary}", detail=f"{lead}.\n{f.detail}",
-                   fix=_decided_fix(exit_, (rank,), awaited),
+                   fix=_decided_fix(exit_, ranks, awaited),
                    evidence={**f.evidence, "loop_exit": evidence})

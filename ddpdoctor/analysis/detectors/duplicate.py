@@ -10,7 +10,7 @@ Random augmentation that differs per rank hides duplicates (a miss, never a fals
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.detectors.loader_epochs import (EpochFacts, job_epochs, loader_name,
+from ddpdoctor.analysis.loader_epochs import (EpochFacts, job_epochs, loader_name,
                                                         rank_list, trained)
 from ddpdoctor.analysis.model import Finding, JobView, Severity
 

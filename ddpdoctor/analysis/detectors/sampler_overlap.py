@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ddpdoctor.analysis.detectors.loader_epochs import (EpochFacts, _short, job_epochs,
+from ddpdoctor.analysis.loader_epochs import (EpochFacts, _short, job_epochs,
                                                         loader_name, rank_list, trained)
 from ddpdoctor.analysis.model import Finding, JobView, Severity
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpdoctor.analysis.detectors.loader_epochs import rank_list
+from ddpdoctor.analysis.loader_epochs import rank_list
 from ddpdoctor.analysis.model import Finding, JobView, Severity
 
 GENERATORS = ("torch", "numpy", "python")

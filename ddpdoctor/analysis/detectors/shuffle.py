@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.analysis.detectors.loader_epochs import (EpochFacts, epochs_of, loader_name,
+from ddpdoctor.analysis.loader_epochs import (EpochFacts, epochs_of, loader_name,
                                                         rank_list)
 from ddpdoctor.analysis.model import Finding, JobView, Severity
 

@@ -1,3 +1,4 @@
+# ddpdoctor: launcher (lint reads the script named after it)
 """torchrun's single-node launch for the suite's many small jobs, with ranks forked from a
 process that has imported torch already.
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.analysis.clocks import host_now
-from ddpdoctor.analysis.detectors.loader_epochs import (EpochFacts, EpochKey, job_epochs,
+from ddpdoctor.analysis.loader_epochs import (EpochFacts, EpochKey, job_epochs,
                                                         loader_name, rank_list)
 from ddpdoctor.analysis.model import NS, Finding, JobView, Severity
 
