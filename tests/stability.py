@@ -1,7 +1,8 @@
 """Does the same job get the same verdict every time?  Runs each bug of the causal model's
 classes (the catalogue's entries and the shapes of tests/integration/shapes.py) N times
 under ``ddpdoctor run`` and compares what the user is told: the outcome, the first error's
-kind and ranks, and the file:line sites its summary names.
+kind and ranks, and the file:line sites its summary names; runs each fixed twin once (it
+must complete with no finding).
 
     python -m tests.stability                 # 5 runs of each, 2 at a time
     python -m tests.stability --runs 3 --only frozen_on_one_rank_2ranks --jobs 1
@@ -40,9 +41,10 @@ def entries() -> list[bugs.Bug]:
     return [bugs.find_bug(n) for n in CLASSES] + [shape_bug(s) for s in SHAPES + MORE_SHAPES]
 
 
-def verdict(bug: bugs.Bug, where: Path) -> tuple:
-    """What one run of ``bug`` told: outcome, first error (else warning) kind, ranks, sites."""
-    args = ["run", "--hang-timeout", str(bug.hang_timeout), *suite_command(bug, False)]
+def verdict(bug: bugs.Bug, where: Path, fixed: bool = False) -> tuple:
+    """What one run of ``bug`` (its twin: ``fixed``) told: outcome, first error (else
+    warning) kind, ranks, sites."""
+    args = ["run", "--hang-timeout", str(bug.hang_timeout), *suite_command(bug, fixed)]
     run = run_doctor(args, where, cwd=SAMPLE_BUGS, timeout=300)
     try:
         report = json.loads((where / "run" / "report.json").read_text())
@@ -68,21 +70,28 @@ def main(argv: list[str] | None = None) -> int:
         print("stability: no such bug or shape", file=sys.stderr)
         return 2
     base = Path(tempfile.mkdtemp(prefix="ddpdoctor-stability-"))
-    work = [(b, base / f"{b.name}-{i}") for b in todo for i in range(a.runs)]
-    for _, where in work:
+    work = [(b, base / f"{b.name}-{i}", False) for b in todo for i in range(a.runs)]
+    work += [(b, base / f"{b.name}-fixed", True) for b in todo]
+    for _, where, _ in work:
         where.mkdir(parents=True)
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
         told = list(pool.map(lambda w: verdict(*w), work))
+    twins = {bug.name: v for (bug, _, fixed), v in zip(work, told) if fixed}
+    unclean = [name for name, v in twins.items() if v[:2] != ("completed", "no finding")]
     unstable = 0
     for b in todo:
-        seen = Counter(v for (bug, _), v in zip(work, told) if bug.name == b.name)
+        seen = Counter(v for (bug, _, fixed), v in zip(work, told)
+                       if bug.name == b.name and not fixed)
         (top, n), = seen.most_common(1)
         ok = len(seen) == 1
         unstable += not ok
         print(f"{'same' if ok else 'DIFFERS'} {n}/{a.runs} {b.name}: {top}"
               + ("" if ok else f"; also {[v for v in seen if v != top]}"), flush=True)
-    print(f"{len(todo) - unstable} of {len(todo)} stable over {a.runs} runs; runs in {base}")
-    return 1 if unstable else 0
+    for name in unclean:
+        print(f"TWIN NOT CLEAN {name}: {twins[name]}", flush=True)
+    print(f"{len(todo) - unstable} of {len(todo)} stable over {a.runs} runs; twins clean: "
+          f"{len(twins) - len(unclean)} of {len(twins)}; runs in {base}")
+    return 1 if unstable or unclean else 0
 
 
 if __name__ == "__main__":

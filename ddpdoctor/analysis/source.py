@@ -29,6 +29,13 @@ def split_callsite(callsite: str) -> tuple[str, int]:
     return (path, int(line)) if line.isdigit() else (callsite, 0)
 
 
+def _parsed_at(callsite: str) -> tuple[ast.AST, str, int] | None:
+    """(the module's tree, its text, the line) of a ``path:line``, or None."""
+    path, line = split_callsite(callsite)
+    parsed = _parse(path)
+    return None if parsed is None or line <= 0 else (parsed[0], parsed[1], line)
+
+
 def _depends_on_rank(test: ast.AST) -> bool:
     """Does the condition name the rank (or a per-rank fact)?  Names and attributes count,
     string contents do not."""
@@ -53,11 +60,10 @@ def source_line(callsite: str) -> str:
 def rank_condition(callsite: str) -> str | None:
     """The innermost ``if``/``while`` test enclosing the call site that depends on the rank
     (or on a per-rank fact such as a file's existence), as source text, else None."""
-    path, line = split_callsite(callsite)
-    parsed = _parse(path)
-    if parsed is None or line <= 0:
+    at = _parsed_at(callsite)
+    if at is None:
         return None
-    tree, text = parsed
+    tree, text, line = at
     best: tuple[int, str] | None = None
     for node in ast.walk(tree):
         if not isinstance(node, (ast.If, ast.While, ast.IfExp)):
@@ -84,11 +90,10 @@ def keyed_loop(callsite: str) -> str | None:
     """The innermost ``for`` header enclosing the call site that iterates a mapping (its
     items, keys or values), a set or a directory listing: an order each rank makes for
     itself (a dict's is the order its keys were added on that rank), as source text."""
-    path, line = split_callsite(callsite)
-    parsed = _parse(path)
-    if parsed is None or line <= 0:
+    at = _parsed_at(callsite)
+    if at is None:
         return None
-    tree, text = parsed
+    tree, text, line = at
     best: tuple[int, str] | None = None
     for node in ast.walk(tree):
         if not isinstance(node, (ast.For, ast.AsyncFor)):
@@ -107,3 +112,18 @@ def file_mentions(callsite: str, words: str) -> bool:
     """Does the call site's file contain ``words`` (outside nothing: a plain text search)?"""
     parsed = _parse(split_callsite(callsite)[0])
     return parsed is not None and words in parsed[1]
+
+
+LAUNCHER_MARK = "ddpdoctor: launcher"
+
+
+@functools.lru_cache(maxsize=256)
+def declares_launcher(path: str) -> bool:
+    """Does the file say, in its first lines (``# ddpdoctor: launcher``), that it only
+    starts ranks that run the script named after it?  Its frames are not the user's code,
+    and lint before the run reads the script after it."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return LAUNCHER_MARK in f.read(2048)
+    except OSError:
+        return False

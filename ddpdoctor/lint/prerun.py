@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from ddpdoctor.analysis.source import declares_launcher
 from ddpdoctor.errors import UserError
 from ddpdoctor.lint.engine import lint_files
 from ddpdoctor.rundir.lint_results import write_lint_results
@@ -30,23 +31,10 @@ def job_script(command: list[str]) -> Path | None:
             return None
         if arg.endswith(".py") and not arg.startswith("-"):
             path = Path(arg)
-            if path.is_file() and _declares_launcher(path):
+            if path.is_file() and declares_launcher(str(path)):
                 continue  # a launcher of the user's own: its script comes later
             return path if path.is_file() else None
     return None
-
-
-LAUNCHER_MARK = "ddpdoctor: launcher"
-
-
-def _declares_launcher(path: Path) -> bool:
-    """Does the script say, in its first lines (``# ddpdoctor: launcher``), that it only
-    starts ranks that run the script named after it?"""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return LAUNCHER_MARK in f.read(2048)
-    except OSError:
-        return False
 
 
 def lint_before_run(command: list[str], run_dir: Path, console: Console) -> list[dict[str, Any]]:

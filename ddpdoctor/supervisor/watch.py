@@ -13,8 +13,8 @@ from ddpdoctor.rundir.nodes import node_dirs
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.origin import Origin
 from ddpdoctor.trace.record import filled
-from ddpdoctor.trace.reader import TraceError, TraceFile, TraceHeader, decode_fields
-from ddpdoctor.trace.tail import TraceTail
+from ddpdoctor.trace.reader import TraceError, TraceFile, decode_fields
+from ddpdoctor.trace.tail import TailView, TraceTail
 
 WINDOW = 4096  # collectives kept per rank and group for live matching
 MAX_NEW_PER_POLL = 8192
@@ -57,7 +57,7 @@ def live_call(rank: int, group: str, v: tuple) -> Call:
 
 
 @dataclass
-class LiveRank:
+class LiveRank(TailView):
     """One process's trace, read incrementally: its collectives by group and seq, and the
     calls it is inside now."""
 
@@ -69,36 +69,6 @@ class LiveRank:
     exited_clean: bool = False
     stop_logged: bool = False  # the supervisor has said this rank is SIGSTOPped
     remote: bool = False  # another node's rank, read from node 0's copy of its trace
-
-    @property
-    def file(self) -> TraceFile:
-        return self.tail.file
-
-    @property
-    def header(self) -> TraceHeader:
-        return self.tail.header
-
-    @header.setter
-    def header(self, header: TraceHeader) -> None:
-        self.tail.header = header
-
-    @property
-    def read_upto(self) -> int:
-        """Records [0, read_upto) have been read."""
-        return self.tail.read_upto
-
-    @property
-    def groups(self) -> dict[int, str]:
-        return self.tail.groups
-
-    @property
-    def group_ranks(self) -> dict[str, list[int]]:
-        return self.tail.group_ranks
-
-    @property
-    def open(self) -> dict[int, Call]:
-        """Record index -> the call inside which the rank is."""
-        return self.tail.open
 
     @property
     def rank(self) -> int:

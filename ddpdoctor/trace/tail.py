@@ -109,3 +109,40 @@ class TraceTail:
                 self.groups[g["index"]] = name
                 if isinstance(g.get("ranks"), list):
                     self.group_ranks[name] = [r for r in g["ranks"] if isinstance(r, int)]
+
+
+class TailView:
+    """A follower built on a ``TraceTail`` (its ``tail``): the tail's file, header, read
+    position, groups and open records, as its own attributes."""
+
+    tail: TraceTail
+
+    @property
+    def file(self) -> TraceFile:
+        return self.tail.file
+
+    @property
+    def header(self) -> TraceHeader:
+        return self.tail.header
+
+    @header.setter
+    def header(self, header: TraceHeader) -> None:
+        self.tail.header = header
+
+    @property
+    def read_upto(self) -> int:
+        """Records [0, read_upto) have been read."""
+        return self.tail.read_upto
+
+    @property
+    def groups(self) -> dict[int, str]:
+        return self.tail.groups
+
+    @property
+    def group_ranks(self) -> dict[str, list[int]]:
+        return self.tail.group_ranks
+
+    @property
+    def open(self) -> dict[int, Any]:
+        """Record index -> what the follower made of a call that has not returned."""
+        return self.tail.open

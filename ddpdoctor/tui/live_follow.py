@@ -21,8 +21,8 @@ from ddpdoctor.rundir.layout import LIVE_STATE_FILE
 from ddpdoctor.trace import layout as L
 from ddpdoctor.report.schema import timeline_entry
 from ddpdoctor.trace.record import CallRecord
-from ddpdoctor.trace.reader import TraceError, TraceFile, TraceHeader, record_of
-from ddpdoctor.trace.tail import TraceTail
+from ddpdoctor.trace.reader import TraceError, TraceFile, record_of
+from ddpdoctor.trace.tail import TailView, TraceTail
 
 LIVE_SCHEMA = "ddpdoctor.live/1"
 REPORT_SCHEMA = "ddpdoctor.report/1"
@@ -41,33 +41,12 @@ def _entry(rec: CallRecord, group: str) -> dict[str, Any]:
     return {**timeline_entry(rec), "group": group}
 
 
-class RankTail:
+class RankTail(TailView):
     """One process's trace: the calls it appended since the last poll, kept up to ``keep``."""
 
     def __init__(self, path: Path, keep: int) -> None:
         self.tail = TraceTail(TraceFile(path), max_new=(keep or 1) * 4)
         self.entries: deque[dict[str, Any]] = deque(maxlen=keep)
-
-    @property
-    def file(self) -> TraceFile:
-        return self.tail.file
-
-    @property
-    def header(self) -> TraceHeader:
-        return self.tail.header
-
-    @property
-    def read_upto(self) -> int:
-        return self.tail.read_upto
-
-    @property
-    def open(self) -> dict[int, dict[str, Any]]:
-        """Record index -> its entry, end unknown."""
-        return self.tail.open
-
-    @property
-    def groups(self) -> dict[int, str]:
-        return self.tail.groups
 
     def poll(self) -> bool:
         """Read what was appended and what returned since the last poll; True if any."""

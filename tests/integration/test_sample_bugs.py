@@ -105,12 +105,22 @@ def test_fixed_twin_runs_clean(tmp_path_factory, bug, tmp_path):
     twin_repro(tmp_path_factory, bug)  # replayed by test_fixed_twins_repros_end_cleanly
 
 
+def twin_batches(per_batch: int = 10) -> list[tuple[int, int]]:
+    """(nproc, batch) of the fixed twins' replays: at most ``per_batch`` twins of one world
+    size a batch, so that the batches (each one job, its twins in turn) run side by side."""
+    out = []
+    for n in sorted({b.nproc for b in bugs.CATALOGUE}):
+        count = sum(1 for b in bugs.CATALOGUE if b.nproc == n)
+        out += [(n, i) for i in range((count + per_batch - 1) // per_batch)]
+    return out
+
+
 @pytest.mark.timeout(1200)  # it runs the twins not yet run by their own tests, in turn
-@pytest.mark.parametrize("nproc", sorted({b.nproc for b in bugs.CATALOGUE}))
-def test_fixed_twins_repros_end_cleanly(tmp_path_factory, nproc, tmp_path):
+@pytest.mark.parametrize("nproc,batch", twin_batches())
+def test_fixed_twins_repros_end_cleanly(tmp_path_factory, nproc, batch, tmp_path):
     """The repro of every fixed twin with ``nproc`` ranks ends cleanly (exit 0), each
-    replayed in turn by the ranks of one job."""
-    twins = [b for b in bugs.CATALOGUE if b.nproc == nproc]
+    replayed in turn by the ranks of one job (ten twins a job)."""
+    twins = [b for b in bugs.CATALOGUE if b.nproc == nproc][batch * 10:batch * 10 + 10]
     proc = replay_twins(tmp_path_factory, twins, nproc, tmp_path)
     replayed = [line.split()[1] for line in proc.stdout.splitlines()
                 if line.startswith("replayed ")]

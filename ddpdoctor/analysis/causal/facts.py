@@ -10,6 +10,7 @@ import signal
 from dataclasses import replace
 
 from ddpdoctor.analysis.model import Call, JobView, RankRun
+from ddpdoctor.analysis.source import declares_launcher
 from ddpdoctor.analysis.causal.state import Death, RankState, StateKind
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.meta_line import traceback_frames
@@ -49,7 +50,7 @@ def user_frames(run: RankRun) -> list[tuple[str, str]]:
     out = []
     for frame in run.stack or []:
         fn = str(frame.get("filename", ""))
-        if fn and not any(p in fn for p in INTERNAL_PARTS):
+        if fn and not any(p in fn for p in INTERNAL_PARTS) and not declares_launcher(fn):
             out.append((f"{fn}:{frame.get('line')}", str(frame.get("name") or "")))
     return out
 

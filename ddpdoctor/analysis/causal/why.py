@@ -9,7 +9,7 @@ from ddpdoctor.analysis.alignment import OutOfStep, out_of_step
 from ddpdoctor.analysis.branches import LoopExit, loop_exit
 from ddpdoctor.analysis.iterations import SkippedIteration, skipped_iterations
 from ddpdoctor.analysis.model import Call, Finding, FindingKind, JobView, Severity
-from ddpdoctor.analysis.source import rank_condition, source_line
+from ddpdoctor.analysis.source import declares_launcher, rank_condition, source_line
 from ddpdoctor.analysis.causal.mechanisms import MECHANISMS, fix_for
 from ddpdoctor.trace.origin import Origin
 
@@ -93,9 +93,14 @@ def with_step(f: Finding, oos: OutOfStep, surfaced: str, blame: bool) -> Finding
         fix = ("Make every rank call the same collectives in the same order: the call at "
                f"{oos.call.short_site} must be made on every rank of the group or on none "
                "(move it out of the rank-dependent branch).") if oos.extra else f.fix
+    evidence = {**f.evidence, "out_of_step": step_evidence(oos)}
+    if fix != f.fix:  # the cause is now where they went out of step, not what surfaced
+        cond = rank_condition(oos.call.callsite)
+        evidence["why"] = {"kind": "rank_branch" if cond else "order",
+                           "ranks": list(oos.culprits), "call": oos.call.callsite,
+                           "decision": None, "condition": cond}
     return replace(f, ranks=tuple(oos.culprits) if blame else f.ranks, summary=summary,
-                   detail=detail, fix=fix,
-                   evidence={**f.evidence, "out_of_step": step_evidence(oos)})
+                   detail=detail, fix=fix, evidence=evidence)
 
 
 DECIDE_TOGETHER = ("Decide together: let one rank decide and broadcast the decision, or "
@@ -238,7 +243,8 @@ def _raised_at(run: Any) -> list[str]:
     exc = run.exception()
     frames = traceback_frames(exc) if exc else []
     return [f"{f.get('filename')}:{f.get('line')}" for f in reversed(frames)
-            if f.get("filename") and not any(p in str(f["filename"]) for p in INTERNAL_PARTS)]
+            if f.get("filename") and not any(p in str(f["filename"]) for p in INTERNAL_PARTS)
+            and not declares_launcher(str(f["filename"]))]
 
 
 def with_exit(f: Finding, job: JobView) -> Finding:
