@@ -66,11 +66,12 @@ def _exits(loop: ast.AST, kinds: tuple[type, ...]) -> list[tuple[ast.stmt, list[
     return found
 
 
-def loop_exit(callsite: str, skipped: bool) -> LoopExit | None:
+def loop_exit(callsite: str, skipped: bool, innermost: bool = False) -> LoopExit | None:
     """The statement by which a rank left the loop around ``callsite`` (a call the others
     made and it did not): with ``skipped``, a `continue` (it skipped the rest of one
     iteration), else a `break` or `return` (it left the loop).  The innermost loop that
-    has one; in a loop, the last such statement before the call's line, else the first."""
+    has one (``innermost``: the innermost loop, or none); in a loop, the last such
+    statement before the call's line, else the first."""
     path, line = split_callsite(callsite)
     parsed = _parse(path)
     if parsed is None or line <= 0:
@@ -80,6 +81,7 @@ def loop_exit(callsite: str, skipped: bool) -> LoopExit | None:
     loops = [n for n in ast.walk(tree) if isinstance(n, _LOOPS) and
              n.lineno <= line <= (n.end_lineno or n.lineno)]
     loops.sort(key=lambda n: -n.lineno)
+    loops = loops[:1] if innermost else loops
     kinds: tuple[type, ...] = (ast.Continue,) if skipped else (ast.Break, ast.Return)
     for loop in loops:
         exits = _exits(loop, kinds)

@@ -141,8 +141,9 @@ def diagnose(job: JobView) -> Diagnosis:
     if grouped is not None:  # every later group is shifted: the waits it leads to are its
         b.add(grouped, set(job.ranks))
     split = recorded_splits(job) or split_sizes_mismatch(job, states)
-    if split is not None:  # the ranks' errors in and after the exchange are its echo
-        covered.update(dict.fromkeys(split.ranks, b.add(split, set(split.ranks))))
+    if split is not None:  # every member's error in and after the exchange is its echo
+        members = set(job.group_members(split.evidence["group"])) | set(split.ranks)
+        covered.update(dict.fromkeys(members, b.add(split, members)))
     uneven_found = uneven.detect(job)
     late: list[Finding] = []
     for f in uneven_found:

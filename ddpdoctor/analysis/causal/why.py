@@ -211,11 +211,13 @@ def _left_loop(f: Finding, job: JobView) -> tuple[tuple[int, ...], Call] | None:
     return None
 
 
-def _exit_around(job: JobView, awaited: Call) -> tuple[LoopExit, bool] | None:
+def _exit_around(job: JobView, awaited: Call,
+                 loader_fed: bool) -> tuple[LoopExit, bool] | None:
     """The loop exit around the awaited call, at its line or at a line of the waiting
     rank's stack further out (the call sits in a helper the loop calls): a `break` or
-    `return` (the culprits left the loop), else a `continue` on rank-local input (they
-    skipped a step the others took), with True for the skip."""
+    `return` (the culprits left the loop), else a `continue` on rank-local input in the
+    innermost loop there (they skipped a step the others took; not when their loader's
+    count says they ran out of batches), with True for the skip."""
     from ddpdoctor.analysis.causal.facts import user_frames
     from ddpdoctor.analysis.decisions import from_exit
 
@@ -227,8 +229,8 @@ def _exit_around(job: JobView, awaited: Call) -> tuple[LoopExit, bool] | None:
         found = loop_exit(site, skipped=False)
         if found is not None:
             return found, False
-    for site in sites:
-        found = loop_exit(site, skipped=True)
+    for site in sites if not loader_fed else ():  # (a loader's count says it ran out)
+        found = loop_exit(site, skipped=True, innermost=True)
         decided = from_exit(found) if found is not None else None
         if found is not None and decided is not None and decided.reads.rank_local:
             return found, True
@@ -256,7 +258,7 @@ def with_exit(f: Finding, job: JobView) -> Finding:
     if left is None:
         return f
     ranks, awaited = left
-    around = _exit_around(job, awaited)
+    around = _exit_around(job, awaited, "batches" in f.evidence)
     if around is None:
         return f
     exit_, skipped = around
