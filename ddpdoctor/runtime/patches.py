@@ -213,6 +213,7 @@ def _wrap_general(name: str, fn: Callable, spec: OpSpec) -> Callable:
     flags0 = spec.direction | (_OBJECT if spec.obj else 0)
     always_async = name in ("isend", "irecv")
     has_async = "async_op" in spec.params
+    by_peer = name == "all_to_all_single"  # its split sizes recorded as one shape a peer
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -226,7 +227,7 @@ def _wrap_general(name: str, fn: Callable, spec: OpSpec) -> Callable:
             group = spec.arg(args, kwargs, "group")
             ins = tensors_of(spec, spec.ins, args, kwargs) if spec.ins else []
             outs = tensors_of(spec, spec.outs, args, kwargs) if spec.outs else ()
-            if name == "all_to_all_single":
+            if by_peer:
                 ins, outs = split_chunks(spec, args, kwargs, ins, outs)
             for lname in spec.lists:
                 lst = spec.arg(args, kwargs, lname)

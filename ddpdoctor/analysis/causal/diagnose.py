@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ddpdoctor.analysis.causal import findings as F
-from ddpdoctor.analysis.causal.alike import about_the_same_time, exited_alike, same_failure
 from ddpdoctor.analysis.causal import known_failures, mismatch, uneven
+from ddpdoctor.analysis.causal.alike import about_the_same_time, exited_alike, same_failure
 from ddpdoctor.analysis.causal.ddp_errors import construction_mismatch
 from ddpdoctor.analysis.causal.exchange import recorded_splits, split_sizes_mismatch
 from ddpdoctor.analysis.causal.facts import rank_states
