@@ -3,7 +3,8 @@
 An all_to_all_single is recorded with one shape per peer when the call passes split sizes
 (rank i's input rows for rank j must be rank j's output rows for rank i): ``recorded_splits``
 checks that, before any rank fails.  Without them (an older trace, more peers than a record
-holds), the tensors' shapes agree whatever the splits, so the matcher sees nothing; gloo aborts the rank that receives more or less than its output split sizes
+holds), the tensors' shapes agree whatever the splits, so the matcher sees nothing; gloo
+aborts the rank that receives more or less than its output split sizes
 say ("Received data size doesn't match expected size") while the sender, whose part went
 out, returns.  Which rank computed its sizes wrongly is not in the trace: every rank of the
 exchange is named, and the fix is to exchange the sizes first."""
@@ -72,12 +73,13 @@ def _changed(job: JobView, c: Call) -> str:
     return ""
 
 
-def _broke_pattern(job: JobView, calls: dict[int, Call],
+def _broke_pattern(changes: dict[int, str],
                    pairs: list[tuple[int, int, int, int]]) -> tuple[int, ...]:
-    """The ranks whose own split sizes changed here while the others' did not, when every
-    pair that disagrees has one of them: the evidence of their own history."""
-    moved = tuple(sorted(r for r, c in calls.items() if _changed(job, c)))
-    if not moved or len(moved) == len(calls):
+    """The ranks whose own split sizes changed here (``changes``: rank -> how, "" when not)
+    while the others' did not, when every pair that disagrees has one of them: the evidence
+    of their own history."""
+    moved = tuple(sorted(r for r, how in changes.items() if how))
+    if not moved or len(moved) == len(changes):
         return ()
     return moved if all(a in moved or b in moved for a, b, _, _ in pairs) else ()
 
@@ -98,8 +100,9 @@ def recorded_splits(job: JobView) -> Finding | None:
             involved = tuple(sorted({r for p in pairs for r in p[:2]}))
             told = "; ".join(f"rank {a} sends {n} rows to rank {b}, which expects {m}"
                              for a, b, n, m in pairs[:4])
-            moved = [m for m in (_changed(job, calls[r]) for r in involved) if m]
-            broke = _broke_pattern(job, calls, pairs)
+            changes = {r: _changed(job, call) for r, call in calls.items()}
+            moved = [changes[r] for r in involved if changes[r]]
+            broke = _broke_pattern(changes, pairs)
             ranks = broke or involved
             src = source_line(c.callsite)
             summary = (f"the split sizes of {c.op} #{seq} at {c.short_site} disagree across "

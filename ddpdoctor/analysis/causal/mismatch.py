@@ -9,10 +9,11 @@ from ddpdoctor.analysis.causal import why
 from ddpdoctor.analysis.causal.cause import CauseKind, decision_of, mismatch_cause, with_cause
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
 from ddpdoctor.analysis.alignment import OutOfStep
-from ddpdoctor.analysis.matcher import Divergence, find_divergence, fingerprint
+from ddpdoctor.analysis.matcher import Divergence, find_divergence
 from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
 from ddpdoctor.analysis.causal.facts import user_frames
 from ddpdoctor.analysis.source import keyed_loop, rank_condition, source_line, split_callsite
+
 
 def call_condition(call: Call, job: JobView | None) -> tuple[str, str] | None:
     """(site, test): the rank-dependent ``if`` enclosing the call, at its own line; else,
@@ -126,13 +127,11 @@ def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
         set(here.culprits) == set(culprits) else None
     cause = mismatch_cause(tuple(culprits), calls, div.state.value, missed)
     loop = _keyed_loop(calls)
-    if cause.kind in (CauseKind.SHAPE, CauseKind.DTYPE, CauseKind.ORDER) and \
-            (loop or _swapped(div, job, culprits)):
+    if cause.kind in (CauseKind.SHAPE, CauseKind.DTYPE, CauseKind.ORDER) and loop:
         cause = replace(cause, kind=CauseKind.SWAPPED)
         detail += (f"\nEvery rank makes this call inside {loop}, once per key, in the order "
                    "that rank added its keys (or listed them): the same calls, in another "
-                   "order on some ranks." if loop else "\nThe same calls, in another order: "
-                   "each side's next call on the group is the other side's call here.")
+                   "order on some ranks.")
     told = [why.mechanism(c) for c in calls.values() if c.origin.implicit]
     if told:
         detail += "\n" + "\n".join(dict.fromkeys(told))
@@ -145,24 +144,6 @@ def _keyed_loop(calls: dict[int, Call]) -> str | None:
     """The loop over keys every rank makes this call in, when they all call it from one line."""
     sites = {c.callsite for c in calls.values()}
     return keyed_loop(next(iter(sites))) if len(sites) == 1 else None
-
-
-def _next_call(job: JobView, call: Call) -> Call | None:
-    run = job.ranks.get(call.rank)
-    return next((c for c in (run.calls.get(call.group, []) if run is not None else [])
-                 if c.seq == call.seq + 1), None)
-
-
-def _swapped(div: Divergence, job: JobView | None, culprits: tuple[int, ...]) -> bool:
-    """Do the culprits make the others' call here next, and the others the culprits'?"""
-    if job is None or len(culprits) == len(div.calls):
-        return False
-    mine = div.calls[culprits[0]]
-    theirs = next(c for r, c in div.calls.items() if r not in culprits)
-    my_next, their_next = _next_call(job, mine), _next_call(job, theirs)
-    return my_next is not None and their_next is not None and \
-        fingerprint(my_next) == fingerprint(theirs) and \
-        fingerprint(their_next) == fingerprint(mine)
 
 
 def _out_of_step(f: Finding, div: Divergence, job: JobView | None,
