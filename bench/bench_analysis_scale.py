@@ -1,5 +1,5 @@
 """Analysis at scale: 1,024 ranks x 10,000 collectives, one divergent rank, found by
-ddpdoctor.analysis.fast within 5 s and 2 GiB; `ddpdoctor analyze` end to end within
+ddpdoctor.analysis.align.fast_scan within 5 s and 2 GiB; `ddpdoctor analyze` end to end within
 1.55x the scan's own time (10 s against 6.5 s at 8,192 x 2,000) and 1 GiB.
 
     python bench/bench_analysis_scale.py                 # 1024 x 10000, the budget check
@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ddpdoctor.analysis.fast_files import RECORD_DTYPE  # noqa: E402
+from ddpdoctor.analysis.load.trace_words import RECORD_DTYPE  # noqa: E402
 from ddpdoctor.trace import layout as L  # noqa: E402
 
 BUDGET_S = 5.0
@@ -105,7 +105,7 @@ def write_job(run_dir: Path, ranks: int, collectives: int, culprit: int, bad_seq
 
 def analyze_child(run_dir: Path, slow: bool) -> None:
     """In the child: run the fast path (and the object path if asked), print JSON."""
-    from ddpdoctor.analysis.fast import scan
+    from ddpdoctor.analysis.align.fast_scan import scan
 
     t = time.perf_counter()
     result = scan([run_dir])
@@ -116,7 +116,7 @@ def analyze_child(run_dir: Path, slow: bool) -> None:
                             "culprits": list(d.culprits)} for d in result.divergences]}
     if slow:
         from ddpdoctor.analysis.causal.mismatch import divergences
-        from ddpdoctor.analysis.load import load_job
+        from ddpdoctor.analysis.load.run_dirs import load_job
 
         t = time.perf_counter()
         job = load_job([run_dir], stacks=False)

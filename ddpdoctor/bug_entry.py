@@ -6,9 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-FINDING_KINDS = ("collective_mismatch", "missing_collective", "uneven_batches", "rank_failed",
-                 "seed_collision", "stale_shuffle", "duplicate_data", "straggler", "deadlock",
-                 "replica_divergence")
+from ddpdoctor.kinds import CATALOGUE_KINDS as FINDING_KINDS  # noqa: F401 (the API)
 
 
 class Launch(str, enum.Enum):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ddpdoctor import __version__
+from ddpdoctor.config import HANG_TIMEOUT
 from ddpdoctor.errors import UserError
 from ddpdoctor.help_format import HelpFormatter
 from ddpdoctor.proc.signals import exit_status, say_to_stderr, signal_of, silence_closed_output
@@ -58,10 +59,10 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nproc-per-node", type=int, metavar="N",
                    help="ranks on this node, when COMMAND is a script (started through "
                    "torch.distributed.run)")
-    p.add_argument("--hang-timeout", type=_positive_float, default=60.0, metavar="SECONDS",
+    p.add_argument("--hang-timeout", type=_positive_float, default=HANG_TIMEOUT, metavar="SECONDS",
                    help="ranks waiting this long (in a collective, a p2p op or the "
                    "rendezvous) on ranks that make no progress mean the job hangs; a rank "
-                   "still computing is a straggler (default: 60)")
+                   "still computing is a straggler (default: %(default)g)")
     p.add_argument("--on-hang", choices=("stop", "wait"), default="stop",
                    help="stop: write the report, then stop every rank (exit 124); wait: "
                    "write the report and leave the job running (default: stop)")

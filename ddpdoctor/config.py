@@ -23,6 +23,9 @@ class DdpMode(str, enum.Enum):
     TORCH = "torch"  # torch's own DDP, its buckets recorded through a comm hook
 
 
+HANG_TIMEOUT = 60.0  # seconds: --hang-timeout's default (docs/running.md, `run --help`)
+
+
 def parse_store(text: str) -> tuple[str, int]:
     """``HOST:PORT`` of --doctor-store -> (host, port); a UserError otherwise."""
     host, _, port = text.rpartition(":")
@@ -50,7 +53,7 @@ class RunConfig:
 
     command: tuple[str, ...]
     nproc_per_node: int | None = None
-    hang_timeout: float = 60.0
+    hang_timeout: float = HANG_TIMEOUT
     on_hang: OnHang = OnHang.STOP
     report: Path | None = None
     run_dir: Path | None = None

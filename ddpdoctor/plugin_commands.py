@@ -68,7 +68,7 @@ def _plugins_command(args: argparse.Namespace) -> int:
 
 
 def _export_command(args: argparse.Namespace) -> int:
-    from ddpdoctor.analysis.load import load_job
+    from ddpdoctor.analysis.load.run_dirs import load_job
     from ddpdoctor.errors import UserError
 
     exporters = registered_exporters()

@@ -42,7 +42,7 @@ def analyze_with_waits(job: JobView, problems: list[str] | None = None
     """All findings, root causes first.  The causal model decides root causes; detectors
     (built-in silent-bug detectors and plugins) add their findings.  A detector that raises
     is noted in ``problems`` (or job.problems) and skipped."""
-    from ddpdoctor.analysis.causal import why
+    from ddpdoctor.analysis.explain import why
     from ddpdoctor.analysis.causal.diagnose import diagnose
 
     notes = problems if problems is not None else job.problems

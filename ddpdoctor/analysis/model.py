@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddpdoctor.kinds import FindingKind, Severity  # noqa: F401 (analysis's names for them)
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace
 from ddpdoctor.trace.record import CallRecord
@@ -14,25 +14,6 @@ from ddpdoctor.trace.record import CallRecord
 NS = 1_000_000_000
 # exit statuses of a rank whose launcher signalled it after its program had returned
 CUT_SHORT = (-15, -2, -9, -1)  # SIGTERM, SIGINT, SIGKILL, SIGHUP
-
-
-class Severity(str, enum.Enum):
-    ERROR = "error"
-    WARNING = "warning"
-    INFO = "info"
-
-
-class FindingKind(str, enum.Enum):
-    """The finding kinds the causal model decides and links (a str: equal to the report's
-    ``kind`` text, so a Finding's ``kind`` may be either)."""
-
-    COLLECTIVE_MISMATCH = "collective_mismatch"
-    MISSING_COLLECTIVE = "missing_collective"
-    UNEVEN_BATCHES = "uneven_batches"
-    RANK_FAILED = "rank_failed"
-    DEADLOCK = "deadlock"
-    NODE_LOST = "node_lost"
-    STALLED_CALL = "stalled_call"
 
 
 def ranks_text(ranks: list[int] | tuple[int, ...]) -> str:
@@ -67,7 +48,8 @@ class Finding:
     caused_by: int | None = None  # index of the root cause's finding in the same list
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "severity": self.severity.value, "ranks": list(self.ranks),
+        return {"kind": str(getattr(self.kind, "value", self.kind)),
+                "severity": self.severity.value, "ranks": list(self.ranks),
                 "seq": self.seq, "summary": self.summary, "detail": self.detail,
                 "fix": self.fix, "evidence": self.evidence, "caused_by": self.caused_by}
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.analysis.engine import analyze
-from ddpdoctor.analysis.flight_recorder import FlightRecorderDump, is_pickle, load_dump
+from ddpdoctor.analysis.load.flight_recorder import FlightRecorderDump, is_pickle, load_dump
 from ddpdoctor.analysis.model import NS, Finding, JobView, RankRun, Severity
-from ddpdoctor.analysis.sources import FACTS_FILE, facts_of
+from ddpdoctor.analysis.load.external import FACTS_FILE, facts_of
 from ddpdoctor.attach.discover import RankProcess, find_ranks
 from ddpdoctor.attach.job import (StackSample, build_job, main_thread_activity,
                                   process_state, rank_facts)

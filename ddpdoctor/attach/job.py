@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis.flight_recorder import FlightRecorderDump
+from ddpdoctor.analysis.load.flight_recorder import FlightRecorderDump
 from ddpdoctor.analysis.model import Call, JobView, RankRun
-from ddpdoctor.analysis.sources import DEFAULT_GROUP, external_run, mark_record
+from ddpdoctor.analysis.load.external import DEFAULT_GROUP, external_run, mark_record
 from ddpdoctor.attach.discover import RankProcess
 from ddpdoctor.attach.frames import StackPlace, place_of
 from ddpdoctor.proc.table import alive, proc_state

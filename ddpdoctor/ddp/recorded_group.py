@@ -10,7 +10,7 @@ records each bucket as it is launched, whatever way the job then ends.  On reque
 recorder on, the reducer keeps torch's own group and no Python runs per bucket
 (``FlightRecordedBuckets``): the trace says once that the DDP's buckets are left to the
 recorder, each rank dumps its recorder when the supervisor asks (runtime/fr_dump.py) and
-as it exits, and the analysis takes the buckets from the dumps (analysis/fr_buckets.py);
+as it exits, and the analysis takes the buckets from the dumps (analysis/load/fr_buckets.py);
 a rank killed without a dump then has none.  The ``RecordedGroup`` is a process group with the DDP
 group's own gloo backend, whose ``allreduce`` forwards the call and records the bucket right
 after its launch (one logical ``all_reduce``, BUCKET flag, bucket index in ``aux``).  The
@@ -176,7 +176,7 @@ class RecordedGroup(dist.ProcessGroup):
 class FlightRecordedBuckets:
     """A DDP whose reducer keeps torch's own group: no Python runs per bucket, and the
     buckets are read from torch's flight recorder when a dump is taken (every all-reduce of
-    a floating tensor on the group that the trace lacks is one; analysis/fr_buckets.py).
+    a floating tensor on the group that the trace lacks is one; analysis/load/fr_buckets.py).
     The trace says so once, in a ``ddp_buckets`` event with the DDP's parameter count."""
 
     def __init__(self, pg: Any, params: Any):

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from ddpdoctor.kinds import Severity  # noqa: F401 (lint's severities are the report's)
+
 SCHEMA = "ddpdoctor.lint/1"
 IGNORE_COMMENT = re.compile(r"#\s*ddpdoctor:\s*ignore(?:\[([A-Za-z0-9_,\s-]*)\])?")
-
-
-class Severity(str, enum.Enum):
-    """error: some ranks block (a hang); warning: they may, or they train wrong silently."""
-
-    ERROR = "error"
-    WARNING = "warning"
-    INFO = "info"
 
 
 @dataclass(frozen=True)

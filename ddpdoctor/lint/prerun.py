@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ddpdoctor.analysis.source import declares_launcher
+from ddpdoctor.analysis.load.user_source import declares_launcher
 from ddpdoctor.errors import UserError
 from ddpdoctor.lint.engine import lint_files
 from ddpdoctor.rundir.lint_results import write_lint_results

@@ -49,6 +49,13 @@ def proc_state(pid: int) -> str:
     return info.state if info is not None else ""
 
 
+def live_state(pid: int) -> str | None:
+    """The kernel state letter of a running ``pid``, None when it is gone or a zombie: the
+    probe a live analysis is given (analysis itself never reads /proc)."""
+    info = proc_info(pid)
+    return info.state if info is not None and info.state not in ("Z", "X") else None
+
+
 def scan() -> dict[int, ProcInfo]:
     """Every process visible in /proc now."""
     out: dict[int, ProcInfo] = {}

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ddpdoctor.analysis.engine import analyze_with_waits
-from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.load.run_dirs import load_job
+from ddpdoctor.proc.table import live_state
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.rundir.lint_results import read_lint_results
 from ddpdoctor.report import schema
@@ -60,18 +61,19 @@ def build_report(run_dir: Path | list[Path], live: bool = True,
     Raises UserError when a path is not a run dir."""
     dirs = run_dir if isinstance(run_dir, list) else [run_dir]
     if total_records(dirs) > BIG_JOB_RECORDS:
-        from ddpdoctor.analysis.fast import scanned  # numpy: only for big jobs
+        from ddpdoctor.analysis.align.fast_scan import scanned  # numpy: only for big jobs
 
         # one pass over every record: the scan keeps each rank's tail and meta log
         with scanned(dirs, BIG_JOB_TAIL) as found, _collector_paused():
             job = load_job(dirs, live=live, hang_timeout=hang_timeout, tail=BIG_JOB_TAIL,
-                           read=found.traces)
+                           read=found.traces, probe=live_state if live else None)
             job.big = True
             findings, waits = analyze_with_waits(job)
             report = _report(job, findings, waits)
     else:
         job = load_job(dirs, live=live, hang_timeout=hang_timeout,
-                       tail=LIVE_TAIL if live and not full else None)
+                       tail=LIVE_TAIL if live and not full else None,
+                       probe=live_state if live else None)
         findings, waits = analyze_with_waits(job)
         report = _report(job, findings, waits)
     lint = read_lint_results(dirs[0])  # what `ddpdoctor run` linted before the start

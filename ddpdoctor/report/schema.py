@@ -41,7 +41,7 @@ from typing import Any
 import ddpdoctor
 from ddpdoctor.analysis.causal.facts import os_wait_of, state_of
 from ddpdoctor.analysis.causal.state import StateKind
-from ddpdoctor.analysis.clocks import host_now
+from ddpdoctor.analysis.align.clocks import host_now
 from ddpdoctor.analysis.model import NS, Call, Finding, JobView, RankRun
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.report.shown_state import IN_CALL, ShownFacts, shown_state

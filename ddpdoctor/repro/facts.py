@@ -9,8 +9,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis.load import load_job
-from ddpdoctor.analysis.source import rank_condition
+from ddpdoctor.analysis.load.run_dirs import load_job
+from ddpdoctor.analysis.load.user_source import rank_condition
 from ddpdoctor.analysis.model import NS, Call, JobView, RankRun
 from ddpdoctor.errors import UserError
 from ddpdoctor.repro import loaders

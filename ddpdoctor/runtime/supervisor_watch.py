@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+from ddpdoctor.config import HANG_TIMEOUT
 from ddpdoctor.proc.progress import TreeProgress, made_progress
 from ddpdoctor.proc.reaper import REAP_GRACE_S, start_reaper, stop_marked
 from ddpdoctor.proc.table import descendants, proc_info, scan
@@ -176,9 +177,9 @@ def start() -> None:
         return
     _watching = os.getpid()
     try:
-        hang_timeout = float(os.environ.get("DDPDOCTOR_HANG_TIMEOUT", "60"))
+        hang_timeout = float(os.environ.get("DDPDOCTOR_HANG_TIMEOUT", HANG_TIMEOUT))
     except ValueError:
-        hang_timeout = 60.0
+        hang_timeout = HANG_TIMEOUT
     on_hang = os.environ.get(ON_HANG_ENV, "stop")
     watch = SupervisorWatch(Path(run_dir), int(pid), hang_timeout, on_hang)
     threading.Thread(target=watch.run, name="ddpdoctor-supervisor-watch", daemon=True).start()

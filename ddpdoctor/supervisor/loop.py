@@ -287,13 +287,14 @@ class Supervisor(JobEnding, NodesMixin):
             return None
         self._next_judge = now + JUDGE_EVERY_S
         from ddpdoctor.analysis.causal.verdict import HangVerdict, Straggling, judge
-        from ddpdoctor.analysis.load import load_job
+        from ddpdoctor.analysis.load.run_dirs import load_job
+        from ddpdoctor.proc.table import live_state
         from ddpdoctor.report.build import LIVE_TAIL
 
         try:
             sample_idle(self.live, self.progress, self.log, self._os_waits)
             job = load_job([self.run_dir], live=True, hang_timeout=self.config.hang_timeout,
-                           tail=LIVE_TAIL)
+                           tail=LIVE_TAIL, probe=live_state)
             self.progress.apply(job)
             self.nodes_progress(job)
             found = judge(job, self.config.hang_timeout)
@@ -324,7 +325,8 @@ class Supervisor(JobEnding, NodesMixin):
     def _with_frames(self, found: Any) -> Any:
         """The straggler notice again, once the stragglers' stacks say where they compute."""
         from ddpdoctor.analysis.causal.verdict import Straggling, judge
-        from ddpdoctor.analysis.load import load_job
+        from ddpdoctor.analysis.load.run_dirs import load_job
+        from ddpdoctor.proc.table import live_state
         from ddpdoctor.report.build import LIVE_TAIL
 
         live = self.live.local_ranks()
@@ -334,7 +336,7 @@ class Supervisor(JobEnding, NodesMixin):
         self.remote_stacks(list(found.ranks))
         try:
             job = load_job([self.run_dir], live=True, hang_timeout=self.config.hang_timeout,
-                           tail=LIVE_TAIL)
+                           tail=LIVE_TAIL, probe=live_state)
             self.progress.apply(job)
             self.nodes_progress(job)
             again = judge(job, self.config.hang_timeout)

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddpdoctor.analysis.matcher import Divergence, find_divergence, fingerprint
+from ddpdoctor.analysis.align.matcher import Divergence, find_divergence, fingerprint
 from ddpdoctor.analysis.model import NS, Call
 from ddpdoctor.proc.table import alive, proc_state
 from ddpdoctor.rundir.nodes import node_dirs

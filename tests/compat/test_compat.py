@@ -105,7 +105,7 @@ def record_kinds(run_dir: Path) -> dict[str, int]:
     """How many bucket all-reduces the job's ranks hold (their traces, joined with the
     flight recorder dumps the ranks write at exit: --ddp torch on gloo leaves its buckets
     to the recorder) and how many ring steps their traces hold."""
-    from ddpdoctor.analysis.load import load_job
+    from ddpdoctor.analysis.load.run_dirs import load_job
     from ddpdoctor.trace import layout as L
     from ddpdoctor.trace.reader import read_trace
 

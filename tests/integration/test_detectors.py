@@ -65,7 +65,7 @@ def test_healthy_jobs_get_no_data_findings(job, bug: str) -> None:
 
 
 def test_loaders_iterated_from_one_line_are_told_apart(job) -> None:
-    from ddpdoctor.analysis.load import load_job
+    from ddpdoctor.analysis.load.run_dirs import load_job
 
     view = load_job([job("val_rank0_one_line").run_dir])
     starts = {r: run.trace.meta_events("loader_epoch") for r, run in view.ranks.items()}
@@ -77,7 +77,7 @@ def test_loaders_iterated_from_one_line_are_told_apart(job) -> None:
 
 def test_the_probes_record_epochs_batches_and_rng(job) -> None:
     run = job("healthy")
-    from ddpdoctor.analysis.load import load_job
+    from ddpdoctor.analysis.load.run_dirs import load_job
 
     view = load_job([run.run_dir])
     assert sorted(view.ranks) == [0, 1]
@@ -209,7 +209,7 @@ def test_chrome_trace_export_of_a_real_run(job, tmp_path: Path) -> None:
                            "ddpdoctor-chrome-trace" / "src"))
     try:
         import ddpdoctor_chrome_trace as chrome
-        from ddpdoctor.analysis.load import load_job
+        from ddpdoctor.analysis.load.run_dirs import load_job
     finally:
         sys.path.pop(0)
     run = job("uneven_split")

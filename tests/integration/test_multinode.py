@@ -223,7 +223,7 @@ def test_a_node_whose_ranks_start_late_is_starting_not_hung(tmp_path):
               (tmp_path / "node0" / "supervisor.jsonl").read_text().splitlines()]
     said = [e for e in events if e.get("event") == "straggler"]
     assert any(e["ranks"] == late and "not seen yet" in e["message"] for e in said), said
-    from ddpdoctor.analysis.load import load_job
+    from ddpdoctor.analysis.load.run_dirs import load_job
 
     job = load_job([tmp_path / "node0"])
     for r in late:  # node 1's stamps are all on its own (shifted) clock, records included

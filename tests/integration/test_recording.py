@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.load.run_dirs import load_job
 from tests.conftest import JOBS, warmed
 
 pytestmark = pytest.mark.slow

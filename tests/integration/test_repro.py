@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.load.run_dirs import load_job
 from tests.conftest import JOBS, warm_launch
 
 pytestmark = pytest.mark.slow

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.analysis.fast import scan
-from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.align.fast_scan import scan
+from ddpdoctor.analysis.load.run_dirs import load_job
 from ddpdoctor.report import build
 from ddpdoctor.trace.reader import read_trace
 from tests.robustness.test_fast import mutate, program, write_rank

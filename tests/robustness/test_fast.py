@@ -10,8 +10,8 @@ from unittest import mock
 import pytest
 
 from ddpdoctor.analysis.causal.mismatch import divergences
-from ddpdoctor.analysis.fast import find_divergences_fast, scan
-from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.align.fast_scan import find_divergences_fast, scan
+from ddpdoctor.analysis.load.run_dirs import load_job
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.writer import TraceWriter
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis.load import rank_run
+from ddpdoctor.analysis.load.run_dirs import rank_run
 from ddpdoctor.analysis.model import NS, JobView, RankRun
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.origin import Origin

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ddpdoctor.analysis.alignment import first_gap, out_of_step
+from ddpdoctor.analysis.align.out_of_step import first_gap, out_of_step
 from ddpdoctor.analysis.causal.diagnose import diagnose
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.model import Call, Severity

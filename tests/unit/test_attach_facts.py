@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.analysis import flight_recorder as fr
+from ddpdoctor.analysis.load import flight_recorder as fr
 from ddpdoctor.analysis.engine import analyze
-from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.load.run_dirs import load_job
 from ddpdoctor.analysis.model import Severity
-from ddpdoctor.analysis.sources import FACTS_FILE, facts_of
+from ddpdoctor.analysis.load.external import FACTS_FILE, facts_of
 from ddpdoctor.attach.command import stuck_calls_only
 from ddpdoctor.attach.discover import RankProcess, find_ranks, rank_process
 from ddpdoctor.attach.frames import place_of

@@ -11,8 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ddpdoctor.analysis.loader_epochs import epochs_of
-from ddpdoctor.analysis.load import rank_run
+from ddpdoctor.analysis.align.epochs import epochs_of
+from ddpdoctor.analysis.load.run_dirs import rank_run
 from ddpdoctor.runtime import batch_counts, data_probes
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import read_trace

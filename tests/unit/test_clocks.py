@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ddpdoctor.analysis.causal.diagnose import diagnose
-from ddpdoctor.analysis.clocks import host_now, one_host, ordered
+from ddpdoctor.analysis.align.clocks import host_now, one_host, ordered
 from ddpdoctor.analysis.detectors import straggler
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.model import NS, Finding, JobView, RankRun
@@ -46,7 +46,7 @@ def on_host(r: int, records: list[CallRecord], skew: float = 0.0, **kw: Any) -> 
 
 
 def rank_from(run: RankRun) -> RankRun:
-    from ddpdoctor.analysis.load import rank_run
+    from ddpdoctor.analysis.load.run_dirs import rank_run
 
     return rank_run(run.trace)
 

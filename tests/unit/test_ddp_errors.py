@@ -262,7 +262,7 @@ def test_quoted_tracebacks_leave_out_ddpdoctors_frames() -> None:
 
 
 def test_own_frames_are_known_from_any_checkout_but_a_users_file_is_kept() -> None:
-    from ddpdoctor.analysis.causal.facts import ddpdoctor_frame
+    from ddpdoctor.analysis.load.frames import ddpdoctor_frame
     assert ddpdoctor_frame("/elsewhere/ddpdoctor/runtime/patches.py")
     assert ddpdoctor_frame("/a/ddpdoctor/ddpdoctor/analysis/causal/graph.py")
     assert not ddpdoctor_frame("/home/u/ddpdoctor/train.py")

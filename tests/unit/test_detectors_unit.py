@@ -8,7 +8,7 @@ from typing import Any
 
 from ddpdoctor.analysis.causal import uneven
 from ddpdoctor.analysis.detectors import duplicate, seeds, shuffle, straggler
-from ddpdoctor.analysis.load import rank_run
+from ddpdoctor.analysis.load.run_dirs import rank_run
 from ddpdoctor.analysis.model import NS, JobView
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import LoaderCount, RankTrace, TraceHeader

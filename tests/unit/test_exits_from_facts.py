@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddpdoctor.analysis.branches import loop_exit
+from ddpdoctor.analysis.explain.loop_exits import loop_exit
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.model import Severity
 from ddpdoctor.trace import layout as L

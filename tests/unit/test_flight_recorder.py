@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.analysis import flight_recorder as fr
+from ddpdoctor.analysis.load import flight_recorder as fr
 from ddpdoctor.analysis.engine import analyze
-from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.load.run_dirs import load_job
 from ddpdoctor.analysis.model import Call
 from ddpdoctor.errors import UserError
 from tests.unit.flight_recorder_factory import entry, write_dump

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddpdoctor.analysis import flight_recorder as fr
-from ddpdoctor.analysis import fr_buckets
+from ddpdoctor.analysis.load import flight_recorder as fr
+from ddpdoctor.analysis.load import fr_buckets
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.trace import fr_files
 from ddpdoctor.trace import layout as L

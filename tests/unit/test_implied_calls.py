@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddpdoctor.analysis.causal.diagnose import diagnose
-from ddpdoctor.analysis.implied import add_reducer_call, reducer_call
+from ddpdoctor.analysis.load.implied import add_reducer_call, reducer_call
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.origin import Origin
 from tests.unit.factory import frame, job, rank, rec
@@ -86,7 +86,7 @@ def test_a_line_lint_flagged_tells_the_sides_apart_where_the_source_does_not(tmp
 
 
 def test_lint_sites_are_the_flagged_calls_and_the_collectives_a_flagged_return_skips(tmp_path):
-    from ddpdoctor.analysis.load import lint_sites
+    from ddpdoctor.analysis.load.run_dirs import lint_sites
     from ddpdoctor.rundir.lint_results import write_lint_results
 
     write_lint_results(tmp_path, [

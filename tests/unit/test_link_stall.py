@@ -13,7 +13,7 @@ from pathlib import Path
 from ddpdoctor.analysis.causal.diagnose import diagnose
 from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.graph import wait_for_graph
-from ddpdoctor.analysis.causal.links import Link, RankSocket, link_facts, stalled_links
+from ddpdoctor.analysis.load.links import Link, RankSocket, link_facts, stalled_links
 from ddpdoctor.analysis.causal.stall import stalled_behind, stalled_call
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.model import Finding, RankRun, Severity
@@ -252,7 +252,7 @@ def test_a_stalled_connection_to_a_service_outside_the_job_is_not_its_link() -> 
 
 
 def test_the_supervisor_writes_what_the_analysis_reads(tmp_path: Path) -> None:
-    from ddpdoctor.analysis.connections import rank_sockets
+    from ddpdoctor.analysis.load.connections import rank_sockets
     from ddpdoctor.supervisor.connections import capture_connections
 
     server = socket.create_server(("127.0.0.1", 0))

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.analysis.matcher import MatchState, blame, compare, find_divergence
+from ddpdoctor.analysis.align.matcher import MatchState, blame, compare, find_divergence
 from ddpdoctor.analysis.model import Call
-from ddpdoctor.analysis.source import rank_condition
+from ddpdoctor.analysis.load.user_source import rank_condition
 
 
 def make_call(rank: int = 0, seq: int = 0, op: str = "all_reduce", shapes=((10,),),

@@ -9,7 +9,7 @@ import pytest
 
 from ddpdoctor.analysis.causal.diagnose import diagnose
 from ddpdoctor.analysis.causal.verdict import HangVerdict, judge
-from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.load.run_dirs import load_job
 from ddpdoctor.analysis.model import NS, NodeFacts, Severity
 from ddpdoctor.rundir.nodes import NODE_FILE, node_dir
 from ddpdoctor.trace import layout as L

@@ -13,7 +13,7 @@ import pytest
 
 from ddpdoctor import cli, plugins
 from ddpdoctor.analysis.engine import analyze
-from ddpdoctor.analysis.load import load_job
+from ddpdoctor.analysis.load.run_dirs import load_job
 from ddpdoctor.analysis.model import Finding, Severity
 from ddpdoctor.hookspecs import hookimpl
 from ddpdoctor.trace import layout as L

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ddpdoctor.analysis.causal.diagnose import diagnose
-from ddpdoctor.analysis.load import _attach_progress
+from ddpdoctor.analysis.load.run_dirs import _attach_progress
 from ddpdoctor.report import schema
 from ddpdoctor.supervisor.progress import ProgressTracker, cpu_seconds
 from tests.unit.factory import job, rank, rec, steps

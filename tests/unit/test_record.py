@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ddpdoctor.analysis.load import rank_run
+from ddpdoctor.analysis.load.run_dirs import rank_run
 from ddpdoctor.analysis.model import Call
-from ddpdoctor.analysis.iterations import iterations, with_iterations
+from ddpdoctor.analysis.align.iterations import iterations
+from ddpdoctor.analysis.load.flight_recorder import with_iterations
 from ddpdoctor.report.schema import rank_entry, timeline_entry
 from ddpdoctor.supervisor.watch import live_call
 from ddpdoctor.trace import layout as L

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ddpdoctor.analysis.detectors.replica_divergence import divergence_findings
-from ddpdoctor.analysis.replica_facts import (Check, HyperRow, ReplicaFacts, ReplicaSet,
+from ddpdoctor.analysis.detectors.drift.finding import divergence_findings
+from ddpdoctor.analysis.detectors.drift.facts import (Check, HyperRow, ReplicaFacts, ReplicaSet,
                                               SchedulerSteps, Write, check_from_event)
 from ddpdoctor.runtime.replica_prints import LOG_BUDGET, CheckSchedule, every_for, fingerprints
 

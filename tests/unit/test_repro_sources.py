@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ddpdoctor.analysis.model import Call
-from ddpdoctor.analysis.sources import FACTS_FILE, external_run, facts_of
+from ddpdoctor.analysis.load.external import FACTS_FILE, external_run, facts_of
 from ddpdoctor.repro.emit import script_text
 from ddpdoctor.repro.facts import Ending, read_job
 from ddpdoctor.trace import layout as L

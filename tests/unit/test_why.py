@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddpdoctor.analysis.causal.why import mechanism
+from ddpdoctor.analysis.explain.why import mechanism
 from ddpdoctor.analysis.engine import analyze
-from ddpdoctor.analysis.iterations import skipped_iterations
+from ddpdoctor.analysis.align.iterations import skipped_iterations
 from ddpdoctor.analysis.model import Call, Severity
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.origin import Origin

@@ -4,7 +4,7 @@ and ranks that left alike (as many steps, the same ranks left waiting)."""
 from __future__ import annotations
 
 from ddpdoctor.analysis.causal.state import Death, RankState
-from ddpdoctor.analysis.clocks import same_host
+from ddpdoctor.analysis.align.clocks import same_host
 from ddpdoctor.analysis.model import NS, Finding, FindingKind, JobView
 
 SAME_FAILURE_NS = 5 * NS

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.analysis.causal.state import RankState
-from ddpdoctor.analysis.model import Finding, JobView, RankRun, Severity
+from ddpdoctor.analysis.model import FindingKind, Finding, JobView, RankRun, Severity
 from ddpdoctor.trace.meta_line import traceback_frames
 
 UNFINISHED = re.compile(r"^Expected to have finished reduction in the prior iteration")
@@ -254,7 +254,7 @@ def reducer_finding(errors: list[ReducerError], base: Finding, job: JobView,
         evidence.update(module=first.module, module_parameters=list(first.module_params))
     if first.find_unused is not None:
         evidence["find_unused_parameters"] = first.find_unused
-    return Finding("rank_failed", Severity.ERROR, ranks, base.seq, summary, detail, fix,
+    return Finding(FindingKind.RANK_FAILED, Severity.ERROR, ranks, base.seq, summary, detail, fix,
                    evidence)
 
 
@@ -359,7 +359,7 @@ def construction_mismatch(job: JobView, states: dict[int, RankState]) -> Finding
            "added or reshaped on some ranks only (a rank-dependent config, a checkpoint "
            "loaded on one rank, a per-rank flag) must be the same everywhere; freeze or "
            "reshape on every rank, or after DDP on none.")
-    return Finding("rank_failed", Severity.ERROR, tuple(odd), None, summary,
+    return Finding(FindingKind.RANK_FAILED, Severity.ERROR, tuple(odd), None, summary,
                    "\n".join(lines), fix,
                    {"construction": True, "odd_ranks": odd, "agree": ref,
                     "differences": diffs[:16], "raised": raised, "probable": probable,

@@ -16,7 +16,7 @@ from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, 
 from ddpdoctor.analysis.causal.stall import stalled_behind, stalled_call, stalled_ring
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.causal.verdict import assess
-from ddpdoctor.analysis.clocks import host_now, ordered, same_host
+from ddpdoctor.analysis.align.clocks import host_now, ordered, same_host
 from ddpdoctor.analysis.model import NS, Finding, FindingKind, JobView, Severity
 
 

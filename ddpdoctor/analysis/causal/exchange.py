@@ -11,10 +11,10 @@ exchange is named, and the fix is to exchange the sizes first."""
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.causal.cause import SPLIT_FIX
+from ddpdoctor.analysis.explain.cause import SPLIT_FIX
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.model import Call, Finding, FindingKind, JobView, Severity, ranks_text
-from ddpdoctor.analysis.source import source_line
+from ddpdoctor.analysis.load.user_source import source_line
 from ddpdoctor.trace import layout as L
 
 EXCHANGES = ("all_to_all_single", "all_to_all")

@@ -1,6 +1,4 @@
-"""Fact extraction: each rank's typed state from its trace, exit, stack and progress.
-
-The one place where an error's text is classified as "raised by a peer's absence"."""
+"""Fact extraction: each rank's typed state from its trace, exit, stack and progress."""
 
 from __future__ import annotations
 
@@ -10,22 +8,14 @@ import signal
 from dataclasses import replace
 
 from ddpdoctor.analysis.model import Call, JobView, RankRun
-from ddpdoctor.analysis.source import declares_launcher
+from ddpdoctor.analysis.load.frames import (INTERNAL_PARTS, ddpdoctor_frame, user_frame,
+                                           without_own_frames)
+from ddpdoctor.analysis.load.peer_errors import PEER_GONE, peer_absence
 from ddpdoctor.analysis.causal.state import Death, RankState, StateKind
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.meta_line import traceback_frames
 from ddpdoctor.trace.record import CallRecord
 
-# Errors a rank gets because a peer is absent (gone, or not answering in time).
-PEER_ABSENCE = re.compile(
-    r"Connection (closed|reset) by peer|Broken pipe|Connection refused|"
-    r"Socket Timeout|Timed out|timed out|timeout|ProcessGroupGloo.*(closed|abort)|"
-    r"NCCL communicator was aborted|Watchdog caught|Rank \d+ is not|peer|recvBytes|sendBytes",
-    re.IGNORECASE)
-# Transport errors that only a peer's end (death or abort) raises: a consequence even when
-# no recorded call failed (the reducer's or the store's own traffic).
-PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Read error \[|Broken pipe|"
-                       r"ProcessGroupGloo.*(closed|abort)|NCCL communicator was aborted")
 FATAL_SIGNAL = re.compile(r"Fatal Python error: (\w+)")
 # torch's wrapping of an error raised in a future's callback (a DDP comm hook's, above all):
 # "RuntimeError: Got the following error when running the callback: <type>: <message>"
@@ -34,31 +24,9 @@ CALLBACK_WRAP = re.compile(r"^RuntimeError: Got the following error when running
 # a DataLoader worker's error, as the main process re-raises it (torch/_utils.py's wrapper)
 WORKER_WRAP = re.compile(r"^\w+: Caught \w+ in DataLoader worker process (\d+)")
 WORKER_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-INTERNAL_PARTS = ("site-packages", "/torch/", "/ddpdoctor/", "/lib/python3", "<frozen")
 LOADER_FUNCS = ("__next__", "_next_data", "fetch", "_get_data", "_try_get_data")
 TEARDOWN_WORDS = ("destroy_process_group", "Py_Finalize", "_shutdown", "atexit",
                   "terminate called without an active exception")
-
-
-def peer_absence(text: str) -> bool:
-    """Was this error raised because a peer was absent (closed, reset, timed out)?"""
-    return bool(PEER_ABSENCE.search(text))
-
-
-def user_frames(run: RankRun) -> list[tuple[str, str]]:
-    """(``path:line``, function) of each user frame of the rank's stack, innermost first."""
-    out = []
-    for frame in run.stack or []:
-        fn = str(frame.get("filename", ""))
-        if fn and not any(p in fn for p in INTERNAL_PARTS) and not declares_launcher(fn):
-            out.append((f"{fn}:{frame.get('line')}", str(frame.get("name") or "")))
-    return out
-
-
-def user_frame(run: RankRun) -> tuple[str | None, str]:
-    """(``path:line``, function) of the innermost user frame of the rank's stack."""
-    frames = user_frames(run)
-    return frames[0] if frames else (None, "")
 
 
 def in_data_loading(run: RankRun) -> bool:
@@ -102,28 +70,6 @@ def failed_call(run: RankRun) -> Call | None:
               if c.flags & L.RecordFlag.FAILED]
     failed += [c for c in run.p2p[-16:] if c.flags & L.RecordFlag.FAILED]
     return max(failed, key=lambda c: c.t_start) if failed else None
-
-
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-INSTALLED_PACKAGE = re.compile(r"[/\\](site|dist)-packages[/\\]ddpdoctor[/\\]")
-
-
-def ddpdoctor_frame(filename: str) -> bool:
-    """Is this frame ddpdoctor's own: its package here, an installed copy, or another
-    checkout (a trace analysed away from the job) naming one of this package's modules?
-    Findings quote the user's and torch's frames, never these."""
-    if filename.startswith(PACKAGE_DIR + os.sep) or INSTALLED_PACKAGE.search(filename):
-        return True
-    parts = re.split(r"[/\\]", filename)
-    return any(os.path.isfile(os.path.join(PACKAGE_DIR, *parts[i + 1:]))
-               for i, part in enumerate(parts[:-1]) if part == "ddpdoctor")
-
-
-def without_own_frames(dump: str) -> str:
-    """A faulthandler dump without the lines of ddpdoctor's own frames."""
-    return "\n".join(line for line in dump.splitlines()
-                     if not (line.lstrip().startswith("File \"") and
-                             ddpdoctor_frame(line.strip()[6:].partition('"')[0])))
 
 
 def _exception_death(run: RankRun, exc: dict) -> Death:

@@ -8,10 +8,10 @@ from dataclasses import replace
 from ddpdoctor.analysis.causal.graph import Wait
 from ddpdoctor.analysis.causal.known_failures import KnownFailure
 from ddpdoctor.analysis.causal.state import RankState, StateKind
-from ddpdoctor.analysis.clocks import host_now, ordered
-from ddpdoctor.analysis.model import (Call, Finding, JobView, NodeFacts, Severity,  # noqa: F401
+from ddpdoctor.analysis.align.clocks import host_now, ordered
+from ddpdoctor.analysis.model import (FindingKind, Call, Finding, JobView, NodeFacts, Severity,  # noqa: F401
                                       ranks_text)  # (ranks_text: findings' API too)
-from ddpdoctor.analysis.source import rank_condition, source_line
+from ddpdoctor.analysis.load.user_source import rank_condition, source_line
 from ddpdoctor.trace import layout as L
 
 ORDER_FIX = ("Make every rank call the same collectives in the same order: a collective "
@@ -152,7 +152,7 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
     evidence = {"group": first.group, "waiting": {str(w.rank): w.op for w in waits},
                 "absent": {str(target.rank): whereabouts(target)}, "state": target.kind.value,
                 "frame": target.frame, "condition": cond}
-    return Finding("missing_collective", Severity.ERROR, culprits, first.seq, summary,
+    return Finding(FindingKind.MISSING_COLLECTIVE, Severity.ERROR, culprits, first.seq, summary,
                    "\n".join(lines), fix, evidence)
 
 
@@ -166,7 +166,7 @@ def _steps_reached(s: RankState) -> int:
 def _loader_fed(job: JobView, rank: int) -> bool:
     """Did the rank draw its batches from a recorded DataLoader?  Then its batch counts are
     known (uneven.py compares them) and the step counter says nothing more."""
-    from ddpdoctor.analysis.loader_epochs import epochs_of
+    from ddpdoctor.analysis.align.epochs import epochs_of
 
     run = job.ranks.get(rank)
     return run is not None and bool(epochs_of(run))
@@ -186,7 +186,7 @@ def exited_early(target: RankState, waits: list[Wait], states: dict[int, RankSta
                    ", ".join(f"rank {r}: {n}" for r, n in sorted(waiting_steps.items())) + ")")
         detail = "\n".join([wait_text(w, states[w.rank].call) for w in waits] +
                            [f"Rank {target.rank} {whereabouts(target)}."])
-        return Finding("uneven_batches", Severity.ERROR, (target.rank,),
+        return Finding(FindingKind.UNEVEN_BATCHES, Severity.ERROR, (target.rank,),
                        waits[0].seq, summary, detail, UNEVEN_FIX,
                        {"group": waits[0].group, "steps": {str(target.rank): target.steps,
                         **{str(r): n for r, n in waiting_steps.items()}}})
@@ -238,7 +238,7 @@ def died(s: RankState, waits: list[Wait], job: JobView,
     evidence = {"cause": d.cause, "signal": d.signal, "at_ns": d.at_ns,
                 "pid": job.ranks[s.rank].pid if s.rank in job.ranks else None,
                 "waiting": [w.rank for w in waits]}
-    found = Finding("rank_failed", Severity.ERROR, tuple(sorted(ranks)),
+    found = Finding(FindingKind.RANK_FAILED, Severity.ERROR, tuple(sorted(ranks)),
                     s.call.seq if s.call else None,
                     f"{ranks_text(ranks)} failed{where}: {d.cause}", detail, fix, evidence)
     from ddpdoctor.analysis.causal.ddp_errors import reducer_error, reducer_finding
@@ -258,7 +258,7 @@ def teardown(s: RankState, finished: bool) -> Finding:
               "every collective it made had matched on all ranks, so the training itself "
               "was not affected.\n" + d.detail)
     fix = TEARDOWN_AFTER_BARRIER_FIX if d.last_op == "barrier" else TEARDOWN_FIX
-    return Finding("rank_failed", Severity.WARNING if finished else Severity.ERROR,
+    return Finding(FindingKind.RANK_FAILED, Severity.WARNING if finished else Severity.ERROR,
                    (s.rank,), None, summary, detail, fix,
                    {"cause": d.cause, "signal": d.signal, "teardown": True})
 
@@ -276,7 +276,7 @@ def deadlock(cycle: tuple[int, ...], waits: dict[int, Wait],
            "dist.batch_isend_irecv / isend+irecv." if p2p else
            "Enter the process groups in the same order on every rank: "
            + ", ".join(f"group {g}" for g in groups) + " are taken in different orders.")
-    return Finding("deadlock", Severity.ERROR, tuple(cycle), None, summary,
+    return Finding(FindingKind.DEADLOCK, Severity.ERROR, tuple(cycle), None, summary,
                    "\n".join(lines), fix, {"groups": groups, "cycle": list(cycle)})
 
 
@@ -297,7 +297,7 @@ def skipped(breakers: list[int], cycle: tuple[int, ...], waits: dict[int, Wait],
     fix = ("Call the collective on every rank of its group every step, even with nothing "
            "to contribute (reduce a zero tensor), or move the condition out of the loop so "
            "all ranks take the same branch.")
-    return Finding("missing_collective", Severity.ERROR, tuple(sorted(breakers)),
+    return Finding(FindingKind.MISSING_COLLECTIVE, Severity.ERROR, tuple(sorted(breakers)),
                    waits[breakers[0]].seq, summary, "\n".join(lines), ORDER_FIX + " " + fix,
                    {"cycle": list(cycle), "groups": sorted({waits[r].group for r in cycle})})
 
@@ -329,7 +329,7 @@ def consequence(ranks: list[int], states: dict[int, RankState], root: Finding,
     summary = (f"{ranks_text(ranks)} failed waiting ({causes}): a consequence of "
                f"{root.kind} on {ranks_text(root.ranks)}")
     detail = "\n".join(states[r].death.detail[:600] for r in ranks[:4])  # type: ignore
-    return Finding("rank_failed", Severity.INFO, tuple(ranks), None, summary, detail,
+    return Finding(FindingKind.RANK_FAILED, Severity.INFO, tuple(ranks), None, summary, detail,
                    # no number here: findings are sorted after this (caused_by is remapped;
                    # a number in the text would not be), and people count from 1
                    f"Fix the root cause ({root.kind} on {ranks_text(root.ranks)}): "
@@ -356,7 +356,7 @@ def node_lost(node: NodeFacts, ranks: list[int], waits: list[Wait],
     fix = (f"Find out what happened to host {node.host} (machine down, network, the "
            "supervisor killed or out of memory); its own run dir, if it survived, holds "
            "its traces: pass it to `ddpdoctor analyze` with node 0's.")
-    return Finding("node_lost", Severity.ERROR if waiting else Severity.WARNING,
+    return Finding(FindingKind.NODE_LOST, Severity.ERROR if waiting else Severity.WARNING,
                    tuple(sorted(ranks)), None, summary, detail, fix,
                    {"node": node.node, "host": node.host, "lost_at_ns": node.lost_at_ns,
                     "waiting": waiting})

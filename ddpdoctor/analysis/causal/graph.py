@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.analysis.causal.state import RankState, StateKind
-from ddpdoctor.analysis.clocks import same_host
+from ddpdoctor.analysis.align.clocks import same_host
 from ddpdoctor.analysis.model import Call, JobView
 from ddpdoctor.trace import layout as L
 

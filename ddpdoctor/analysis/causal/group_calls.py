@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ddpdoctor.analysis.model import Finding, JobView, Severity, ranks_text
+from ddpdoctor.analysis.model import FindingKind, Finding, JobView, Severity, ranks_text
 
 FIX = ("Call new_group on every rank, with the same ranks and in the same order, members of "
        "the group or not (torch requires it); keep only the use of the group under the rank "
@@ -105,7 +105,7 @@ def _finding(calls: dict[int, list[GroupCall]], k: int, culprits: tuple[int, ...
     evidence = {"call": k, "site": first.site if first is not None else None,
                 "calls": {str(r): [list(c.members) if c.members is not None else None
                                    for c in cs] for r, cs in sorted(calls.items())}}
-    return Finding("collective_mismatch", Severity.ERROR, culprits, None, summary, detail,
+    return Finding(FindingKind.COLLECTIVE_MISMATCH, Severity.ERROR, culprits, None, summary, detail,
                    FIX, evidence)
 
 

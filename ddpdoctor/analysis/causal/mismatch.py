@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from ddpdoctor.analysis.causal import why
-from ddpdoctor.analysis.causal.cause import CauseKind, decision_of, mismatch_cause, with_cause
+from ddpdoctor.analysis.explain import why
+from ddpdoctor.analysis.explain.cause import CauseKind, decision_of, mismatch_cause, with_cause
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
-from ddpdoctor.analysis.alignment import OutOfStep
-from ddpdoctor.analysis.matcher import Divergence, find_divergence
-from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
-from ddpdoctor.analysis.causal.facts import user_frames
-from ddpdoctor.analysis.source import keyed_loop, rank_condition, source_line, split_callsite
+from ddpdoctor.analysis.align.out_of_step import OutOfStep
+from ddpdoctor.analysis.align.matcher import Divergence, find_divergence
+from ddpdoctor.analysis.model import FindingKind, Call, Finding, JobView, Severity
+from ddpdoctor.analysis.load.frames import user_frames
+from ddpdoctor.analysis.load.user_source import keyed_loop, rank_condition, source_line, split_callsite
 
 
 def call_condition(call: Call, job: JobView | None) -> tuple[str, str] | None:
@@ -135,7 +135,7 @@ def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
     told = [why.mechanism(c) for c in calls.values() if c.origin.implicit]
     if told:
         detail += "\n" + "\n".join(dict.fromkeys(told))
-    found = with_cause(Finding("collective_mismatch", Severity.ERROR, tuple(culprits),
+    found = with_cause(Finding(FindingKind.COLLECTIVE_MISMATCH, Severity.ERROR, tuple(culprits),
                                div.seq, summary, detail, "", evidence), cause, job)
     return _out_of_step(found, div, job, bool(div.majority))
 
@@ -170,7 +170,7 @@ def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
 
 def divergences(job: JobView) -> list[Divergence]:
     if job.big:  # too many records to hold as objects: the vectorized scan of every trace
-        from ddpdoctor.analysis.fast import find_divergences_fast
+        from ddpdoctor.analysis.align.fast_scan import find_divergences_fast
 
         return find_divergences_fast(job.run_dirs)
     found = []

@@ -1,7 +1,7 @@
 """Every rank inside one call and none returns: the stalled ring step, collective or rendezvous.
 
 A call that every member of its group entered and that none leaves has no rank at fault:
-what carries it stopped.  When the ranks' connections show it (analysis/causal/links.py),
+what carries it stopped.  When the ranks' connections show it (analysis/load/links.py),
 the finding names the link: the hosts, the connections, their unacknowledged bytes and
 how long nothing moved."""
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from ddpdoctor.analysis.causal.findings import frame_text, ranks_text, whereabouts
 from ddpdoctor.analysis.causal.graph import Wait
-from ddpdoctor.analysis.causal.links import (Link, LinkFacts, host_pairs, link_line,
+from ddpdoctor.analysis.load.links import (Link, LinkFacts, host_pairs, link_line,
                                              links_summary)
 from ddpdoctor.analysis.causal.state import RankState, StateKind
-from ddpdoctor.analysis.clocks import ordered
-from ddpdoctor.analysis.model import Call, Finding, JobView, Severity
+from ddpdoctor.analysis.align.clocks import ordered
+from ddpdoctor.analysis.model import FindingKind, Call, Finding, JobView, Severity
 from ddpdoctor.trace import layout as L
 
 STALL_FIX = ("Nothing in the ranks' own code differs: look at what carries the call. For gloo, "
@@ -67,7 +67,7 @@ def stalled_ring(job: JobView, waiting: dict[int, Call],
     detail = summary + "."
     if peer in states:
         detail += f"\nRank {peer} " + whereabouts(states[peer]) + "."
-    return Finding("missing_collective", Severity.ERROR, (peer,), seq, summary, detail,
+    return Finding(FindingKind.MISSING_COLLECTIVE, Severity.ERROR, (peer,), seq, summary, detail,
                    f"Look at why rank {peer} stopped sending: its stack and state above.",
                    {"group": waiting[rank].group, "ring_step": rec.seq, "segment": rec.aux,
                     "receiver": rank, "sender": peer})
@@ -98,7 +98,7 @@ def _links_of(job: JobView, facts: LinkFacts | None) -> LinkFacts:
     was not captured): a rank's stalled connection to a service outside the job is not
     what its collective waits on.  ``facts`` None: read from the job's captures."""
     if facts is None:
-        from ddpdoctor.analysis.connections import job_link_facts
+        from ddpdoctor.analysis.load.connections import job_link_facts
 
         facts = job_link_facts(job)
     hosts = {str(run.header.host) for run in job.ranks.values()}
@@ -116,7 +116,7 @@ def _on_links(what: str, call: Call, ranks: list[int], lines: list[str],
         [link_line(k) for k in links[:MAX_LINK_LINES]]
     if len(links) > MAX_LINK_LINES:
         lines.append(f"... and {len(links) - MAX_LINK_LINES} more connections.")
-    return Finding("stalled_call", Severity.ERROR, tuple(ranks), call.seq, summary,
+    return Finding(FindingKind.STALLED_CALL, Severity.ERROR, tuple(ranks), call.seq, summary,
                    "\n".join(lines), link_fix(links), {
                        **evidence, "links": [k.to_dict() for k in links],
                        "hosts": [list(p) for p in host_pairs(links)],
@@ -167,7 +167,7 @@ def stalled_call(job: JobView, states: dict[int, RankState],
                          evidence)
     summary = (f"every rank ({len(states)}) is inside {what}" + (f" at {at}" if at else "") +
                " and none returns: no rank is missing, the call itself stalled")
-    return Finding("stalled_call", Severity.ERROR, tuple(sorted(states)), seq, summary,
+    return Finding(FindingKind.STALLED_CALL, Severity.ERROR, tuple(sorted(states)), seq, summary,
                    "\n".join(lines), STALL_FIX, evidence)
 
 

@@ -22,10 +22,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis.clocks import host_now
-from ddpdoctor.analysis.loader_epochs import (EpochFacts, EpochKey, job_epochs,
+from ddpdoctor.analysis.align.clocks import host_now
+from ddpdoctor.analysis.align.epochs import (EpochFacts, EpochKey, job_epochs,
                                                         loader_name, rank_list)
-from ddpdoctor.analysis.model import NS, Finding, JobView, Severity
+from ddpdoctor.analysis.model import FindingKind, NS, Finding, JobView, Severity
 
 FIX = ("Give every rank the same number of batches: use DistributedSampler (it pads the "
        "ranks to equal length) or drop_last=True; shard an IterableDataset into equal "
@@ -67,7 +67,7 @@ def _predicted_finding(key: EpochKey, lengths: dict[int, int], at_ns: int,
     evidence = {"loader": loader, "site": next(iter(starts.values()), {}).get("site"),
                 "epoch": epoch, "predicted": {str(r): n for r, n in sorted(lengths.items())},
                 "predicted_at_ns": at_ns, "ran": None}
-    return Finding("uneven_batches", Severity.WARNING, fewer, None, summary, detail, FIX,
+    return Finding(FindingKind.UNEVEN_BATCHES, Severity.WARNING, fewer, None, summary, detail, FIX,
                    evidence)
 
 
@@ -273,6 +273,6 @@ def _finding(job: JobView, key: EpochKey, counts: dict[int, int], confirmed: boo
         first = min(stuck, key=lambda c: c.seq)
         seq = first.seq
         evidence["group"] = first.group
-    return Finding("uneven_batches", severity, fewer, seq, summary, "\n".join(lines), FIX,
+    return Finding(FindingKind.UNEVEN_BATCHES, severity, fewer, seq, summary, "\n".join(lines), FIX,
                    evidence)
 

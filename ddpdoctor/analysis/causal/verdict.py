@@ -9,7 +9,7 @@ from ddpdoctor.analysis.causal.findings import frame_text, ranks_text, wait_text
 from ddpdoctor.analysis.causal.mismatch import divergences
 from ddpdoctor.analysis.causal.graph import Wait, reachable, wait_for_graph
 from ddpdoctor.analysis.causal.state import RankState, StateKind
-from ddpdoctor.analysis.clocks import host_now
+from ddpdoctor.analysis.align.clocks import host_now
 from ddpdoctor.analysis.model import NS, JobView
 from ddpdoctor.trace import layout as L
 

@@ -18,8 +18,9 @@ Detector = Callable[[JobView], list[Finding]]
 def builtin_detectors() -> list[tuple[str, Detector]]:
     """(name, detector) of the silent-bug detectors that ship with ddpdoctor.  Root causes
     (mismatch, failure, missing, uneven, deadlock) are decided by analysis.causal."""
-    from ddpdoctor.analysis.detectors import (duplicate, replica_divergence,
-                                              sampler_overlap, seeds, shuffle, straggler)
+    from ddpdoctor.analysis.detectors import (duplicate, sampler_overlap, seeds, shuffle,
+                                              straggler)
+    from ddpdoctor.analysis.detectors.drift import finding as replica_divergence
 
     return [("seed_collision", seeds.detect), ("stale_shuffle", shuffle.detect),
             ("duplicate_data", duplicate.detect), ("sampler_overlap", sampler_overlap.detect),

@@ -10,9 +10,9 @@ Random augmentation that differs per rank hides duplicates (a miss, never a fals
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.loader_epochs import (EpochFacts, job_epochs, loader_name,
+from ddpdoctor.analysis.align.epochs import (EpochFacts, job_epochs, loader_name,
                                                         rank_list, trained)
-from ddpdoctor.analysis.model import Finding, JobView, Severity
+from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity
 
 MIN_BATCHES = 2
 SAME_FRACTION = 0.9
@@ -73,6 +73,6 @@ def detect(job: JobView) -> list[Finding]:
         evidence = {"loader": loader, "site": start.get("site"), "epoch": epoch,
                     "groups": [sorted(g) for g in dup], "compared": compared,
                     "sampler": start.get("sampler")}
-        return [Finding("duplicate_data", Severity.WARNING, who, None, summary, detail, FIX,
+        return [Finding(FindingKind.DUPLICATE_DATA, Severity.WARNING, who, None, summary, detail, FIX,
                         evidence)]
     return []

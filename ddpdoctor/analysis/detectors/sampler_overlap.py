@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ddpdoctor.analysis.loader_epochs import (EpochFacts, _short, job_epochs,
+from ddpdoctor.analysis.align.epochs import (EpochFacts, _short, job_epochs,
                                                         loader_name, rank_list, trained)
-from ddpdoctor.analysis.model import Finding, JobView, Severity
+from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity
 
 FIX = ("Give every rank's DistributedSampler the same seed (`DistributedSampler(ds, "
        "seed=args.seed)`, the same value on every rank; keep per-rank seeds for "
@@ -79,6 +79,6 @@ def detect(job: JobView) -> list[Finding]:
                                                                 sorted(seeds.items())},
                     "site": site, "num_replicas": replicas,
                     "never_drawn_share": round(never_drawn_share(replicas), 3)}
-        return [Finding("duplicate_data", Severity.WARNING, who, None, summary, detail, FIX,
+        return [Finding(FindingKind.DUPLICATE_DATA, Severity.WARNING, who, None, summary, detail, FIX,
                         evidence)]
     return []

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpdoctor.analysis.loader_epochs import rank_list
-from ddpdoctor.analysis.model import Finding, JobView, Severity
+from ddpdoctor.analysis.align.epochs import rank_list
+from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity
 
 GENERATORS = ("torch", "numpy", "python")
 NAMES = {"torch": "torch", "numpy": "numpy.random", "python": "python random"}
@@ -242,5 +242,5 @@ def detect(job: JobView) -> list[Finding]:
     detail = text[:1].upper() + text[1:] + "." + note
     fix = FRAMEWORK_FIX.get(c.framework or "", FIX)
     severity = Severity.INFO if by_design else Severity.WARNING
-    return [Finding("seed_collision", severity, tuple(who), None, summary, detail, fix,
+    return [Finding(FindingKind.SEED_COLLISION, severity, tuple(who), None, summary, detail, fix,
                     evidence)]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.analysis.loader_epochs import (EpochFacts, epochs_of, loader_name,
+from ddpdoctor.analysis.align.epochs import (EpochFacts, epochs_of, loader_name,
                                                         rank_list)
-from ddpdoctor.analysis.model import Finding, JobView, Severity
+from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity
 
 MIN_BATCHES = 2
 
@@ -78,5 +78,5 @@ def detect(job: JobView) -> list[Finding]:
     evidence = {"loader": loader, "site": start.get("site"), "epochs": {str(r): [e for _, e in hs]
                                              for r, hs in sorted(hits.items())},
                 "sampler": start.get("sampler"), "set_epoch_calls": calls}
-    return [Finding("stale_shuffle", Severity.WARNING, ranks, None, summary, detail, FIX,
+    return [Finding(FindingKind.STALE_SHUFFLE, Severity.WARNING, ranks, None, summary, detail, FIX,
                     evidence)]

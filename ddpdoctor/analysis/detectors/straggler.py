@@ -17,8 +17,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ddpdoctor.analysis.clocks import one_host
-from ddpdoctor.analysis.model import NS, Call, Finding, JobView, Severity
+from ddpdoctor.analysis.align.clocks import one_host
+from ddpdoctor.analysis.model import NS, Call, Finding, FindingKind, JobView, Severity
 
 MIN_COLLECTIVES = 8
 LAST_FRACTION = 0.75
@@ -115,4 +115,4 @@ def _finding(group: str, rank: int, lag: float, step: float | None, last: int, n
         "step_s": round(step, 4) if step else None, "last_count": last, "collectives": n,
         "median_lag_by_rank": {str(r): round(statistics.median(v), 4)
                                for r, v in sorted(lags.items())}}
-    return Finding("straggler", severity, (rank,), None, summary, detail, fix, evidence)
+    return Finding(FindingKind.STRAGGLER, severity, (rank,), None, summary, detail, fix, evidence)

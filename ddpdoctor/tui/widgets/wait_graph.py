@@ -9,6 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ddpdoctor.kinds import FindingKind
 from ddpdoctor.report.console import finding_number
 from ddpdoctor.tui.model import FindingView, RankView, ReportView, WaitEdge, seq_of
 from ddpdoctor.tui.styles import SEVERITY_STYLES, STATE_STYLES
@@ -89,7 +90,7 @@ def _cycle_title(cycle: list[int], findings: tuple[FindingView, ...]) -> Text:
     by a root cause (a rank that skipped a call, say): named with it."""
     ring = " → ".join(f"rank {r}" for r in cycle + cycle[:1])
     errors = [f for f in findings if f.severity == "error"]
-    if any(f.kind == "deadlock" and set(cycle) <= set(f.ranks) for f in errors) or not errors:
+    if any(f.kind == FindingKind.DEADLOCK and set(cycle) <= set(f.ranks) for f in errors) or not errors:
         return Text.assemble(("Deadlock: ", "bold red"), (ring, "bold"))
     text = Text.assemble(("Waiting in a cycle: ", "bold yellow"), (ring, "bold"))
     cause = next((f for f in errors if set(f.ranks) & set(cycle)), None)

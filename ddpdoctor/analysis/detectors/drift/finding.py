@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpdoctor.analysis.model import Finding, JobView, Severity, ranks_text
-from ddpdoctor.analysis.replica_causes import Cause, likely_causes, short_site
-from ddpdoctor.analysis.replica_compare import Divergence, find_divergence, replicas_of
-from ddpdoctor.analysis.replica_facts import ReplicaFacts, replica_facts
+from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity, ranks_text
+from ddpdoctor.analysis.detectors.drift.causes import Cause, likely_causes, short_site
+from ddpdoctor.analysis.detectors.drift.compare import Divergence, find_divergence, replicas_of
+from ddpdoctor.analysis.detectors.drift.facts import ReplicaFacts, replica_facts
 
 MAX_NAMED = 8
 BUFFER_FIX = ("Nothing to fix if the buffers are running statistics (BatchNorm): with "
@@ -96,7 +96,7 @@ def parameter_finding(div: Divergence, causes: list[Cause]) -> Finding:
     lines.append("Healthy DDP keeps replicas bit-identical (every rank applies the same "
                  "averaged gradient with the same settings); from here on the ranks train "
                  "different models, and a checkpoint saved on rank 0 is only rank 0's.")
-    return Finding("replica_divergence", Severity.ERROR, div.deviants, None, summary,
+    return Finding(FindingKind.REPLICA_DIVERGENCE, Severity.ERROR, div.deviants, None, summary,
                    "\n".join(lines), cause.fix, _evidence(div, causes))
 
 
@@ -110,7 +110,7 @@ def buffer_finding(div: Divergence) -> Finding:
               f"{'s' if len(differing) != 1 else ''} differ from step {div.step} on. With "
               "DDP(..., broadcast_buffers=False) running statistics legitimately differ "
               "between ranks; evaluation on different ranks then gives different results.")
-    return Finding("replica_divergence", Severity.INFO, rep.ranks, None, summary, detail,
+    return Finding(FindingKind.REPLICA_DIVERGENCE, Severity.INFO, rep.ranks, None, summary, detail,
                    BUFFER_FIX, _evidence(div, []))
 
 

@@ -11,6 +11,7 @@ Pickle dumps are refused: a dump file is never unpickled.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import re
@@ -19,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis import fr_buckets
-from ddpdoctor.analysis.iterations import with_iterations
+from ddpdoctor.analysis.load import fr_buckets
 from ddpdoctor.analysis.model import Call, RankRun
-from ddpdoctor.analysis.sources import DEFAULT_GROUP, external_run
+from ddpdoctor.analysis.load.external import DEFAULT_GROUP, external_run
 from ddpdoctor.errors import UserError
 from ddpdoctor.trace import fr_files
 from ddpdoctor.trace import layout as L
@@ -353,3 +353,20 @@ def join_run_dir_dumps(run_dir: Path, ranks: dict[int, RankRun]) -> list[str]:
             notes.append(f"rank {rank}: {added[rank]} collective(s) on group {group} seen "
                          "only by torch's flight recorder")
     return notes
+
+
+def with_iterations(run: RankRun, calls: list[Call]) -> list[Call]:
+    """``calls`` of ``run`` made outside its trace (torch's flight recorder) with the
+    iteration a traced call there would carry: the rank's batches drawn before it."""
+    starts = sorted((b.t_start, b.iteration) for b in run.batches if b.iteration >= 0)
+    if not starts:
+        return calls
+    times = [t for t, _ in starts]
+    out = []
+    for c in calls:
+        if c.iteration < 0 and c.t_start:
+            at = bisect.bisect_right(times, c.t_start) - 1
+            if at >= 0:
+                c = dataclasses.replace(c, iteration=starts[at][1])
+        out.append(c)
+    return out

@@ -52,7 +52,8 @@ def backward_site(run: RankRun) -> tuple[str, bool]:
     """The user's line that runs backward now, and whether backward raised an error of a
     peer's absence: from the rank's stack (it waits inside backward) or from its
     exception's traceback (backward raised); ("", False) when neither says."""
-    from ddpdoctor.analysis.causal.facts import INTERNAL_PARTS, peer_absence
+    from ddpdoctor.analysis.load.frames import INTERNAL_PARTS
+    from ddpdoctor.analysis.load.peer_errors import peer_absence
 
     exc = run.exception() or {}
     raised = not run.stack and bool(traceback_frames(exc))

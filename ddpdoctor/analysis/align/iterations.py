@@ -10,8 +10,7 @@ batches, so skips among those are seen.
 
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ddpdoctor.analysis.model import Call, JobView, RankRun
 from ddpdoctor.trace import layout as L
@@ -51,23 +50,6 @@ def _step_calls(run: RankRun, buckets: bool) -> list[Call]:
 def _loader_of(batch_text: str) -> int | None:
     head = batch_text.split(":", 1)[0]
     return int(head) if head.lstrip("-").isdigit() else None
-
-
-def with_iterations(run: RankRun, calls: list[Call]) -> list[Call]:
-    """``calls`` of ``run`` made outside its trace (torch's flight recorder) with the
-    iteration a traced call there would carry: the rank's batches drawn before it."""
-    starts = sorted((b.t_start, b.iteration) for b in run.batches if b.iteration >= 0)
-    if not starts:
-        return calls
-    times = [t for t, _ in starts]
-    out = []
-    for c in calls:
-        if c.iteration < 0 and c.t_start:
-            at = bisect.bisect_right(times, c.t_start) - 1
-            if at >= 0:
-                c = replace(c, iteration=starts[at][1])
-        out.append(c)
-    return out
 
 
 def iterations(run: RankRun, buckets: bool) -> list[Iteration]:

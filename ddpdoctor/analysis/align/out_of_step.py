@@ -7,7 +7,7 @@ must agree (the fingerprint) *and* where they come from (call site, issuing API)
 with the same keys form one class, and each class is aligned with the largest one by an
 edit alignment (most equal keys, then fewest gaps) over a window that starts at the first
 key difference: the first gap is the extra or missing call.  A pure function over per-rank
-call lists, so the object path and the vectorized scan (analysis/fast.py) can both call it.
+call lists, so the object path and the vectorized scan (analysis/align/fast_scan.py) can both call it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
-from ddpdoctor.analysis.matcher import fingerprint
+from ddpdoctor.analysis.align.matcher import fingerprint
 from ddpdoctor.analysis.model import Call
 
 WINDOW = 256  # calls of each rank compared, from the first key difference on

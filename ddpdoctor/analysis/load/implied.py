@@ -13,7 +13,7 @@ a rank whose stack could not be taken).
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.causal.facts import ddpdoctor_frame, user_frame
+from ddpdoctor.analysis.load.frames import ddpdoctor_frame, user_frame
 from ddpdoctor.analysis.model import Call, RankRun
 from ddpdoctor.trace.origin import Origin
 

@@ -8,18 +8,19 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from ddpdoctor.analysis import flight_recorder, sources
-from ddpdoctor.analysis.implied import add_reducer_call
+from ddpdoctor.analysis.load import external as sources
+from ddpdoctor.analysis.load import flight_recorder
+from ddpdoctor.analysis.load.implied import add_reducer_call
 from ddpdoctor.analysis.model import NS, Call, JobView, NodeFacts, RankRun
+from ddpdoctor.config import HANG_TIMEOUT
 from ddpdoctor.errors import UserError
 from ddpdoctor.host import host_name
 from ddpdoctor.rundir.attempts import is_attempt_dir
 from ddpdoctor.rundir.lint_results import read_lint_results
 from ddpdoctor.rundir.layout import is_run_dir, read_run_file
 from ddpdoctor.rundir.nodes import read_node_file, with_mirrors
-from ddpdoctor.proc.table import alive, proc_state
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace, TraceError, read_meta, read_trace
 from ddpdoctor.trace.world import world_size
@@ -154,13 +155,20 @@ def _iso_ns(text: Any) -> int | None:
         return None
 
 
+ProcProbe = Callable[[int], "str | None"]  # pid -> kernel state letter, None when gone
+
+
 def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | None = None,
              stacks: bool = True, tail: int | None = None,
-             read: dict[Path, RankTrace] | None = None) -> JobView:
+             read: dict[Path, RankTrace] | None = None,
+             probe: ProcProbe | None = None) -> JobView:
     """Read every trace of the run dirs (each rank's newest ``tail`` records if given; the
     traces in ``read`` as they are, e.g. from the fast scan's pass), and of the other
     nodes' mirrors that node 0 keeps inside them.  Raises UserError for a path that is no
-    run dir."""
+    run dir.  A live view of this host's ranks asks ``probe`` (the supervisor's or the
+    UI's, e.g. ``proc.table.live_state``) whether each rank's process still runs; analysis
+    reads no /proc of its own.  With no ``hang_timeout``, the run's own (run.json), else
+    the configuration's default."""
     for run_dir in run_dirs:
         if not run_dir.exists():
             raise UserError(f"no such run dir: {run_dir}")
@@ -200,7 +208,7 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
         here_ranks, launchers = _load_dir(run_dir, ranks, problems, tail, stacks, read)
         all_launchers += launchers
         _attach_exits(here_ranks, launchers, events,
-                      live and (node is None or node.host == here))
+                      probe if live and (node is None or node.host == here) else None)
         for rank, run in sources.load_facts(run_dir, problems).items():
             ranks.setdefault(rank, run)  # ranks ddpdoctor attach saw
         problems += flight_recorder.join_run_dir_dumps(run_dir, ranks)
@@ -208,7 +216,7 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
                 len(ranks))
     outcome = next((e.get("outcome") for e in reversed(sup_events)
                     if e.get("event") == "outcome"), None)
-    job = JobView(list(run_dirs), ranks, world, time.time_ns(), timeout or 60.0, live,
+    job = JobView(list(run_dirs), ranks, world, time.time_ns(), timeout or HANG_TIMEOUT, live,
                   all_launchers, problems, sup_events, command, outcome,
                   min(started) if started else None, None if live else _ended(ranks, sup_events))
     job.nodes = nodes
@@ -320,7 +328,7 @@ def _attach_progress(ranks: dict[int, RankRun], sup_events: list[dict[str, Any]]
 
 
 def _attach_exits(runs: list[RankRun], launchers: list[RankTrace],
-                  sup_events: list[dict[str, Any]], live: bool) -> None:
+                  sup_events: list[dict[str, Any]], probe: ProcProbe | None) -> None:
     """Exit codes, vanishings, stops and progress of one run dir's ranks, from that dir's
     launchers and supervisor log (pids and clocks are those of the dir's host)."""
     by_pid = {run.pid: run for run in runs}
@@ -347,8 +355,9 @@ def _attach_exits(runs: list[RankRun], launchers: list[RankTrace],
         if ev.get("event") == "rank_stopped":
             run.proc_state = "T"
     _attach_progress({run.rank: run for run in runs}, sup_events)
-    if live:
+    if probe is not None:
         for run in runs:
-            run.alive = alive(run.pid)
-            if run.alive:
-                run.proc_state = proc_state(run.pid)
+            state = probe(run.pid)
+            run.alive = state is not None
+            if state is not None:
+                run.proc_state = state

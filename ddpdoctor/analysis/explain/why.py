@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ddpdoctor.analysis.alignment import OutOfStep, out_of_step
-from ddpdoctor.analysis.branches import LoopExit, loop_exit
-from ddpdoctor.analysis.iterations import SkippedIteration, skipped_iterations
+from ddpdoctor.analysis.align.out_of_step import OutOfStep, out_of_step
+from ddpdoctor.analysis.explain.loop_exits import LoopExit, loop_exit
+from ddpdoctor.analysis.align.iterations import SkippedIteration, skipped_iterations
 from ddpdoctor.analysis.model import Call, Finding, FindingKind, JobView, Severity
-from ddpdoctor.analysis.source import declares_launcher, rank_condition, source_line
-from ddpdoctor.analysis.causal.mechanisms import MECHANISMS, fix_for
+from ddpdoctor.analysis.load.user_source import declares_launcher, rank_condition, source_line
+from ddpdoctor.analysis.explain.mechanisms import MECHANISMS, fix_for
 from ddpdoctor.trace.origin import Origin
 
 
@@ -153,8 +153,8 @@ def with_skip(f: Finding, skip: SkippedIteration) -> Finding:
 
 def _decided_fix(exit_: LoopExit, ranks: tuple[int, ...], call: Call) -> str:
     """The fix of a loop exit a rank took alone: decide together on what it read."""
-    from ddpdoctor.analysis.causal.cause import Cause, CauseKind, fix_for
-    from ddpdoctor.analysis.decisions import from_exit
+    from ddpdoctor.analysis.explain.cause import Cause, CauseKind, fix_for
+    from ddpdoctor.analysis.explain.decisions import from_exit
 
     return fix_for(Cause(CauseKind.LOCAL_DECISION, tuple(ranks), call, from_exit(exit_)))
 
@@ -166,7 +166,7 @@ def explained(findings: list[Finding], job: JobView) -> list[Finding]:
     out = list(findings)
     first = next((i for i, f in enumerate(out) if f.severity == Severity.ERROR), None)
     if first is None:  # (an interrupted run's suspect: where the absent rank is held)
-        from ddpdoctor.analysis.causal.cause import with_frame_decision
+        from ddpdoctor.analysis.explain.cause import with_frame_decision
 
         return [with_frame_decision(f) if f.severity == Severity.WARNING else f for f in out]
     f = out[first]
@@ -188,7 +188,7 @@ def explained(findings: list[Finding], job: JobView) -> list[Finding]:
             return out
     out[first] = with_exit(f, job)
     if out[first] is f:
-        from ddpdoctor.analysis.causal.cause import with_frame_decision
+        from ddpdoctor.analysis.explain.cause import with_frame_decision
 
         out[first] = with_frame_decision(f)
     return out
@@ -218,8 +218,8 @@ def _exit_around(job: JobView, awaited: Call,
     `return` (the culprits left the loop), else a `continue` on rank-local input in the
     innermost loop there (they skipped a step the others took; not when their loader's
     count says they ran out of batches), with True for the skip."""
-    from ddpdoctor.analysis.causal.facts import user_frames
-    from ddpdoctor.analysis.decisions import from_exit
+    from ddpdoctor.analysis.load.frames import user_frames
+    from ddpdoctor.analysis.explain.decisions import from_exit
 
     run = job.ranks.get(awaited.rank)
     sites = list(dict.fromkeys([awaited.callsite] + [site for site, _ in
@@ -239,7 +239,7 @@ def _exit_around(job: JobView, awaited: Call,
 
 def _raised_at(run: Any) -> list[str]:
     """The user's ``path:line`` frames of the rank's uncaught exception, innermost first."""
-    from ddpdoctor.analysis.causal.facts import INTERNAL_PARTS
+    from ddpdoctor.analysis.load.frames import INTERNAL_PARTS
     from ddpdoctor.trace.meta_line import traceback_frames
 
     exc = run.exception()

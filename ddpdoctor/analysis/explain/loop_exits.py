@@ -7,7 +7,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from ddpdoctor.analysis.source import _depends_on_rank, _parse, split_callsite
+from ddpdoctor.analysis.load.user_source import _depends_on_rank, _parse, split_callsite
 
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)

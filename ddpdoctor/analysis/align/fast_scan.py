@@ -23,9 +23,9 @@ from typing import Iterator
 
 import numpy as np
 
-from ddpdoctor.analysis.fast_files import (WORDS, Buffer, RankFile, group_names, load_words,
+from ddpdoctor.analysis.load.trace_words import (WORDS, Buffer, RankFile, group_names, load_words,
                                            meta_group_names, rank_files, tail_trace)
-from ddpdoctor.analysis.matcher import Divergence, find_divergence, fingerprint
+from ddpdoctor.analysis.align.matcher import Divergence, find_divergence, fingerprint
 from ddpdoctor.analysis.model import Call
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace, decode_record, meta_path_for, read_meta

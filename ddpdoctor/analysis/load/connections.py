@@ -6,7 +6,7 @@ run dir layout, a damaged file) has no connections here."""
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.causal.links import LinkFacts, RankSocket, link_facts
+from ddpdoctor.analysis.load.links import LinkFacts, RankSocket, link_facts
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.proc.sockets import SOCKETS_FILE, SocketCapture
 from ddpdoctor.rundir.layout import read_json_object

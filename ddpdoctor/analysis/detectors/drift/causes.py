@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.analysis.model import ranks_text
-from ddpdoctor.analysis.replica_compare import Divergence, deviants_of
-from ddpdoctor.analysis.replica_facts import Check, ReplicaFacts
-from ddpdoctor.analysis.source import source_line
+from ddpdoctor.analysis.detectors.drift.compare import Divergence, deviants_of
+from ddpdoctor.analysis.detectors.drift.facts import Check, ReplicaFacts
+from ddpdoctor.analysis.load.user_source import source_line
 
 
 class CauseKind(str, enum.Enum):

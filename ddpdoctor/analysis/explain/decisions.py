@@ -9,8 +9,8 @@ import enum
 import re
 from dataclasses import dataclass
 
-from ddpdoctor.analysis.branches import LoopExit, loop_exit
-from ddpdoctor.analysis.source import _parse, split_callsite
+from ddpdoctor.analysis.explain.loop_exits import LoopExit, loop_exit
+from ddpdoctor.analysis.load.user_source import _parse, split_callsite
 
 
 class Reads(str, enum.Enum):

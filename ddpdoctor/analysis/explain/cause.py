@@ -11,12 +11,12 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from ddpdoctor.analysis.branches import loop_exit
-from ddpdoctor.analysis.causal.mechanisms import fix_for as origin_fix
-from ddpdoctor.analysis.decisions import (Decision, Reads, branch_decision, from_exit,
+from ddpdoctor.analysis.explain.loop_exits import loop_exit
+from ddpdoctor.analysis.explain.mechanisms import fix_for as origin_fix
+from ddpdoctor.analysis.explain.decisions import (Decision, Reads, branch_decision, from_exit,
                                           left_loop, no_sync_decision)
-from ddpdoctor.analysis.model import Call, Finding, JobView
-from ddpdoctor.analysis.source import file_mentions, rank_condition
+from ddpdoctor.analysis.model import FindingKind, Call, Finding, JobView
+from ddpdoctor.analysis.load.user_source import file_mentions, rank_condition
 from ddpdoctor.trace.origin import Origin
 
 
@@ -200,7 +200,7 @@ def with_frame_decision(f: Finding) -> Finding:
     input (``while not os.path.exists(...)``, ``if time.time() > ...``): that decision told,
     the finding's own fix kept (it already speaks of where the rank is)."""
     frame = f.evidence.get("frame")
-    if f.kind != "missing_collective" or not isinstance(frame, str) or len(f.ranks) != 1:
+    if f.kind != FindingKind.MISSING_COLLECTIVE or not isinstance(frame, str) or len(f.ranks) != 1:
         return f
     d = branch_decision(frame)
     if d is None or d.callsite in f.detail:

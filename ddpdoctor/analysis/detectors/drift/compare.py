@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddpdoctor.analysis.replica_facts import Check, Print, ReplicaFacts, ReplicaSet
+from ddpdoctor.analysis.detectors.drift.facts import Check, Print, ReplicaFacts, ReplicaSet
 
 
 @dataclass(frozen=True)
