@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ddpdoctor import __version__
-from ddpdoctor.config import HANG_TIMEOUT
+from ddpdoctor.config import HANG_TIMEOUT, WAIT_BOUND_FACTOR
 from ddpdoctor.errors import UserError
 from ddpdoctor.help_format import HelpFormatter
 from ddpdoctor.proc.signals import exit_status, say_to_stderr, signal_of, silence_closed_output
@@ -63,6 +63,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    help="ranks waiting this long (in a collective, a p2p op or the "
                    "rendezvous) on ranks that make no progress mean the job hangs; a rank "
                    "still computing is a straggler (default: %(default)g)")
+    p.add_argument("--wait-bound", type=_positive_float, default=None, metavar="SECONDS",
+                   help="every wait has a bound: a rank that keeps working outside any "
+                   "collective (computing, polling, sleeping, retrying) while the others wait "
+                   "on it is hung once they have waited this long; set it above your longest "
+                   f"solo step, a save or an evaluation on one rank (default: "
+                   f"{WAIT_BOUND_FACTOR} x --hang-timeout, {WAIT_BOUND_FACTOR * HANG_TIMEOUT:g} s)")
     p.add_argument("--on-hang", choices=("stop", "wait"), default="stop",
                    help="stop: write the report, then stop every rank (exit 124); wait: "
                    "write the report and leave the job running (default: stop)")
@@ -286,7 +292,7 @@ def _run(args: argparse.Namespace) -> int:
     config = RunConfig(tuple(command), args.nproc_per_node, args.hang_timeout,
                        OnHang(args.on_hang), args.report, args.run_dir, DdpMode(args.ddp),
                        args.ui, tuple(launcher_args), args.doctor_store,
-                       args.node_secret_file, args.insecure_node_channel)
+                       args.node_secret_file, args.insecure_node_channel, args.wait_bound)
     return run_job(config)
 
 

@@ -24,6 +24,14 @@ class DdpMode(str, enum.Enum):
 
 
 HANG_TIMEOUT = 60.0  # seconds: --hang-timeout's default (docs/running.md, `run --help`)
+WAIT_BOUND_FACTOR = 10  # --wait-bound's default: this many hang timeouts (600 s)
+
+
+def wait_bound(hang_timeout: float, given: float | None = None) -> float:
+    """How long ranks may wait on a rank that keeps working outside any collective (it
+    computes, polls, sleeps or retries) before the job hangs: ``given``, else
+    ``WAIT_BOUND_FACTOR`` hang timeouts."""
+    return given if given is not None else WAIT_BOUND_FACTOR * hang_timeout
 
 
 def parse_store(text: str) -> tuple[str, int]:
@@ -40,6 +48,8 @@ class RunConfig:
     command: the job's argv as the user would have typed it (after ddpdoctor's options).
     nproc_per_node: ranks on this node when ``command`` is a script (torch.distributed.run).
     hang_timeout: seconds a rank may wait inside one collective before the job is hung.
+    wait_bound: seconds ranks may wait on a rank that keeps working outside any collective
+    (None: ``WAIT_BOUND_FACTOR`` hang timeouts).
     on_hang: stop or leave the job once a hang is reported.
     report: where report.json goes (default RUN_DIR/report.json).
     run_dir: where traces, stacks and reports go (default ./ddpdoctor-runs/<time>-<id>).
@@ -63,6 +73,12 @@ class RunConfig:
     doctor_store: str | None = None
     node_secret_file: Path | None = None
     insecure_node_channel: bool = False
+    wait_bound: float | None = None
+
+    @property
+    def bound(self) -> float:
+        """The wait bound in force (``wait_bound`` or its default)."""
+        return wait_bound(self.hang_timeout, self.wait_bound)
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -74,3 +90,6 @@ class RunConfig:
         if not self.hang_timeout > 0:
             raise UserError(f"--hang-timeout must be a positive number of seconds, "
                             f"not {self.hang_timeout}")
+        if self.wait_bound is not None and not self.wait_bound >= self.hang_timeout:
+            raise UserError(f"--wait-bound ({self.wait_bound:g} s) must be at least the hang "
+                            f"timeout ({self.hang_timeout:g} s)")

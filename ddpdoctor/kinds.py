@@ -6,7 +6,18 @@ from __future__ import annotations
 import enum
 
 
-class Severity(str, enum.Enum):
+class _Text(str, enum.Enum):
+    """A str enum that reads as its value in text (``f"{kind}"`` is ``rank_failed``, on
+    every Python: 3.12 formats a mixed-in enum by its name otherwise)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Severity(_Text):
     """error: the job is broken (some ranks block, or it trains wrong); warning: it may be,
     or it trains wrong silently; info: worth knowing."""
 
@@ -15,7 +26,7 @@ class Severity(str, enum.Enum):
     INFO = "info"
 
 
-class FindingKind(str, enum.Enum):
+class FindingKind(_Text):
     """The kinds of the report's findings (a str: equal to the report's ``kind`` text, so a
     finding's ``kind`` may be either).  Root causes, decided by the causal model:"""
 

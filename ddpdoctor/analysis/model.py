@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddpdoctor.config import wait_bound
 from ddpdoctor.kinds import FindingKind, Severity  # noqa: F401 (analysis's names for them)
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace
@@ -79,6 +80,7 @@ class RankRun:
     progress_ns: int | None = None  # live: wall time of the last observed progress
     cpu_busy: bool | None = None  # live: CPU time advanced in the last sampling window
     stop_ns: int | None = None  # when ddpdoctor stopped this rank's node (its own clock)
+    flow: Any = None  # its recorded control flow (load/flow.py RankFlow), None on Python < 3.12
 
     @property
     def pid(self) -> int:
@@ -158,6 +160,12 @@ class JobView:
     # lines lint flagged before the run as a collective reached on some ranks only:
     # (file basename, line) -> lint's kind (rundir/lint_results.py)
     lint_sites: dict[tuple[str, int], str] = field(default_factory=dict)
+    # how long ranks may wait on a rank working outside any collective (config.wait_bound)
+    wait_bound: float | None = None
+
+    @property
+    def bound(self) -> float:
+        return wait_bound(self.hang_timeout, self.wait_bound)
 
     def group_members(self, group: str) -> list[int]:
         for run in self.ranks.values():

@@ -70,7 +70,8 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     started = time.time_ns()
     write_json_atomic(run_dir / "run.json", {
         "run_id": run_id, "command": redact_argv(config.command), "argv": redact_argv(argv),
-        "hang_timeout": config.hang_timeout, "on_hang": config.on_hang.value,
+        "hang_timeout": config.hang_timeout, "wait_bound": config.bound,
+        "on_hang": config.on_hang.value,
         "ddp": config.ddp.value, "started_at": iso(started), "cwd": os.getcwd(),
         "report": str(report_path), "ddpdoctor_version": ddpdoctor.__version__,
     })

@@ -34,12 +34,27 @@ def on_torch_imported() -> None:
     except Exception as e:  # noqa: BLE001 - never break the user's `import torch`
         _note_failure("patching torch.distributed", e)
         return
+    _start_control_flow()
     _install_optional("ddpdoctor.ddp.swap", "swapping DistributedDataParallel",
                       os.environ.get(ENV_DDP, "ring"))
     _install_optional("ddpdoctor.runtime.data_probes", "installing data probes")
     _install_optional("ddpdoctor.runtime.replica_writes", "watching replicas for drift")
     _install_optional("ddpdoctor.runtime.fr_dump", "watching for flight recorder requests")
     _install_optional("ddpdoctor.runtime.lightning_log", "naming Lightning's deferred syncs")
+
+
+def _start_control_flow() -> None:
+    """Record the rank's path through the user's code (Python 3.12+): started as the
+    user's code imports torch, so the script's own frames are on the stack."""
+    rec = recorder.active()
+    if rec is None:
+        return
+    try:
+        from ddpdoctor.runtime import control_flow
+
+        rec.flow = control_flow.start(rec)
+    except Exception as e:  # noqa: BLE001 - no diagnosis, never a broken job
+        _note_failure("recording the control flow", e)
 
 
 def _install_optional(module: str, what: str, *args: Any) -> None:

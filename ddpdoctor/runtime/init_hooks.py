@@ -243,6 +243,12 @@ def on_init() -> None:
         local = env_local if env_local is not None else (
             _local_rank if _local_rank is not None else rank)
         rec.set_identity(rank, world, local)
+        if rec.flow is None:  # torch came before this process (a fork of a warm launcher)
+            from ddpdoctor.runtime import control_flow
+
+            rec.flow = control_flow.start(rec, sys._getframe(2))
+        else:  # the script that called init
+            rec.flow.instrument_stack(sys._getframe(2))
         rec.group_index(None)
         rec.meta("init", rank=rank, world_size=world, local_rank=local,
                  backend=str(dist.get_backend()), host=os.uname().nodename)

@@ -33,6 +33,8 @@ def record_exception(exc_type: type, exc: BaseException, tb: Any, thread: str) -
         if rec.rank < 0 and os.environ.get("RANK", "").isdigit():
             rec.set_identity(int(os.environ["RANK"]), int(os.environ.get("WORLD_SIZE", -1)),
                              int(os.environ.get("LOCAL_RANK", -1)))
+        if thread == "main" and rec.flow is not None:
+            rec.flow.flush_open()  # the path that led to the exception
         rec.meta("exception", type=exc_type.__name__, message=str(exc)[:2000],
                  traceback=_frames(tb), thread=thread)
         if thread == "main":
@@ -78,6 +80,10 @@ def _say_exited() -> None:
         _mark_exit_disabled(rec)
         return
     try:
+        flow = rec.flow
+        if flow is not None:
+            flow.flush_open()  # the path from the last collective to the end
+            flow.stop()
         state = rec.writer  # header state FAILED stays FAILED
         from ddpdoctor.trace.reader import read_header
 

@@ -75,6 +75,7 @@ class Recorder:
         self.steps = 0  # optimizer steps taken (the header's step)
         self._heartbeat_due = 0  # wall time (ns) after which a record refreshes heartbeat_ns
         self._fault = injected_fault()
+        self.flow: Any = None  # the control-flow recording (runtime/control_flow.py), if on
         from ddpdoctor.redact import redact_argv
 
         self.writer.meta("process", pid=os.getpid(), ppid=os.getppid(),
@@ -199,6 +200,9 @@ class Recorder:
                 if counter is None:
                     counter = self._p2p_seq.setdefault(key, _new_counter())
                 seq = next(counter)
+            flow = self.flow
+            if flow is not None:
+                flow.close(g, seq if kind == _KIND_COLL else -1 - seq)
             now = t_start or _time_ns()
             if now >= self._heartbeat_due:
                 self.heartbeat(now)

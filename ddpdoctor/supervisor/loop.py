@@ -310,7 +310,8 @@ class Supervisor(JobEnding, NodesMixin):
             if found.ranks not in self._stragglers_said:
                 self._stragglers_said.add(found.ranks)
                 found = self._with_frames(found)
-                self.say(found.message + " (a straggler, not a hang: the job goes on)",
+                self.say(found.message + " (a straggler so far: a hang if they still wait "
+                         f"at the wait bound, {self.config.bound:g} s)",
                          "yellow")
                 self.log("straggler", ranks=list(found.ranks), message=found.message)
             return None

@@ -88,6 +88,7 @@ class RecordKind(enum.IntEnum):
     RING_STEP = 3  # one send/recv of a ring all-reduce; parent = the bucket's seq
     BATCH = 4  # one batch drawn from a DataLoader; seq = batch index, aux = epoch
     MARK = 5  # a free-form point in time (text says what)
+    PATH = 6  # a segment of the rank's path through the user's code (trace/flow.py)
 
 
 class RecordFlag(enum.IntFlag):

@@ -99,3 +99,33 @@ def job(runs: list[RankRun], world: int | None = None, outcome: str | None = "hu
     ranks = {run.rank: run for run in runs}
     return JobView([Path("/nonexistent")], ranks, world or len(ranks), NOW, hang_timeout,
                    live, outcome=outcome)
+
+
+# -- a rank's recorded control flow (runtime/control_flow.py, trace/flow.py) --------------
+def flow_site(number: int, file: str, line: int, op: str = "POP_JUMP_IF_FALSE",
+              fall: int | None = None, jump: int | None = None, col: int = 4,
+              names: tuple[str, ...] = (), func: str = "main") -> dict[str, Any]:
+    """A ``flow_site`` meta event: branch ``number`` of the rank at ``file:line``; ``fall``
+    and ``jump`` the lines its two ways lead to."""
+    return {"event": "flow_site", "site": number, "file": file, "line": line, "col": col,
+            "func": func, "op": op, "names": list(names),
+            "fall": fall if fall is not None else line + 1, "jump": jump}
+
+
+def flow_values(site: int, way: int, segment: int, **values: str) -> dict[str, Any]:
+    """A ``flow_values`` meta event: what ``way`` of ``site`` read in ``segment``."""
+    return {"event": "flow_values", "site": site, "way": way, "after": [0, 0],
+            "segment": segment, "values": dict(values)}
+
+
+def segment(number: int, opening: int, closing: int | None, entries: str,
+            t: float = 0.0, group: int = 0) -> CallRecord:
+    """A PATH record: segment ``number`` between the collectives of seq ``opening`` and
+    ``closing`` (None: still open, or the process ended) on ``group``; ``entries`` as
+    trace/flow.py writes them (``SITE.FELL.JUMPED[.FLAGS]``, comma-separated)."""
+    start = T0 + int(t * NS)
+    return CallRecord(kind=L.RecordKind.PATH, op="unknown", group=str(group),
+                      group_index=group, seq=opening, t_start=start, t_end=start + 1000,
+                      peer=group if closing is not None else -1,
+                      parent=closing if closing is not None else -1, nbytes=number, aux=0,
+                      callsite=entries)

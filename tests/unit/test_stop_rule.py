@@ -56,3 +56,27 @@ def test_a_healthy_job_between_steps_gets_no_verdict() -> None:
     runs = [rank(r, steps(4) + [rec(4, t=AGO - 0.5, dur=None)], cpu_busy=True)
             for r in (0, 1)]
     assert judge(live(runs), 5.0) is None
+
+
+def _polling(waited_s: float, bound: float | None) -> list:
+    """Rank 0 waits in all_reduce #4 for ``waited_s``; rank 1 works outside any collective
+    (it polls: its CPU moves, its trace does not) the whole time."""
+    r0 = rank(0, steps(4) + [rec(4, t=AGO - waited_s, dur=None)], step=4)
+    r1 = rank(1, steps(4), cpu_busy=True, step=4)
+    r0.alive = r1.alive = True
+    r1.progress_ns = NOW
+    return [r0, r1]
+
+
+def test_every_wait_has_a_bound_a_rank_working_past_it_is_hung() -> None:
+    """A rank that keeps working (polling, retrying) while the others wait on it is a
+    straggler until the wait bound, then the job hangs, naming it."""
+    found = judge(live(_polling(30.0, None), hang_timeout=5.0), 5.0)
+    assert found is not None and not isinstance(found, HangVerdict)  # 30 s < 10 x 5 s
+    j = live(_polling(30.0, None), hang_timeout=5.0)
+    j.wait_bound = 20.0
+    found = judge(j, 5.0)
+    assert isinstance(found, HangVerdict) and found.absent == (1,)
+    assert "past the wait bound (20 s)" in found.message
+    found = judge(live(_polling(51.0, None), hang_timeout=5.0), 5.0)  # the default: 50 s
+    assert isinstance(found, HangVerdict) and found.absent == (1,)

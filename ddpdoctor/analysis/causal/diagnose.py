@@ -8,9 +8,11 @@ from ddpdoctor.analysis.causal import findings as F
 from ddpdoctor.analysis.causal import known_failures, mismatch, uneven
 from ddpdoctor.analysis.causal.alike import about_the_same_time, exited_alike, same_failure
 from ddpdoctor.analysis.causal.ddp_errors import construction_mismatch
+from ddpdoctor.analysis.causal.decided import with_recorded_decisions
 from ddpdoctor.analysis.causal.exchange import recorded_splits, split_sizes_mismatch
 from ddpdoctor.analysis.causal.facts import rank_states
 from ddpdoctor.analysis.causal.graph import Wait, cycles, reachable, sinks, wait_for_graph
+from ddpdoctor.analysis.causal.p2p import find_pair_mismatch, pair_finding
 from ddpdoctor.analysis.causal.group_calls import new_group_divergence
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
 from ddpdoctor.analysis.causal.stall import stalled_behind, stalled_call, stalled_ring
@@ -144,6 +146,11 @@ def diagnose(job: JobView) -> Diagnosis:
     if split is not None:  # every member's error in and after the exchange is its echo
         members = set(job.group_members(split.evidence["group"])) | set(split.ranks)
         covered.update(dict.fromkeys(members, b.add(split, members)))
+    pair = find_pair_mismatch(job, states)
+    paired: set[int] = set()
+    if pair is not None:  # a send and a recv that never meet: the receiver's abort is its echo
+        paired = {pair.sender, pair.receiver}
+        covered.update(dict.fromkeys(paired, b.add(pair_finding(job, pair), paired)))
     uneven_found = uneven.detect(job)
     late: list[Finding] = []
     for f in uneven_found:
@@ -175,7 +182,8 @@ def diagnose(job: JobView) -> Diagnosis:
         if behind is not None:
             b.add(behind, set(states))
     for cycle in cycles(judged):  # (groups shifted by a new_group: the waits are its)
-        if grouped is None and all(r in by_rank for r in cycle):
+        if grouped is None and all(r in by_rank for r in cycle) and \
+                not set(cycle) <= paired:  # (a pair that cannot meet is no cycle)
             b.add(_cycle_finding(cycle, job, by_rank, states), set(cycle))
     for target, into in sinks(judged, states).items():
         s = states[target]
@@ -217,7 +225,8 @@ def diagnose(job: JobView) -> Diagnosis:
             longest = max((_waited_ns(job, states, w) for w in judged
                            if w.rank in b.explains[i]), default=0)
             b.roots[i] = _when_interrupted(b.roots[i], job, longest)
-    return Diagnosis(states, waits, _assemble(b.roots, consequences, late))
+    findings = with_recorded_decisions(_assemble(b.roots, consequences, late), job, states)
+    return Diagnosis(states, waits, findings)
 
 
 def _deaths(job: JobView, states: dict[int, RankState], waits: list[Wait], b: _Builder,

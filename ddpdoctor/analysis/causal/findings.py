@@ -275,7 +275,11 @@ def deadlock(cycle: tuple[int, ...], waits: dict[int, Wait],
     fix = ("Post sends and receives in a matching order (one side sends first), or use "
            "dist.batch_isend_irecv / isend+irecv." if p2p else
            "Enter the process groups in the same order on every rank: "
-           + ", ".join(f"group {g}" for g in groups) + " are taken in different orders.")
+           + ", ".join(f"group {g}" for g in groups) + " are taken in different orders."
+           if len(groups) > 1 else
+           "The ranks wait on each other's calls on one group: make every rank make the same "
+           "calls in the same order (a send matched by a recv on its peer, a collective "
+           "reached by every rank of the group).")
     return Finding(FindingKind.DEADLOCK, Severity.ERROR, tuple(cycle), None, summary,
                    "\n".join(lines), fix, {"groups": groups, "cycle": list(cycle)})
 

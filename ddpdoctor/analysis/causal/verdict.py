@@ -166,6 +166,7 @@ class Assessment:
     hopeless: list[Wait]
     behind: frozenset[int]
     unseen: frozenset[int]
+    bounded: tuple[Wait, ...] = ()  # hopeless because they outlasted the wait bound
 
 
 def assess(job: JobView, hang_timeout: float, states: dict[int, RankState] | None = None,
@@ -177,7 +178,8 @@ def assess(job: JobView, hang_timeout: float, states: dict[int, RankState] | Non
     limit = int(hang_timeout * NS)
     live = {r for r, s in states.items() if progressing(s, host_now(job, r), limit)}
     grace = int(report_grace_s(job.hang_timeout or hang_timeout) * NS)
-    hopeless, behind, unseen = [], set(), set()
+    hopeless, behind, unseen, bounded = [], set(), set(), []
+    bound = int(max(job.bound, hang_timeout) * NS)
     ages: dict[tuple, int] = {}
     for w in waits:
         if states[w.rank].kind == StateKind.PEER_FAILED or states[w.rank].since_ns is None:
@@ -187,13 +189,17 @@ def assess(job: JobView, hang_timeout: float, states: dict[int, RankState] | Non
             continue
         ahead = reachable(w.rank, waits) & live
         idle = set(w.waits_for) - live
-        if ahead:
+        if ahead and age >= bound:  # working, but past the bound: every wait has one
+            hopeless.append(w)
+            bounded.append(w)
+        elif ahead:
             behind |= ahead
         elif idle and not any(r in job.ranks for r in idle) and age < limit + grace:
             unseen |= idle  # never seen yet: starting, their node has not reported them
         else:
             hopeless.append(w)
-    return Assessment(states, waits, hopeless, frozenset(behind), frozenset(unseen))
+    return Assessment(states, waits, hopeless, frozenset(behind), frozenset(unseen),
+                      tuple(bounded))
 
 
 def judge(job: JobView, hang_timeout: float,
@@ -214,7 +220,10 @@ def judge(job: JobView, hang_timeout: float,
         now = host_now(job, w.rank)
         waited = (now - (states[w.rank].since_ns or now)) / NS
         msg = f"{wait_text(w, states[w.rank].call)} for {waited:.1f} s"
-        if absent:
+        if absent and w in seen.bounded:
+            msg += (f"; {ranks_text(absent)} kept working outside any collective past the "
+                    f"wait bound ({job.bound:g} s)")
+        elif absent:
             msg += f"; {ranks_text(absent)} made no progress"
         elif len(hopeless) == len(states) > 1:
             msg += "; every rank is inside it"
@@ -233,7 +242,8 @@ def judge(job: JobView, hang_timeout: float,
         parts.append(f"{ranks_text(sorted(unseen))} not seen yet (starting)")
     waiting = sorted({w.rank for w in waits})
     return Straggling("; ".join(parts) + f"; {ranks_text(waiting)} wait"
-                      + ("s" if len(waiting) == 1 else ""), tuple(sorted(behind | unseen)))
+                      + ("s" if len(waiting) == 1 else ""),
+                      tuple(sorted(behind | unseen)))
 
 
 def hang_verdict(job: JobView, hang_timeout: float) -> HangVerdict | None:

@@ -170,7 +170,8 @@ def explained(findings: list[Finding], job: JobView) -> list[Finding]:
 
         return [with_frame_decision(f) if f.severity == Severity.WARNING else f for f in out]
     f = out[first]
-    if "out_of_step" in f.evidence or f.kind not in (
+    if "out_of_step" in f.evidence or "decision" in f.evidence or "loop" in f.evidence or \
+            f.kind not in (
             FindingKind.MISSING_COLLECTIVE, FindingKind.UNEVEN_BATCHES,
             FindingKind.COLLECTIVE_MISMATCH, FindingKind.RANK_FAILED):
         return out

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from ddpdoctor.analysis.load import external as sources
 from ddpdoctor.analysis.load import flight_recorder
+from ddpdoctor.analysis.load.flow import rank_flow
 from ddpdoctor.analysis.load.implied import add_reducer_call
 from ddpdoctor.analysis.model import NS, Call, JobView, NodeFacts, RankRun
 from ddpdoctor.config import HANG_TIMEOUT
@@ -87,6 +88,7 @@ def rank_run(trace: RankTrace) -> RankRun:
         seq_calls.sort(key=lambda c: c.seq)
     run = RankRun(rank, trace, calls, p2p, ring, batches, group_ranks)
     run.marks = marks
+    run.flow = rank_flow(trace.records, trace.meta, trace.group_names())
     return run
 
 
@@ -178,6 +180,7 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
     sup_events: list[dict[str, Any]] = []
     command: list[str] = []
     timeout = hang_timeout
+    bound: float | None = None
     nodes: dict[str, NodeFacts] = {}
     all_launchers: list[RankTrace] = []
     here = host_name()
@@ -199,6 +202,9 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
             command = [str(c) for c in info["command"]]
         if timeout is None and isinstance(info.get("hang_timeout"), (int, float)):
             timeout = float(info["hang_timeout"])
+        if bound is None and type(info.get("wait_bound")) in (int, float) and \
+                info["wait_bound"] > 0:
+            bound = float(info["wait_bound"])
         node = _node_facts(run_dir)
         if node is not None:
             nodes.setdefault(node.host, node)
@@ -220,6 +226,7 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
                   all_launchers, problems, sup_events, command, outcome,
                   min(started) if started else None, None if live else _ended(ranks, sup_events))
     job.nodes = nodes
+    job.wait_bound = bound
     for run_dir in run_dirs[:1]:
         job.lint_sites = lint_sites(run_dir)
     return job

@@ -1,0 +1,194 @@
+"""Where the ranks' paths through the user's code parted: their recorded segments aligned by
+the collective that opened them, and the first branch, in time, they went different ways at.
+
+A site is the same on every rank by its file's name, line, column and bytecode (the numbers
+each rank gave it differ).  Segments align by the (group, seq) of the collective that
+opened them; the segment that matters is the newest one every rank has: after it their
+collectives differ (one waits in a call, one left, one computes).  Inside it, the first
+site (in the order the ranks first reached their sites) where the ranks that reached it
+went different ways is where they parted; a site counted only up to its limit (a hot loop)
+or silenced says nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddpdoctor.analysis.load.flow import FlowSite, RankFlow, Segment
+from ddpdoctor.analysis.model import JobView
+from ddpdoctor.trace.flow import FlowEntry
+
+SiteKey = tuple[str, int, int, str]
+
+
+@dataclass(frozen=True)
+class Way:
+    """Which way one rank went at a site in one segment."""
+
+    rank: int
+    site: FlowSite
+    entry: FlowEntry  # both ways' counts (a site's entries merged)
+    segment: Segment
+    positions: tuple[int, int]  # when the rank first went each way (its entry's place)
+
+    @property
+    def counts(self) -> tuple[int, int]:
+        return (self.entry.fell, self.entry.jumped)
+
+    @property
+    def position(self) -> int:
+        return min(self.positions)
+
+
+@dataclass(frozen=True)
+class Parting:
+    """The first site at which the ranks went different ways: each rank's way there, and
+    the ranks that did not reach it in that segment (``unreached``)."""
+
+    key: SiteKey
+    opening: tuple[str, int]
+    ways: dict[int, Way]
+    unreached: tuple[int, ...]
+
+    @property
+    def site(self) -> FlowSite:
+        return next(iter(self.ways.values())).site
+
+
+def flows_of(job: JobView, ranks: list[int] | tuple[int, ...]) -> dict[int, RankFlow]:
+    """The recorded flows of ``ranks`` (those that recorded one)."""
+    out = {}
+    for r in ranks:
+        run = job.ranks.get(r)
+        if run is not None and run.flow is not None and run.flow.segments:
+            out[r] = run.flow
+    return out
+
+
+def _by_opening(flow: RankFlow) -> dict[tuple[str, int], Segment]:
+    """The rank's segments by the call that opened them (a later one of the same opening,
+    a re-created group's, wins)."""
+    return {s.opening: s for s in flow.segments}
+
+
+def last_common_opening(flows: dict[int, RankFlow]) -> tuple[str, int] | None:
+    """The opening of the newest segment every rank has."""
+    openings = [_by_opening(f) for f in flows.values()]
+    if not openings:
+        return None
+    common = set(openings[0]).intersection(*openings[1:])
+    if not common:
+        return None
+    first = next(iter(flows.values()))
+    order = {s.opening: s.number for s in first.segments}
+    return max(common, key=lambda k: order.get(k, -1))
+
+
+NEVER = 1 << 30  # the place of a way not taken
+
+
+def ways_in(flow: RankFlow, rank: int, segment: Segment) -> dict[SiteKey, Way]:
+    """Each site the rank reached in ``segment``, keyed across ranks (its entries, one a
+    way, merged; each way's place kept)."""
+    out: dict[SiteKey, Way] = {}
+    for i, e in enumerate(segment.entries):
+        site = flow.sites.get(e.site)
+        if site is None:
+            continue
+        w = out.get(site.key)
+        mine = (i if e.fell or e.dark else NEVER, i if e.jumped or e.dark else NEVER)
+        if w is None:
+            out[site.key] = Way(rank, site, e, segment, mine)
+            continue
+        merged = FlowEntry(e.site, w.entry.fell + e.fell, w.entry.jumped + e.jumped,
+                           w.entry.saturated or e.saturated, w.entry.dark and e.dark)
+        out[site.key] = Way(rank, site, merged, segment,
+                            (min(w.positions[0], mine[0]), min(w.positions[1], mine[1])))
+    return out
+
+
+def _when(here: list[Way]) -> int:
+    """When the ranks' ways at a site first differed: the earliest place, on any rank, of a
+    way whose count differs between them."""
+    differ = [i for i in (0, 1) if len({w.counts[i] for w in here}) > 1]
+    return min((w.positions[i] for w in here for i in differ if w.positions[i] < NEVER),
+               default=min(w.position for w in here))
+
+
+def _known(w: Way) -> bool:
+    return not (w.entry.saturated or w.entry.dark)
+
+
+def _standing(flow: RankFlow, w: Way) -> bool:
+    """Did the rank go this way here in its earlier segments too (a standing difference: a
+    rank-0-only log line every step), rather than newly?"""
+    before = earlier_ways(flow, w.rank, w.site.key, w.segment.number)
+    had = {i for e in before for i, n in enumerate(e.counts) if n}
+    return bool(before) and {i for i, n in enumerate(w.counts) if n} <= had
+
+
+def first_difference(ways: dict[int, dict[SiteKey, Way]],
+                     flows: dict[int, RankFlow] | None = None
+                     ) -> tuple[SiteKey, bool] | None:
+    """The first site where the ranks went different ways: (its key, whether every rank
+    reached it).  Sites every rank reached and took differently come first, those where
+    some rank went a way new to it before standing differences (each rank its usual way,
+    e.g. a branch on the rank every step); a site only some reached (they went on, the
+    others stayed or turned earlier) only when none did."""
+    keys: dict[SiteKey, int] = {}
+    for per_rank in ways.values():
+        for key, w in per_rank.items():
+            keys[key] = min(keys.get(key, w.position), w.position)
+    new, standing, some = [], [], []
+    for key, position in keys.items():
+        here = [per_rank[key] for per_rank in ways.values() if key in per_rank]
+        if not all(_known(w) for w in here):
+            continue
+        if len(here) == len(ways):
+            if len({w.counts for w in here}) > 1:
+                usual = flows is not None and all(_standing(flows[w.rank], w) for w in here)
+                (standing if usual else new).append((_when(here), key))
+        else:
+            some.append((position, key))
+    for found, every in ((new, True), (standing, True), (some, False)):
+        if found:
+            return min(found)[1], every
+    return None
+
+
+def parting(job: JobView, ranks: list[int] | tuple[int, ...],
+            opening: tuple[str, int] | None = None) -> Parting | None:
+    """Where the paths of ``ranks`` parted in their newest common segment (or in the
+    segment ``opening`` began), from their recorded flows; None when fewer than two ranks
+    recorded one, or they went the same ways there."""
+    flows = flows_of(job, ranks)
+    if len(flows) < 2:
+        return None
+    opening = opening or last_common_opening(flows)
+    if opening is None:
+        return None
+    ways = {}
+    for r, flow in flows.items():
+        segment = _by_opening(flow).get(opening)
+        if segment is None:
+            return None
+        ways[r] = ways_in(flow, r, segment)
+    found = first_difference(ways, flows)
+    if found is None:
+        return None
+    key, _ = found
+    at = {r: w[key] for r, w in ways.items() if key in w}
+    return Parting(key, opening, at, tuple(sorted(set(ways) - set(at))))
+
+
+def earlier_ways(flow: RankFlow, rank: int, key: SiteKey,
+                 before: int | None = None) -> list[Way]:
+    """Every way the rank went at site ``key`` in its recorded segments (before segment
+    number ``before``, if given), oldest first."""
+    out = []
+    for segment in flow.segments:
+        if before is not None and segment.number >= before:
+            break
+        w = ways_in(flow, rank, segment).get(key)
+        if w is not None:
+            out.append(w)
+    return out

@@ -1,0 +1,65 @@
+"""The words of a finding decided from the ranks' recorded decision: the lead that names
+the line and each side, the mechanism in one sentence, and the fix that follows from it."""
+
+from __future__ import annotations
+
+from ddpdoctor.analysis.explain.recorded import RecordedDecision
+
+RULES = {
+    "majority": "its decision differs from the other ranks'",
+    "history": "it decided differently from its own earlier steps there",
+    "branch": "its branch holds the collective the others never make",
+    "no_majority": "no majority tells which side is wrong: every side is named",
+}
+
+
+def _who(ranks: tuple[int, ...] | list[int]) -> str:
+    rs = sorted(ranks)
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
+
+
+def lead(d: RecordedDecision) -> str:
+    """``the ranks' paths parted at train.py:13 `if os.path.exists(state_path):` (rank 0:
+    true ...; rank 1: false ...)``."""
+    return f"the ranks decided differently at {d.where} `{d.source}` ({d.text()})"
+
+
+def why(d: RecordedDecision, culprits: tuple[int, ...], rule: str) -> str:
+    """The mechanism, in one sentence: where the ranks decided, and where that took them."""
+    parted = ""
+    if d.parted_at is not None:
+        file, line, source = d.parted_at
+        parted = (f"; that value then drove `{source}` at {file.rsplit('/', 1)[-1]}:{line}, "
+                  "where their collectives went apart")
+    who = _who(culprits)
+    return (f"At {d.where} `{d.source}` the ranks took different ways ({d.text()}){parted}. "
+            f"{who.capitalize()} {'is' if len(culprits) == 1 else 'are'} named because "
+            f"{RULES.get(rule, rule)}.")
+
+
+def fix(d: RecordedDecision, rule: str, collective: str = "") -> str:
+    """The fix that follows from the decision: decide it together, or take the collective
+    out of the one-sided branch."""
+    read = sorted({k for o in d.ranks.values() for k in o.values})
+    differing = [k for k in read if len({o.values.get(k) for o in d.ranks.values()}) > 1]
+    inputs = f" (they read different {', '.join(f'`{k}`' for k in differing)})" \
+        if differing else ""
+    if rule == "branch" and collective:
+        return (f"The {collective} runs only on the side of {d.where} `{d.source}` that one "
+                "rank took: call it on every rank of the group (keep only the rank-specific "
+                "work under the condition), or on none.")
+    return (f"Decide together at {d.where} `{d.source}`{inputs}: let one rank compute the "
+            "outcome and broadcast it (or all-reduce the inputs), so that every rank takes "
+            "the same way and makes the same collectives.")
+
+
+def loop_fix(loops: dict, bound: float) -> str:
+    """The fix for ranks turning in a loop the others wait on: make what it waits for
+    happen, bound the loop, or wait with a collective."""
+    r, lp = sorted(loops.items())[0]
+    where = f"{lp.file.rsplit('/', 1)[-1]}:{lp.line}"
+    return (f"{_who(sorted(loops)).capitalize()} turns in `{lp.source}` at {where} until its "
+            f"condition changes, and it had not changed after {bound:g} s while the others "
+            "waited: make sure what it waits for happens on every path (which rank makes it?), "
+            "give the loop a deadline that raises, or wait with a collective every rank "
+            "enters (a barrier after the rank that makes it) instead of polling.")
