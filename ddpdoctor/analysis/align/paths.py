@@ -70,17 +70,21 @@ def _by_opening(flow: RankFlow) -> dict[tuple[str, int], Segment]:
     return {s.opening: s for s in flow.segments}
 
 
-def last_common_opening(flows: dict[int, RankFlow]) -> tuple[str, int] | None:
-    """The opening of the newest segment every rank has."""
+def common_openings(flows: dict[int, RankFlow]) -> list[tuple[str, int]]:
+    """The openings of the segments every rank has, newest first."""
     openings = [_by_opening(f) for f in flows.values()]
     if not openings:
-        return None
+        return []
     common = set(openings[0]).intersection(*openings[1:])
-    if not common:
-        return None
     first = next(iter(flows.values()))
     order = {s.opening: s.number for s in first.segments}
-    return max(common, key=lambda k: order.get(k, -1))
+    return sorted(common, key=lambda k: -order.get(k, -1))
+
+
+def last_common_opening(flows: dict[int, RankFlow]) -> tuple[str, int] | None:
+    """The opening of the newest segment every rank has."""
+    found = common_openings(flows)
+    return found[0] if found else None
 
 
 NEVER = 1 << 30  # the place of a way not taken
@@ -126,14 +130,13 @@ def _standing(flow: RankFlow, w: Way) -> bool:
     return bool(before) and {i for i, n in enumerate(w.counts) if n} <= had
 
 
-def first_difference(ways: dict[int, dict[SiteKey, Way]],
-                     flows: dict[int, RankFlow] | None = None
-                     ) -> tuple[SiteKey, bool] | None:
-    """The first site where the ranks went different ways: (its key, whether every rank
-    reached it).  Sites every rank reached and took differently come first, those where
+def differences(ways: dict[int, dict[SiteKey, Way]],
+                flows: dict[int, RankFlow] | None = None) -> list[tuple[SiteKey, bool]]:
+    """The sites where the ranks went different ways, first first: (the key, whether every
+    rank reached it).  Sites every rank reached and took differently come first, those where
     some rank went a way new to it before standing differences (each rank its usual way,
     e.g. a branch on the rank every step); a site only some reached (they went on, the
-    others stayed or turned earlier) only when none did."""
+    others stayed or turned earlier) after them."""
     keys: dict[SiteKey, int] = {}
     for per_rank in ways.values():
         for key, w in per_rank.items():
@@ -149,35 +152,50 @@ def first_difference(ways: dict[int, dict[SiteKey, Way]],
                 (standing if usual else new).append((_when(here), key))
         else:
             some.append((position, key))
-    for found, every in ((new, True), (standing, True), (some, False)):
+    return [(key, every) for found, every in ((new, True), (standing, True), (some, False))
+            for _, key in sorted(found)]
+
+
+def first_difference(ways: dict[int, dict[SiteKey, Way]],
+                     flows: dict[int, RankFlow] | None = None
+                     ) -> tuple[SiteKey, bool] | None:
+    """The first of ``differences``, or None."""
+    found = differences(ways, flows)
+    return found[0] if found else None
+
+
+LOOK_BACK = 4  # common segments searched, newest first, for where the paths parted
+
+
+def partings(job: JobView, ranks: list[int] | tuple[int, ...],
+             opening: tuple[str, int] | None = None) -> list[Parting]:
+    """Every site where the paths of ``ranks`` parted, first first, in their newest common
+    segment where they parted at all (else one of the few before it: a rank that failed a
+    step after its own turn), or in the segment ``opening`` began; empty when fewer than
+    two ranks recorded their flow, or they went the same ways."""
+    flows = flows_of(job, ranks)
+    if len(flows) < 2:
+        return []
+    for at in [opening] if opening is not None else common_openings(flows)[:LOOK_BACK]:
+        ways = {}
+        for r, flow in flows.items():
+            segment = _by_opening(flow).get(at)
+            if segment is None:
+                return []
+            ways[r] = ways_in(flow, r, segment)
+        found = differences(ways, flows)
         if found:
-            return min(found)[1], every
-    return None
+            return [Parting(key, at, {r: w[key] for r, w in ways.items() if key in w},
+                            tuple(sorted(r for r, w in ways.items() if key not in w)))
+                    for key, _ in found]
+    return []
 
 
 def parting(job: JobView, ranks: list[int] | tuple[int, ...],
             opening: tuple[str, int] | None = None) -> Parting | None:
-    """Where the paths of ``ranks`` parted in their newest common segment (or in the
-    segment ``opening`` began), from their recorded flows; None when fewer than two ranks
-    recorded one, or they went the same ways there."""
-    flows = flows_of(job, ranks)
-    if len(flows) < 2:
-        return None
-    opening = opening or last_common_opening(flows)
-    if opening is None:
-        return None
-    ways = {}
-    for r, flow in flows.items():
-        segment = _by_opening(flow).get(opening)
-        if segment is None:
-            return None
-        ways[r] = ways_in(flow, r, segment)
-    found = first_difference(ways, flows)
-    if found is None:
-        return None
-    key, _ = found
-    at = {r: w[key] for r, w in ways.items() if key in w}
-    return Parting(key, opening, at, tuple(sorted(set(ways) - set(at))))
+    """Where the paths of ``ranks`` first parted (see ``partings``), or None."""
+    found = partings(job, ranks, opening)
+    return found[0] if found else None
 
 
 def earlier_ways(flow: RankFlow, rank: int, key: SiteKey,

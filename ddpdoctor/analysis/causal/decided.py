@@ -17,19 +17,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ddpdoctor.analysis.align.paths import Parting, earlier_ways, flows_of, parting
+from ddpdoctor.analysis.align.paths import Parting, earlier_ways, flows_of, partings
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.explain import decision_text as T
 from ddpdoctor.analysis.explain.recorded import (RecordedDecision, body_span,
-                                                 current_loop, recorded_decision)
+                                                 current_loop, recorded_decision,
+                                                 skipped_source)
 from ddpdoctor.analysis.load.frames import user_frames
-from ddpdoctor.analysis.load.user_source import split_callsite
+from ddpdoctor.analysis.load.user_source import source_line, split_callsite
 from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity
 from ddpdoctor.trace.meta_line import traceback_frames
 
 DECIDED = (FindingKind.COLLECTIVE_MISMATCH, FindingKind.MISSING_COLLECTIVE,
            FindingKind.UNEVEN_BATCHES, FindingKind.DEADLOCK)
 MAX_RANKS = 1024  # beyond, the fast scan's jobs: the decision is not read
+MAX_TURNS = 6  # places the paths parted that are weighed, first first
 WORKING = (StateKind.COMPUTING, StateKind.DATA_LOADING, StateKind.OS_BLOCKED,
            StateKind.NOT_ARRIVED)
 
@@ -155,6 +157,30 @@ def with_loop(f: Finding, job: JobView, states: dict[int, RankState]) -> Finding
                                                     for r, lp in sorted(loops.items())}})
 
 
+def _modules(params: list[str]) -> set[str]:
+    """The module attributes a parameter path names (``box_head.weight`` -> box_head)."""
+    return {part for name in params for part in str(name).split(".")[:-1]
+            if part and not part.isdigit() and part != "module"}
+
+
+def _own_turn(f: Finding, job: JobView, states: dict[int, RankState]) -> Finding:
+    """A rank DDP's reducer failed on (a parameter got no gradient): the turn its record
+    shows it took alone before, whose skipped code uses that parameter's module (an early
+    return on an empty batch), told; it stays the culprit (it failed), the turn says
+    where."""
+    modules = _modules(list(f.evidence.get("parameters") or []))
+    for p in partings(job, _involved(job, f)):
+        d = recorded_decision(job, p)
+        culprits, rule = blame(job, p, d, states)
+        if set(culprits) != set(f.ranks):
+            continue
+        skipped = skipped_source(d, culprits[0])
+        if modules and not any(m in skipped for m in modules):
+            continue  # a turn of its own, but not the one that left the module unused
+        return told(f, d, culprits, rule, "")
+    return f
+
+
 def with_recorded_decisions(findings: list[Finding], job: JobView,
                             states: dict[int, RankState]) -> list[Finding]:
     """The root errors of ``findings`` decided from the ranks' recorded decisions, where
@@ -163,16 +189,38 @@ def with_recorded_decisions(findings: list[Finding], job: JobView,
         return findings
     out = list(findings)
     for i, f in enumerate(out):
-        if f.severity != Severity.ERROR or f.caused_by is not None or \
-                f.kind not in DECIDED or "p2p" in f.evidence:
+        if f.severity != Severity.ERROR or f.caused_by is not None or "p2p" in f.evidence:
+            continue
+        if f.kind == FindingKind.RANK_FAILED and "parameters" in f.evidence:
+            out[i] = _own_turn(f, job, states)  # DDP's reducer: a gradient never came
+            continue
+        if f.kind not in DECIDED:
             continue
         if _working(f, states):
             out[i] = with_loop(f, job, states)
             continue
-        p = parting(job, _involved(job, f))
-        if p is None:
-            continue
+        chosen = _relevant(job, f, states)
+        if chosen is not None:
+            d, culprits, rule = chosen
+            out[i] = told(f, d, culprits, rule, _collective(f, culprits, states))
+    return out
+
+
+def _relevant(job: JobView, f: Finding, states: dict[int, RankState]
+              ) -> tuple[RecordedDecision, tuple[int, ...], str] | None:
+    """The first place the paths parted that leads to the finding: the culprits' branch
+    holds their call, a value it set drove the loop where the collectives parted, or the
+    code the culprits' way skipped holds the call the others wait in; else the first."""
+    first = None
+    for p in partings(job, _involved(job, f))[:MAX_TURNS]:
         d = recorded_decision(job, p)
         culprits, rule = blame(job, p, d, states)
-        out[i] = told(f, d, culprits, rule, _collective(f, culprits, states))
-    return out
+        first = first or (d, culprits, rule)
+        if rule == "branch" or d.parted_at is not None:
+            return d, culprits, rule
+        awaited = {source_line(s.call.callsite) for r, s in states.items()
+                   if r not in culprits and s.call is not None and s.call.open}
+        skipped = "\n".join(skipped_source(d, r) for r in culprits)
+        if any(a and a in skipped for a in awaited):
+            return d, culprits, rule
+    return first

@@ -390,3 +390,33 @@ def current_loop(job: JobView, rank: int, at_line: int | None = None) -> LoopEvi
     _, _, source = _statement(site)
     return LoopEvidence(site.file, site.line, source, flow.values(site.number, inward),
                         f"{turns}+" if saturated else str(turns))
+
+
+def skipped_source(d: RecordedDecision, rank: int) -> str:
+    """The source the rank's way at the decision jumped over: the rest of its function
+    after a `return` (of its loop after a `break`/`continue`), the body it did not enter,
+    or the `else` it did not take."""
+    outcome = d.ranks[rank].outcome if rank in d.ranks else ""
+    parsed = _parse(d.file)
+    if parsed is None:
+        return ""
+    tree, text = parsed
+    lines = text.splitlines()
+    node = next((n for n in ast.walk(tree) if isinstance(n, (ast.If, ast.While)) and
+                 n.lineno == d.line), None)
+    if node is None:
+        return ""
+    end = node.end_lineno or node.lineno
+    if outcome in ("return", "break", "continue") or outcome.startswith("raise"):
+        outer = [n for n in ast.walk(tree) if isinstance(
+            n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.While)) and
+            n.lineno < d.line <= (n.end_lineno or n.lineno) and
+            (outcome == "return" or isinstance(n, (ast.For, ast.While)))]
+        stop = min((n.end_lineno or n.lineno for n in outer), default=len(lines))
+        return "\n".join(lines[end:stop])
+    if outcome == "false":
+        span = _body_lines(node)
+        return "\n".join(lines[span[0] - 1:span[1]]) if span else ""
+    if outcome == "true" and node.orelse:
+        return "\n".join(lines[node.orelse[0].lineno - 1:end])
+    return ""
