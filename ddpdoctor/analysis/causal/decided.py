@@ -20,9 +20,8 @@ from dataclasses import replace
 from ddpdoctor.analysis.align.paths import Parting, earlier_ways, flows_of, partings
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.explain import decision_text as T
-from ddpdoctor.analysis.explain.recorded import (RecordedDecision, body_span,
-                                                 current_loop, recorded_decision,
-                                                 skipped_source)
+from ddpdoctor.analysis.explain.loops import current_loop, skipped_source
+from ddpdoctor.analysis.explain.recorded import RecordedDecision, body_span, recorded_decision
 from ddpdoctor.analysis.load.frames import user_frames
 from ddpdoctor.analysis.load.user_source import source_line, split_callsite
 from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity

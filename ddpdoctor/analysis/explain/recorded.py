@@ -90,7 +90,7 @@ class RecordedDecision:
 
 
 # -- the statement at a site ----------------------------------------------------------------
-def _statement(site: FlowSite) -> tuple[ast.AST | None, ast.AST | None, str]:
+def statement_at(site: FlowSite) -> tuple[ast.AST | None, ast.AST | None, str]:
     """(the statement node at the site's line, its function or module, the line's source)."""
     parsed = _parse(site.file)
     if parsed is None:
@@ -114,22 +114,22 @@ def _statement(site: FlowSite) -> tuple[ast.AST | None, ast.AST | None, str]:
 
 def body_span(site: FlowSite) -> tuple[int, int] | None:
     """The first and last line of the body of the statement at ``site`` (None: no body)."""
-    node, _, _ = _statement(site)
-    return _body_lines(node) if node is not None else None
+    node, _, _ = statement_at(site)
+    return body_lines(node) if node is not None else None
 
 
-def _body_lines(node: ast.AST) -> tuple[int, int] | None:
+def body_lines(node: ast.AST) -> tuple[int, int] | None:
     body = getattr(node, "body", None)
     if isinstance(body, list) and body:
         return body[0].lineno, body[-1].end_lineno or body[-1].lineno
     return None
 
 
-def _entered(site: FlowSite, way: int, node: ast.AST | None) -> bool:
+def enters_body(site: FlowSite, way: int, node: ast.AST | None) -> bool:
     """Did ``way`` of the site lead into its statement's body (the test held)?"""
     dest = site.fall if way == 0 else site.jump
     other = site.jump if way == 0 else site.fall
-    span = _body_lines(node) if node is not None else None
+    span = body_lines(node) if node is not None else None
     if span is None or dest is None:
         return way == 0
     inside = span[0] <= dest <= span[1]
@@ -140,8 +140,8 @@ def _entered(site: FlowSite, way: int, node: ast.AST | None) -> bool:
 
 def entered_way(site: FlowSite) -> int:
     """The way of the site that enters its statement's body (0: falling through)."""
-    node, _, _ = _statement(site)
-    return 0 if _entered(site, 0, node) else 1
+    node, _, _ = statement_at(site)
+    return 0 if enters_body(site, 0, node) else 1
 
 
 def _leaving(node: ast.AST | None) -> str | None:
@@ -167,7 +167,7 @@ def outcome_of(w: Way, flow: RankFlow, node: ast.AST | None) -> str:
     ``true``/``false``, or what the body it entered does first (``return``, ``break``...)."""
     site = w.site
     if site.loop or isinstance(node, ast.While):
-        inward = 0 if site.loop or _entered(site, 0, node) else 1
+        inward = 0 if site.loop or enters_body(site, 0, node) else 1
         counts = (w.entry.fell, w.entry.jumped)
         went, left = counts[inward], counts[1 - inward]
         before = sum((e.entry.fell, e.entry.jumped)[inward]
@@ -177,10 +177,10 @@ def outcome_of(w: Way, flow: RankFlow, node: ast.AST | None) -> str:
         return f"iteration {before + went}" + ("+" if w.entry.saturated else "")
     way = 0 if w.entry.fell else 1
     if isinstance(node, ast.ExceptHandler):
-        if not _entered(site, way, node):
+        if not enters_body(site, way, node):
             return "false"
         return f"raise {ast.unparse(node.type) if node.type else 'an exception'}"
-    if _entered(site, way, node):
+    if enters_body(site, way, node):
         return _leaving(node) or "true"
     return "false"
 
@@ -232,7 +232,7 @@ def _controls(scope: ast.AST, stmt: ast.stmt) -> list[ast.AST]:
 def _slice_lines(site: FlowSite) -> dict[int, list[ast.stmt]]:
     """The lines of the branches that decide the values the site's statement reads, each
     with the assignments under it (followed back ``SLICE_DEPTH`` assignments)."""
-    node, scope, _ = _statement(site)
+    node, scope, _ = statement_at(site)
     if node is None or scope is None:
         return {}
     names, seen = _reads(node), set()
@@ -290,7 +290,7 @@ def _assigned(stmts: list[ast.stmt], node: ast.AST | None, entered: bool, file: 
               values: dict[str, str]) -> str:
     """``start_step = 0`` at file:line: the assignment the rank's way ran, with the value
     the parting line read for it."""
-    span = _body_lines(node) if node is not None else None
+    span = body_lines(node) if node is not None else None
     for stmt in stmts:
         inside = span is not None and span[0] <= stmt.lineno <= span[1]
         if inside != entered:
@@ -308,13 +308,13 @@ def recorded_decision(job: JobView, parting: Parting) -> RecordedDecision:
     different ways (each rank's one way there), else the parting line itself."""
     flows = flows_of(job, list(parting.ways) + list(parting.unreached))
     site = parting.site
-    node, _, source = _statement(site)
+    node, _, source = statement_at(site)
     found = _deciding(flows, parting)
     if found is not None:
         key, ways, stmts = found
         first = _site_of(flows[next(iter(ways))], key)
         if first is not None:
-            dnode, _, dsource = _statement(first)
+            dnode, _, dsource = statement_at(first)
             ranks = {}
             for r, way in ways.items():
                 s = _site_of(flows[r], key) or first
@@ -322,7 +322,7 @@ def recorded_decision(job: JobView, parting: Parting) -> RecordedDecision:
                 read = flows[r].values(at_parting.site.number, 0 if at_parting.entry.fell
                                        else 1) if at_parting is not None else {}
                 values = {**flows[r].values(s.number, way), **read}
-                entered = _entered(s, way, dnode)
+                entered = enters_body(s, way, dnode)
                 outcome = (_leaving(dnode) or "true") if entered else "false"
                 ranks[r] = RankOutcome(outcome, values,
                                        _assigned(stmts, dnode, entered, first.file, values))
@@ -336,87 +336,3 @@ def recorded_decision(job: JobView, parting: Parting) -> RecordedDecision:
     for r in parting.unreached:
         ranks[r] = RankOutcome("not reached")
     return RecordedDecision(site.file, site.line, source, ranks, None, parting.key)
-
-
-@dataclass(frozen=True)
-class LoopEvidence:
-    """The loop a rank keeps turning in with no collective: where, what its condition
-    reads, and how often it turned since the rank's last collective."""
-
-    file: str
-    line: int
-    source: str
-    values: dict[str, str]
-    turns: str  # "16+" when the count stopped at the limit
-
-    def text(self, rank: int) -> str:
-        vals = ", ".join(f"{k}={v}" for k, v in self.values.items())
-        return (f"rank {rank} loops at {os.path.basename(self.file)}:{self.line} "
-                f"`{self.source}`" + (f" ({vals})" if vals else "") +
-                f", {self.turns} times since its last collective")
-
-    def to_dict(self) -> dict[str, object]:
-        return {"file": self.file, "line": self.line, "source": self.source,
-                "values": dict(self.values), "turns": self.turns}
-
-
-def current_loop(job: JobView, rank: int, at_line: int | None = None) -> LoopEvidence | None:
-    """The loop of the rank's newest segment that turned most (the one around ``at_line``,
-    its stack's line, where there is one): a poll, a retry, a wait the program chose."""
-    run = job.ranks.get(rank)
-    flow = run.flow if run is not None else None
-    if flow is None or not flow.segments:
-        return None
-    segment = max(flow.segments, key=lambda s: s.number)
-    best: tuple[tuple[bool, int], FlowSite, int, int, bool] | None = None
-    for e in segment.entries:
-        site = flow.sites.get(e.site)
-        if site is None:
-            continue
-        node, _, _ = _statement(site)
-        if not (site.loop or isinstance(node, ast.While)):
-            continue
-        inward = 0 if site.loop or _entered(site, 0, node) else 1
-        turns = (e.fell, e.jumped)[inward]
-        span = _body_lines(node) if node is not None else None
-        around = at_line is not None and span is not None and \
-            site.line <= at_line <= span[1]
-        rank_key = (around, turns)
-        if turns and (best is None or rank_key > best[0]):
-            best = (rank_key, site, inward, turns, e.saturated)
-    if best is None:
-        return None
-    _, site, inward, turns, saturated = best
-    _, _, source = _statement(site)
-    return LoopEvidence(site.file, site.line, source, flow.values(site.number, inward),
-                        f"{turns}+" if saturated else str(turns))
-
-
-def skipped_source(d: RecordedDecision, rank: int) -> str:
-    """The source the rank's way at the decision jumped over: the rest of its function
-    after a `return` (of its loop after a `break`/`continue`), the body it did not enter,
-    or the `else` it did not take."""
-    outcome = d.ranks[rank].outcome if rank in d.ranks else ""
-    parsed = _parse(d.file)
-    if parsed is None:
-        return ""
-    tree, text = parsed
-    lines = text.splitlines()
-    node = next((n for n in ast.walk(tree) if isinstance(n, (ast.If, ast.While)) and
-                 n.lineno == d.line), None)
-    if node is None:
-        return ""
-    end = node.end_lineno or node.lineno
-    if outcome in ("return", "break", "continue") or outcome.startswith("raise"):
-        outer = [n for n in ast.walk(tree) if isinstance(
-            n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.While)) and
-            n.lineno < d.line <= (n.end_lineno or n.lineno) and
-            (outcome == "return" or isinstance(n, (ast.For, ast.While)))]
-        stop = min((n.end_lineno or n.lineno for n in outer), default=len(lines))
-        return "\n".join(lines[end:stop])
-    if outcome == "false":
-        span = _body_lines(node)
-        return "\n".join(lines[span[0] - 1:span[1]]) if span else ""
-    if outcome == "true" and node.orelse:
-        return "\n".join(lines[node.orelse[0].lineno - 1:end])
-    return ""
