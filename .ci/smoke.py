@@ -8,6 +8,10 @@ Usage:
       runs on CPU) with ddpdoctor installed from this checkout; the venv is made once under
       $DDPDOCTOR_CI_CACHE (default ~/.cache/ddpdoctor-ci) and reused while complete;
       --prepare: make it ready, run nothing
+  python .ci/smoke.py --torch 2.13.0 --python 3.13 --decisions [--prepare]
+      in a venv of that Python (pyenv's, or python3.13 on PATH): the control-flow tests
+      only (Python 3.12+: tests/unit/test_control_flow_runtime.py and
+      tests/integration/test_decisions.py), which the suite's interpreter skips
   python .ci/smoke.py [--all] [--work DIR]
       the smoke on this interpreter's torch; --all: every catalogued bug and twin instead of
       the handful (by hand: about 30 min); --work: where the run dirs go (default: a
@@ -162,11 +166,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepare", action="store_true", help="with --torch: only the venv")
     parser.add_argument("--all", action="store_true", help="every catalogued bug and twin")
     parser.add_argument("--work", type=Path, help="where the run dirs go")
+    parser.add_argument("--python", metavar="X.Y", help="with --torch: the venv's Python")
+    parser.add_argument("--decisions", action="store_true",
+                        help="the control-flow tests (Python 3.12+) instead of the cases")
     args = parser.parse_args(argv)
     if args.torch:
         passed_on = (["--all"] if args.all else []) + (
-            ["--work", str(args.work)] if args.work else [])
-        return in_venv(args.torch, args.prepare, passed_on)
+            ["--work", str(args.work)] if args.work else []) + (
+            ["--decisions"] if args.decisions else [])
+        return in_venv(args.torch, args.prepare, passed_on, args.python)
+    if args.decisions:
+        return decision_tests()
     import torch
 
     from ddpdoctor.bugs import CATALOGUE
@@ -195,8 +205,27 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+DECISION_TESTS = ("tests/unit/test_control_flow_runtime.py",
+                  "tests/integration/test_decisions.py")
+
+
+def decision_tests() -> int:
+    """The control-flow tests on this interpreter (they need Python 3.12+)."""
+    print(f"smoke: decisions on python {sys.version.split()[0]}", flush=True)
+    if sys.version_info < (3, 12):
+        print("smoke: 0 passed, 1 failed (the control-flow tests need Python 3.12+)")
+        return 1
+    t0 = time.monotonic()
+    code = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-n", "2", *DECISION_TESTS], cwd=REPO).returncode
+    print(f"smoke: decisions {'passed' if code == 0 else 'failed'} "
+          f"({time.monotonic() - t0:.0f} s)", flush=True)
+    return code
+
+
 FRAMEWORKS = ("lightning", "accelerate", "ignite", "transformers")
 VENV_PACKAGES = ("numpy", "lightning==2.6.6")  # beside torch: the framework case's
+TEST_PACKAGES = ("pytest", "pytest-xdist", "pytest-timeout")  # the decisions smoke's
 PLUGINS = ("plugins/ddpdoctor-chrome-trace", "plugins/ddpdoctor-example-detector")
 
 
@@ -221,17 +250,31 @@ def _size_mb(path: Path) -> int:
                and not f.is_symlink()) >> 20
 
 
-def prepare_venv(version: str) -> Path:
-    """The venv of torch ``version``, made (and timed) unless a complete one is cached, with
-    ddpdoctor and its plugins installed from this checkout as a user installs them."""
-    venv = cache_dir() / f"venv-{version}"
+def interpreter(version: str | None) -> str:
+    """The Python to make a venv with: ``version`` from pyenv (or ``pythonX.Y`` on PATH),
+    else this one."""
+    if not version:
+        return sys.executable
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    found = sorted(root.glob(f"{version}.*/bin/python{version}")) if root.is_dir() else []
+    return str(found[-1]) if found else (shutil.which(f"python{version}") or
+                                         f"python{version}")
+
+
+def prepare_venv(version: str, python_version: str | None = None) -> Path:
+    """The venv of torch ``version`` (on Python ``python_version``, else this one), made
+    (and timed) unless a complete one is cached, with ddpdoctor and its plugins installed
+    from this checkout as a user installs them."""
+    venv = cache_dir() / (f"venv-{version}" + (f"-py{python_version}" if python_version
+                                                else ""))
     python = venv / "bin" / "python"
-    wanted = " ".join((f"torch=={version}", *VENV_PACKAGES))
+    extra = TEST_PACKAGES if python_version else ()
+    wanted = " ".join((f"torch=={version}", *VENV_PACKAGES, *extra))
     marker = venv / "ddpdoctor-ci-complete"
     if not (marker.is_file() and marker.read_text() == wanted and python.exists()):
         shutil.rmtree(venv, ignore_errors=True)
         t0 = time.monotonic()
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([interpreter(python_version), "-m", "venv", str(venv)], check=True)
         _pip(python, *wanted.split())
         marker.write_text(wanted)
         print(f"smoke: torch {version} venv made in {time.monotonic() - t0:.0f} s, "
@@ -264,10 +307,11 @@ def _checkout_id() -> str:
     return f"{REPO} {digest.hexdigest()}"
 
 
-def in_venv(version: str, prepare_only: bool, smoke_args: list[str]) -> int:
+def in_venv(version: str, prepare_only: bool, smoke_args: list[str],
+            python_version: str | None = None) -> int:
     """Prepare the venv of ``version``; unless ``prepare_only``, run the smoke in it."""
     try:
-        python = prepare_venv(version)
+        python = prepare_venv(version, python_version)
     except (subprocess.CalledProcessError, OSError) as e:
         print(f"smoke: the venv of torch {version} could not be made: {e}", flush=True)
         print("smoke: 0 passed, 1 failed", flush=True)
