@@ -20,7 +20,7 @@ SHAPES = {
     "resume_state": ((0, 1), 25, "os.path.exists(state_path)"),
     "early_return": ((1,), 21, "x.shape[0] == 0"),
     "pipe_skip": ((0,), 17, "mb.sum() == 0"),
-    "p2p_short": ((0, 1), None, "size differs"),
+    "p2p_short": ((1,), None, "size differs"),
     "poll_file": ((1,), 24, "while not os.path.exists(flag)"),
 }
 

@@ -19,7 +19,7 @@ def _first_error(findings):
 
 def test_a_send_and_a_recv_of_different_sizes_are_a_mismatch_not_a_cycle() -> None:
     """Rank 0 sends full micro-batches; rank 1 expects a short last one and is aborted by
-    gloo on the size: both sides named, with the lines and sizes."""
+    gloo on the size: the receiver (its buffer is its word on what arrives), both lines."""
     r0 = rank(0, [send(i, 1, t=i, dur=0.01) for i in range(3)], state=L.RankState.EXITED,
               returncode=0)
     recvs = [recv(i, 0, t=i, dur=0.01) for i in range(2)]
@@ -27,8 +27,8 @@ def test_a_send_and_a_recv_of_different_sizes_are_a_mismatch_not_a_cycle() -> No
     r1 = rank(1, recvs, state=L.RankState.FAILED, fault="Fatal Python error: Aborted",
               returncode=-6)
     f = _first_error(analyze(job([r0, r1])))
-    assert f.kind == FindingKind.COLLECTIVE_MISMATCH and f.ranks == (0, 1)
-    assert f.evidence["p2p"]["what"] == "size" and f.evidence["no_majority"] is True
+    assert f.kind == FindingKind.COLLECTIVE_MISMATCH and f.ranks == (1,)
+    assert f.evidence["p2p"]["what"] == "size" and "no_majority" not in f.evidence
     assert "float32[4]" in f.summary and "float32[2]" in f.summary
     assert "deadlock" not in f.summary and "process groups" not in f.fix
 

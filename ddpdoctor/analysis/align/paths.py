@@ -191,6 +191,32 @@ def partings(job: JobView, ranks: list[int] | tuple[int, ...],
     return []
 
 
+LOOK_FAR = 64  # older common segments searched for the turn behind a loop's end
+
+
+def earlier_turns(job: JobView, ranks: list[int] | tuple[int, ...]) -> list[Parting]:
+    """Where the ranks took new, different ways at a branch that is not a loop's own test,
+    in their older common segments, newest first: the turn (a `continue` on a NaN loss, a
+    skipped step) behind a loop that ended at different counts."""
+    flows = flows_of(job, ranks)
+    if len(flows) < 2:
+        return []
+    out = []
+    for at in common_openings(flows)[1:LOOK_FAR]:
+        ways = {r: ways_in(f, r, _by_opening(f)[at]) for r, f in flows.items()}
+        keys = {k for w in ways.values() for k in w}
+        found = []
+        for key in keys:
+            here = [w[key] for w in ways.values() if key in w]
+            if len(here) < len(ways) or here[0].site.loop or not all(_known(w) for w in here) \
+                    or len({w.counts for w in here}) < 2 or \
+                    all(_standing(flows[w.rank], w) for w in here):
+                continue
+            found.append((_when(here), Parting(key, at, {w.rank: w for w in here}, ())))
+        out += [p for _, p in sorted(found, key=lambda wp: wp[0])]
+    return out
+
+
 def parting(job: JobView, ranks: list[int] | tuple[int, ...],
             opening: tuple[str, int] | None = None) -> Parting | None:
     """Where the paths of ``ranks`` first parted (see ``partings``), or None."""

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ddpdoctor.analysis.align.paths import Parting, earlier_ways, flows_of, partings
+from ddpdoctor.analysis.align.paths import (Parting, earlier_turns, earlier_ways, flows_of,
+                                           partings)
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.explain import decision_text as T
 from ddpdoctor.analysis.explain.loops import current_loop, skipped_source
@@ -205,15 +206,45 @@ def with_recorded_decisions(findings: list[Finding], job: JobView,
     return out
 
 
+def _call_lines(job: JobView, ranks: list[int]) -> set[str]:
+    """The source lines the ranks' collectives were called from (each distinct site once)."""
+    sites = {c.callsite for r in ranks if r in job.ranks
+             for calls in job.ranks[r].calls.values() for c in calls[-64:]}
+    return {line for site in sites if (line := source_line(site))}
+
+
+def _turn_behind(job: JobView, ranks: list[int], states: dict[int, RankState]
+                 ) -> tuple[RecordedDecision, tuple[int, ...], str] | None:
+    """The earlier turn the ranks took differently (not a loop's own test) that a majority
+    or a rank's own history tells, and whose skipped code holds a collective (a `continue`
+    that jumps over the backward): the cause of a loop that ended apart; else the newest
+    such turn, else None."""
+    lines = _call_lines(job, ranks)
+    told = None
+    for p in earlier_turns(job, ranks):
+        d = recorded_decision(job, p)
+        culprits, rule = blame(job, p, d, states)
+        if rule not in ("majority", "history"):
+            continue
+        skipped = "\n".join(skipped_source(d, r) for r in culprits)
+        if any(line in skipped for line in lines):
+            return d, culprits, rule
+        told = told or (d, culprits, rule)
+    return told
+
+
 def _relevant(job: JobView, f: Finding, states: dict[int, RankState]
               ) -> tuple[RecordedDecision, tuple[int, ...], str] | None:
     """The first place the paths parted that leads to the finding: the culprits' branch
     holds their call, a value it set drove the loop where the collectives parted, or the
     code the culprits' way skipped holds the call the others wait in; else the first."""
     first = None
-    for p in partings(job, _involved(job, f))[:MAX_TURNS]:
+    ranks = _involved(job, f)
+    for p in partings(job, ranks)[:MAX_TURNS]:
         d = recorded_decision(job, p)
         culprits, rule = blame(job, p, d, states)
+        if first is None and p.site.loop and d.parted_at is None:
+            first = _turn_behind(job, ranks, states)  # why one rank's loop ended apart
         first = first or (d, culprits, rule)
         if rule == "branch" or d.parted_at is not None:
             return d, culprits, rule

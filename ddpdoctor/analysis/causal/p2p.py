@@ -7,7 +7,8 @@ group (their p2p seqs).  A pair whose counts differ is a mismatch only when the 
 made fewer calls went on (it exited, or waits in another call); both sides waiting in a
 recv (or a send) on each other is the cycle the wait-for graph tells.  Who is at fault is
 the side whose record shows a branch that jumped over its p2p call (a `continue` on an
-empty micro-batch); with none, every side is named with the lines and counts."""
+empty micro-batch), else every side, for a count; for a size or dtype, the receiver: a
+recv's buffer is the receiver's word on what arrives, the send's tensor the sender's data."""
 
 from __future__ import annotations
 
@@ -153,8 +154,15 @@ def pair_finding(job: JobView, m: PairMismatch) -> Finding:
         summary = (f"rank {m.sender}'s {where(m.send)} meets rank {m.receiver}'s "
                    f"{where(m.recv)}: the {m.what} differs (p2p #{m.seq + 1} of the pair)")
     skip = _skipper(job, m) if m.what == "count" else None
-    ranks = (skip[0],) if skip else tuple(sorted({m.sender, m.receiver}))
+    if m.what != "count":  # a recv's buffer is the receiver's word on what arrives; the
+        ranks = (m.receiver,)  # sender's tensor is what it has
+    else:
+        ranks = (skip[0],) if skip else tuple(sorted({m.sender, m.receiver}))
     detail = summary + "."
+    if m.what != "count":
+        detail += (f"\nA recv must be given a buffer of the size and dtype its peer sends: "
+                   f"rank {m.receiver}'s buffer is its guess of what arrives, rank "
+                   f"{m.sender}'s tensor is what it has.")
     if skip:
         detail += (f"\nRank {skip[0]} jumped over its p2p call at {skip[1]}: it made one "
                    "fewer than its peer.")
@@ -174,7 +182,7 @@ def pair_finding(job: JobView, m: PairMismatch) -> Finding:
             str(skip[0]): {"outcome": "continue", "values": {}},
             **{str(r): {"outcome": "not reached", "values": {}}
                for r in (m.sender, m.receiver) if r != skip[0]}}}
-    else:
+    elif m.what == "count":
         evidence["no_majority"] = True
     return Finding(FindingKind.COLLECTIVE_MISMATCH, Severity.ERROR, ranks, m.seq,
                    summary + ("" if not skip else f"; {ranks_text(ranks)} skipped at "

@@ -145,17 +145,18 @@ def entered_way(site: FlowSite) -> int:
 
 
 def _leaving(node: ast.AST | None) -> str | None:
-    """What a body that starts by leaving does: return, break, continue, raise X."""
+    """What a body that ends by leaving does (after, say, a print): return, break,
+    continue, raise X."""
     body = getattr(node, "body", None)
-    first = body[0] if isinstance(body, list) and body else None
-    if isinstance(first, ast.Return):
+    last = body[-1] if isinstance(body, list) and body else None
+    if isinstance(last, ast.Return):
         return "return"
-    if isinstance(first, ast.Break):
+    if isinstance(last, ast.Break):
         return "break"
-    if isinstance(first, ast.Continue):
+    if isinstance(last, ast.Continue):
         return "continue"
-    if isinstance(first, ast.Raise):
-        exc = first.exc
+    if isinstance(last, ast.Raise):
+        exc = last.exc
         name = exc.func if isinstance(exc, ast.Call) else exc
         return "raise " + (ast.unparse(name) if name is not None else "")
     return None
