@@ -45,9 +45,11 @@ def on_torch_imported() -> None:
 
 def _start_control_flow() -> None:
     """Record the rank's path through the user's code (Python 3.12+): started as the
-    user's code imports torch, so the script's own frames are on the stack."""
-    rec = recorder.active()
-    if rec is None:
+    user's code imports torch, so the script's own frames are on the stack; in a process
+    with no trace yet (not a rank, or one not known as one yet), at its
+    init_process_group instead (init_hooks.on_init): no trace is made for it here."""
+    rec = recorder.existing()
+    if rec is None or not rec.enabled:
         return
     try:
         from ddpdoctor.runtime import control_flow
