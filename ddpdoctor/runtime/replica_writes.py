@@ -1,6 +1,7 @@
 """Calls outside the optimizer that set replicas apart: ``load_state_dict`` and
 ``torch.nn.init`` on a tracked DDP's parameters after its construction become
-``replica_write`` meta events (with the user's line); LR scheduler steps are counted and
+``replica_write`` meta events (with the user's line); LR scheduler steps are counted (with the
+line of the last one) and
 ``clip_grad_norm_``'s max_norm kept by call site, for the replica checks
 (runtime/replica_watch.py).  A lookup or two a call, nothing on the training step's path."""
 
@@ -10,6 +11,7 @@ import functools
 import sys
 from typing import Any
 
+from ddpdoctor.runtime import optimizer_facts as O
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.runtime import replica_watch as W
 
@@ -82,6 +84,8 @@ def _wrap_init(module: Any, name: str) -> None:
 
 
 def _wrap_scheduler_step(cls: type) -> None:
+    """Count a scheduler's steps and keep the user's line of its last one; the settings it
+    writes during the step are noted at that line (runtime/optimizer_facts.py)."""
     original = cls.__dict__.get("step")
     if original is None or getattr(original, "__ddpdoctor_original__", None):
         return
@@ -89,19 +93,28 @@ def _wrap_scheduler_step(cls: type) -> None:
     @functools.wraps(original)
     def step(self: Any, *args: Any, **kwargs: Any) -> Any:
         w = W._watch
-        if w is not None and w.enabled:
-            try:
-                seen = w.schedulers.get(self)
+        if w is None or not w.enabled:
+            return original(self, *args, **kwargs)
+        site = ""
+        try:
+            seen = w.schedulers.get(self)
+            if sys._getframe(1).f_code.co_name == "_initial_step":
                 if seen is None:  # LRScheduler's constructor steps once: not the user's
-                    first = sys._getframe(1).f_code.co_name != "_initial_step"
-                    w.schedulers[self] = [int(first), R.user_callsite(2) if first else ""]
+                    w.schedulers[self] = [0, ""]
+            else:
+                site = R.user_callsite(2)
+                if seen is None:
+                    w.schedulers[self] = [1, site]
                 else:
                     seen[0] += 1
-                    if not seen[1]:
-                        seen[1] = R.user_callsite(2)
-            except Exception as e:  # noqa: BLE001 - never into the user's call
-                W.disable("counting scheduler steps", e)
-        return original(self, *args, **kwargs)
+                    seen[1] = site
+        except Exception as e:  # noqa: BLE001 - never into the user's call
+            W.disable("counting scheduler steps", e)
+        before, O.writer_site = O.writer_site, site or O.writer_site
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            O.writer_site = before
 
     step.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
     cls.step = step
