@@ -12,7 +12,7 @@ from typing import Any
 
 from ddpdoctor.analysis.model import ranks_text
 from ddpdoctor.analysis.detectors.drift.compare import Divergence, deviants_of
-from ddpdoctor.analysis.detectors.drift.facts import Check, ReplicaFacts
+from ddpdoctor.analysis.detectors.drift.facts import Check, HyperRow, ReplicaFacts
 from ddpdoctor.analysis.load.user_source import source_line
 
 
@@ -210,7 +210,7 @@ def _scheduler(at: dict[int, Check]) -> list[Cause]:
             continue
         most = max(n for n, _ in full.values())
         stepped = sorted(r for r, (n, _) in full.items() if n == most)
-        site = next((s for n, s in full.values() if s), "")
+        site = next((s for r, (n, s) in sorted(full.items()) if n == most and s), "")
         at_site = short_site(site)
         told = ", ".join(f"{n} on rank {r}" for r, (n, _) in sorted(full.items()))
         out.append(Cause(CauseKind.SCHEDULER, tuple(stepped), (),
@@ -221,6 +221,8 @@ def _scheduler(at: dict[int, Check]) -> list[Cause]:
 
 
 def _hyper(at: dict[int, Check], div: Divergence) -> list[Cause]:
+    """Param group settings that differ between ranks, each with the user's line that last
+    changed it where a rank recorded one."""
     out = []
     shown: set[tuple[int, str]] = set()
     for i in div.params:
@@ -240,19 +242,36 @@ def _hyper(at: dict[int, Check], div: Divergence) -> list[Cause]:
             shown.add((i, k))
             row = next(iter(rows.values()))
             told = ", ".join(f"{v} on rank {r}" for r, v in sorted(values.items()))
+            site, where = _changed_at(rows, k)
             out.append(Cause(CauseKind.HYPERPARAMETERS, tuple(sorted(values)),
                              _names(div, [i]),
                              f"{row.optimizer} param group {row.group} (holding "
-                             f"{div.replicas.names[i]}) has {k} {told}"))
+                             f"{div.replicas.names[i]}) has {k} {told}{where}", site))
     merged: dict[str, Cause] = {}
     for c in out:  # one cause a setting, naming every parameter it holds
         key = c.text.split(" has ", 1)[1]
         if key in merged:
             m = merged[key]
-            merged[key] = Cause(m.kind, m.ranks, m.params + c.params, m.text)
+            merged[key] = Cause(m.kind, m.ranks, m.params + c.params, m.text, m.site)
         else:
             merged[key] = c
     return list(merged.values())
+
+
+def _changed_at(rows: dict[int, HyperRow], setting: str) -> tuple[str, str]:
+    """The user's line that last changed ``setting`` (the first rank's that recorded one),
+    and the words that say so."""
+    sites = {r: row.site_of(setting) for r, row in sorted(rows.items())}
+    by_site: dict[str, list[int]] = {}
+    for r, site in sites.items():
+        if site:
+            by_site.setdefault(site, []).append(r)
+    if not by_site:
+        return "", ""
+    parts = [f"{short_site(site)} on {ranks_text(ranks)}" for site, ranks in by_site.items()]
+    unchanged = [r for r, site in sites.items() if not site]
+    tail = f", never changed on {ranks_text(unchanged)}" if unchanged else ""
+    return next(iter(by_site)), f" (last changed at {'; '.join(parts)}{tail})"
 
 
 def _gradients_changed(at: dict[int, Check], div: Divergence) -> list[Cause]:

@@ -10,11 +10,13 @@ from ddpdoctor.analysis.detectors.drift.facts import Check, Print, ReplicaFacts,
 
 @dataclass(frozen=True)
 class Replicas:
-    """One DDP across its ranks: the sets they recorded and their checks by step."""
+    """One DDP across its ranks: the sets they recorded and their checks by step (``at``
+    ``step``: after optimizer steps; ``forward``: as training forwards began)."""
 
     ddp: int
     sets: dict[int, ReplicaSet]
     checks: dict[int, dict[int, Check]]  # step -> rank -> check
+    at: str = "step"
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -48,7 +50,8 @@ class Divergence:
 
 def replicas_of(facts: ReplicaFacts) -> list[Replicas]:
     """Each DDP index whose ranks recorded the same parameter names (a model that differs
-    between ranks fails DDP's construction check, named elsewhere)."""
+    between ranks fails DDP's construction check, named elsewhere): its checks after
+    optimizer steps, then (where it has any) its checks at forwards."""
     by_ddp: dict[int, dict[int, ReplicaSet]] = {}
     for rank, sets in facts.sets.items():
         for s in sets:
@@ -58,12 +61,13 @@ def replicas_of(facts: ReplicaFacts) -> list[Replicas]:
         names = {s.params for s in sets.values()}
         if len(sets) < 2 or len(names) != 1:
             continue
-        checks: dict[int, dict[int, Check]] = {}
+        by_at: dict[str, dict[int, dict[int, Check]]] = {"step": {}}
         for rank in sets:
             for c in facts.checks.get(rank, []):
                 if c.ddp == ddp and len(c.params) == len(next(iter(names))):
-                    checks.setdefault(c.step, {})[rank] = c
-        out.append(Replicas(ddp, sets, checks))
+                    by_at.setdefault(c.at, {}).setdefault(c.step, {})[rank] = c
+        out.extend(Replicas(ddp, sets, checks, at) for at, checks in by_at.items()
+                   if checks or at == "step")
     return out
 
 

@@ -30,11 +30,16 @@ class ReplicaSet:
 
 @dataclass(frozen=True)
 class HyperRow:
-    """One param group's scalar settings (lr, weight_decay, momentum, betas...)."""
+    """One param group's scalar settings (lr, weight_decay, momentum, betas...), and where
+    known the user's line that last changed a setting (``sites``)."""
 
     optimizer: str
     group: int
     settings: tuple[tuple[str, Any], ...]
+    sites: tuple[tuple[str, str], ...] = ()
+
+    def site_of(self, setting: str) -> str:
+        return dict(self.sites).get(setting, "")
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,9 @@ class Check:
     parameter had no gradient). versions: in-place writes since construction. flipped:
     parameters whose requires_grad changed since construction. twice: parameters whose
     gradient was accumulated more than once in the backward before the step. group_of:
-    each parameter's row in ``hyper`` (-1: in no optimizer seen).
+    each parameter's row in ``hyper`` (-1: in no optimizer seen). at: ``step`` (after the
+    optimizer step ``step``) or ``forward`` (as DDP's training forward ``step`` began: no
+    hooked optimizer holds the parameters).
     """
 
     rank: int
@@ -69,6 +76,7 @@ class Check:
     schedulers: tuple[SchedulerSteps, ...] = ()
     clips: tuple[tuple[str, float | None], ...] = ()  # (site, last max_norm) of grad clipping
     t_ns: int = 0  # when the check was taken, on the rank's clock (0: not known)
+    at: str = "step"
 
 
 @dataclass(frozen=True)
@@ -119,9 +127,13 @@ def _hyper(value: Any) -> tuple[HyperRow, ...]:
     for row in value if isinstance(value, list) else ():
         if isinstance(row, dict):
             settings = tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
-                                    for k, v in row.items() if k not in ("optimizer", "group")))
+                                    for k, v in row.items()
+                                    if k not in ("optimizer", "group", "sites")))
+            sites = row.get("sites")
             rows.append(HyperRow(str(row.get("optimizer", "")), int(row.get("group") or 0),
-                                 settings))
+                                 settings, tuple(sorted(
+                                     (str(k), str(v)) for k, v in sites.items()))
+                                 if isinstance(sites, dict) else ()))
     return tuple(rows)
 
 
@@ -147,7 +159,8 @@ def check_from_event(rank: int, ev: dict[str, Any]) -> Check | None:
                  _hyper(ev.get("hyper")), tuple(v if type(v) is int else -1 for v in
                                                 ev.get("group_of") or []),
                  _schedulers(ev.get("schedulers")), _clips(ev.get("clips")),
-                 ev["t"] if type(ev.get("t")) is int else 0)
+                 ev["t"] if type(ev.get("t")) is int else 0,
+                 "forward" if ev.get("at") == "forward" else "step")
 
 
 def replica_facts(job: JobView) -> ReplicaFacts:
