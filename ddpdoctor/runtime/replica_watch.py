@@ -159,7 +159,7 @@ class ReplicaWatch:
         self.replicas: list[Replica] = []
         self.made = 0
         self.optimizers: list[Any] = []  # weak references, in the order they first stepped
-        self._optimizer_ids: set[int] = set()
+        self._optimizer_ids: dict[int, Any] = {}  # id -> its weak reference (ids are reused)
         self.forward_schedule = CheckSchedule(schedule.every if schedule.fixed else None)
         self.schedulers: "weakref.WeakKeyDictionary[Any, list[Any]]" = \
             weakref.WeakKeyDictionary()
@@ -173,10 +173,12 @@ class ReplicaWatch:
     def saw_optimizer(self, optimizer: Any) -> None:
         """An outermost step: its optimizer's groups are watched from now on, and the DDPs
         whose parameters it holds are checked at its steps, no longer at their forwards."""
-        if id(optimizer) in self._optimizer_ids:
+        known = self._optimizer_ids.get(id(optimizer))
+        if known is not None and known() is optimizer:
             return
-        self._optimizer_ids.add(id(optimizer))
-        self.optimizers.append(weakref.ref(optimizer))
+        ref = weakref.ref(optimizer)
+        self._optimizer_ids[id(optimizer)] = ref
+        self.optimizers = [r for r in self.optimizers if r() is not None] + [ref]
         O.watch_groups(optimizer)
         held = O.param_ids(optimizer)
         for rep in self.replicas:
