@@ -3,7 +3,8 @@ weight_decay, betas, momentum, ...) and the user's line that last changed each o
 
 A param group of an optimizer seen stepping becomes a ``WatchedGroup``: a dict that notes,
 when a setting's value changes, the user's ``file:line`` that wrote it (an LR scheduler's
-write is its ``step()`` call's line, handed in by runtime/replica_writes.py).  It pickles and
+write is its ``step()`` call's line, handed in by runtime/replica_writes.py): the distinct
+lines that changed each setting, the latest last (at most MAX_SITES).  It pickles and
 copies as a plain dict, so a saved optimizer never needs ddpdoctor.  A write whose value does
 not change (ZeRO copying its groups each step) costs one comparison.
 """
@@ -17,17 +18,18 @@ from ddpdoctor.runtime import callsites
 
 HYPER_SKIP = frozenset({"params", "initial_lr", "param_names"})
 _SCALARS = (bool, int, float, str, type(None))
+MAX_SITES = 4
 writer_site = ""  # the line of the scheduler step under way (replica_writes sets it)
 
 
 class WatchedGroup(dict):
-    """A param group that remembers where each setting last changed (``sites``)."""
+    """A param group that remembers the lines that changed each setting (``sites``)."""
 
     __slots__ = ("sites",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.sites: dict[str, str] = {}
+        self.sites: dict[str, list[str]] = {}
 
     def __setitem__(self, key: Any, value: Any) -> None:
         old = dict.get(self, key, _MISSING)
@@ -35,7 +37,15 @@ class WatchedGroup(dict):
         if old is value or key in HYPER_SKIP or (type(old) in _SCALARS and old == value):
             return
         try:
-            self.sites[key] = writer_site or callsites.user_site(sys._getframe(1))
+            site = writer_site or callsites.user_site(sys._getframe(1))
+            seen = self.sites.setdefault(key, [])
+            if seen and seen[-1] == site:
+                return
+            if site in seen:
+                seen.remove(site)
+            elif len(seen) >= MAX_SITES:
+                del seen[0]
+            seen.append(site)
         except Exception:  # noqa: BLE001 - the user's write stands; only its line is lost
             pass
 
@@ -78,8 +88,8 @@ def param_ids(optimizer: Any) -> set[int]:
 
 def hyperparameters(optimizers: list[Any]) -> tuple[list[dict[str, Any]], dict[int, int]]:
     """The scalar settings of every param group of ``optimizers`` (live ones, in order), with
-    ``sites`` (setting -> the user's line that last changed it) where known, and id(param) ->
-    the index of its group in that list."""
+    ``sites`` (setting -> the user's lines that changed it, the latest last) where known, and
+    id(param) -> the index of its group in that list."""
     out: list[dict[str, Any]] = []
     where: dict[int, int] = {}
     for opt in optimizers:
@@ -92,7 +102,7 @@ def hyperparameters(optimizers: list[Any]) -> tuple[list[dict[str, Any]], dict[i
                         row[k] = s
             sites = getattr(group, "sites", None)
             if sites:
-                row["sites"] = {k: v for k, v in sites.items() if k in row and v}
+                row["sites"] = {k: list(v) for k, v in sites.items() if k in row and v}
             for p in group["params"]:
                 where.setdefault(id(p), len(out))
             out.append(row)

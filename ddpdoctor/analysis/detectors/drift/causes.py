@@ -102,8 +102,12 @@ class Cause:
     @property
     def short(self) -> str:
         """The cause in a few words, for the finding's summary."""
-        return SHORT[self.kind].format(ranks=ranks_text(self.ranks),
+        text = SHORT[self.kind].format(ranks=ranks_text(self.ranks),
                                        params=_listed(self.params, 2))
+        if self.site and self.kind in (CauseKind.SCHEDULER, CauseKind.HYPERPARAMETERS):
+            path, _, line = self.site.rpartition(":")
+            text += f" ({os.path.basename(path)}:{line})"
+        return text
 
     @property
     def fix(self) -> str:
@@ -259,19 +263,19 @@ def _hyper(at: dict[int, Check], div: Divergence) -> list[Cause]:
 
 
 def _changed_at(rows: dict[int, HyperRow], setting: str) -> tuple[str, str]:
-    """The user's line that last changed ``setting`` (the first rank's that recorded one),
-    and the words that say so."""
-    sites = {r: row.site_of(setting) for r, row in sorted(rows.items())}
-    by_site: dict[str, list[int]] = {}
-    for r, site in sites.items():
-        if site:
-            by_site.setdefault(site, []).append(r)
-    if not by_site:
-        return "", ""
-    parts = [f"{short_site(site)} on {ranks_text(ranks)}" for site, ranks in by_site.items()]
-    unchanged = [r for r, site in sites.items() if not site]
-    tail = f", never changed on {ranks_text(unchanged)}" if unchanged else ""
-    return next(iter(by_site)), f" (last changed at {'; '.join(parts)}{tail})"
+    """The user's line that set ``setting`` apart, and the words that say so: a line that
+    changed it on some ranks only, else the line that changed it last."""
+    sites = {r: row.sites_of(setting) for r, row in sorted(rows.items())}
+    ranks_at: dict[str, list[int]] = {}
+    for r, seen in sites.items():
+        for site in seen:
+            ranks_at.setdefault(site, []).append(r)
+    apart = [(site, ranks) for site, ranks in ranks_at.items() if len(ranks) < len(sites)]
+    if apart:
+        parts = [f"{short_site(site)} on {ranks_text(ranks)} only" for site, ranks in apart]
+        return apart[0][0], f" (changed at {'; '.join(parts)})"
+    last = next((seen[-1] for seen in sites.values() if seen), "")
+    return (last, f" (last changed at {short_site(last)})") if last else ("", "")
 
 
 def _gradients_changed(at: dict[int, Check], div: Divergence) -> list[Cause]:

@@ -31,15 +31,15 @@ class ReplicaSet:
 @dataclass(frozen=True)
 class HyperRow:
     """One param group's scalar settings (lr, weight_decay, momentum, betas...), and where
-    known the user's line that last changed a setting (``sites``)."""
+    known the user's lines that changed a setting, the latest last (``sites``)."""
 
     optimizer: str
     group: int
     settings: tuple[tuple[str, Any], ...]
-    sites: tuple[tuple[str, str], ...] = ()
+    sites: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
-    def site_of(self, setting: str) -> str:
-        return dict(self.sites).get(setting, "")
+    def sites_of(self, setting: str) -> tuple[str, ...]:
+        return dict(self.sites).get(setting, ())
 
 
 @dataclass(frozen=True)
@@ -131,10 +131,15 @@ def _hyper(value: Any) -> tuple[HyperRow, ...]:
                                     if k not in ("optimizer", "group", "sites")))
             sites = row.get("sites")
             rows.append(HyperRow(str(row.get("optimizer", "")), int(row.get("group") or 0),
-                                 settings, tuple(sorted(
-                                     (str(k), str(v)) for k, v in sites.items()))
-                                 if isinstance(sites, dict) else ()))
+                                 settings, _sites(sites)))
     return tuple(rows)
+
+
+def _sites(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not isinstance(value, dict):
+        return ()
+    return tuple(sorted((str(k), tuple(str(s) for s in (v if isinstance(v, list) else [v])
+                                       if s)) for k, v in value.items()))
 
 
 def _schedulers(value: Any) -> tuple[SchedulerSteps, ...]:
