@@ -203,3 +203,32 @@ def test_ranks_that_ran_different_numbers_of_synced_backwards_are_the_likely_cau
     f.passes = {0: [10, 110, 150], 1: [10, 110, 150]}
     [same] = divergence_findings(f)
     assert same.evidence["cause"] == "gradient_changed"  # the counts agree: not this cause
+
+
+def test_a_setting_changed_on_some_ranks_only_is_named_with_its_line():
+    """The line that set the ranks apart, not the scheduler line both ranks ran last."""
+    both, apart = "/nonexistent/train.py:40", "/nonexistent/train.py:37"
+    lr0 = (HyperRow("AdamW", 0, (("lr", 0.001),), (("lr", (apart, both)),)),)
+    lr1 = (HyperRow("AdamW", 0, (("lr", 0.01),), (("lr", (both,)),)),)
+    checks = [check(0, 8, hyper=lr0), check(1, 8, params=drifted(), hyper=lr1)]
+    [f] = divergence_findings(facts(checks))
+    cause = f.evidence["causes"][0]
+    assert cause["kind"] == "hyperparameters" and cause["site"] == apart
+    assert "changed at train.py:37 on rank 0 only" in f.detail
+    assert f.summary.endswith("(train.py:37)")
+    lr1 = (HyperRow("AdamW", 0, (("lr", 0.01),), (("lr", (apart, both)),)),)
+    [g] = divergence_findings(facts([check(0, 8, hyper=lr0),
+                                     check(1, 8, params=drifted(), hyper=lr1)]))
+    assert "last changed at train.py:40" in g.detail  # every rank ran both lines
+
+
+def test_checks_at_forwards_are_compared_apart_from_checks_after_steps():
+    """A DDP no hooked optimizer steps is checked as its forwards start; a forward count is
+    not a step count, so the two never meet."""
+    checks = [check(0, 1, at="forward"), check(1, 1, at="forward"),
+              check(0, 2, at="forward"), check(1, 2, params=drifted(), at="forward"),
+              check(0, 2), check(1, 2)]  # step 2: identical, a different moment
+    [f] = divergence_findings(facts(checks))
+    assert f.evidence["checked_at"] == "forward" and f.evidence["step"] == 2
+    assert "before DDP forward 2 (identical before DDP forward 1)" in f.summary
+    assert divergence_findings(facts(checks[:2] + checks[4:])) == []
