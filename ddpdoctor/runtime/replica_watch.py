@@ -13,9 +13,15 @@ FSDP or a model outside DDP is not a replica).  Meta events, one kind per fact:
   overwrites them with rank 0's), parameter version counts since construction (in-place
   writes), parameters whose requires_grad changed since construction, parameters whose
   gradient was accumulated more than once in the last backward (DDP averages one), the
-  optimizers' hyperparameters by param group, and LR scheduler steps;
+  optimizers' hyperparameters by param group, LR scheduler steps, and GradScalers' scales;
 - ``replica_write``: a ``load_state_dict`` or a ``torch.nn.init`` call that wrote to a
   tracked parameter after construction, with the user's line (runtime/replica_writes.py).
+
+Checks are keyed by the rank's synced updates (``step``): its outermost optimizer steps, plus
+the iterations it shadowed after joining under ``Join`` (uneven inputs: the others stepped;
+DDP's join hook gives every rank the same model when the last rank leaves), so that ranks
+whose step counts differ after an uneven epoch still compare the same moment.  A rank takes
+no check while it is joined.
 
 Checks are taken where the replicas are meant to agree: after the outermost optimizer step
 (runtime/optimizer_steps.py: a ZeroRedundancyOptimizer's after its broadcast, not after
@@ -164,8 +170,12 @@ class ReplicaWatch:
         self.schedulers: "weakref.WeakKeyDictionary[Any, list[Any]]" = \
             weakref.WeakKeyDictionary()
         self.clips: dict[tuple[int, int], list[Any]] = {}  # call site -> [site, max_norm]
+        self.scalers: "weakref.WeakKeyDictionary[Any, str]" = \
+            weakref.WeakKeyDictionary()  # GradScaler -> the line of its last update()
         self.grads: dict[int, list[Any]] = {}  # replica index -> grad prints of this step
         self.twice: dict[int, list[int]] = {}
+        self.updates = 0  # synced updates: outermost steps and Join-shadowed iterations
+        self.joined = False  # inside Join after this rank ran out of inputs
         self.last_step_at = 0.0
         self.check_cost = 0.0  # seconds the next check has cost so far (arming, gradients)
         self.enabled = True
@@ -237,7 +247,7 @@ def track(ddp: Any) -> None:
         rep = Replica(ddp, w.made)
         w.made += 1
         w.replicas.append(rep)
-        if w.schedule.is_check(rec.steps + 1):
+        if w.schedule.is_check(w.updates + 1):
             rep.arm()  # the first backward leads to a checked step
         rep.watch_forwards()
         rec.meta("replica_set", ddp=rep.index, ranks=dist.get_process_group_ranks(
@@ -256,7 +266,7 @@ def before_step(optimizer: Any) -> None:
         return
     try:
         w.saw_optimizer(optimizer)
-        if not w.schedule.is_check(rec.steps + 1):
+        if w.joined or not w.schedule.is_check(w.updates + 1):
             return
         t0 = time.perf_counter()
         for rep in w.replicas:
@@ -272,28 +282,53 @@ def before_step(optimizer: Any) -> None:
 
 
 def after_step(optimizer: Any, step: int) -> None:
-    """Optimizer post-step hook (after the step is counted): check at scheduled steps."""
+    """Optimizer post-hook of an outermost step: one more synced update, checked at
+    scheduled ones (``step``, the rank's optimizer steps, is not the key: see the module's
+    docstring)."""
     w, rec = _watch, R._recorder
     if w is None or rec is None or not w.enabled or not w.replicas:
         return
     try:
-        now = time.perf_counter()
-        if w.last_step_at:
-            w.schedule.note_step(step, now - w.last_step_at)
         w.saw_optimizer(optimizer)
-        if w.schedule.is_check(step):
-            _check(w, rec, step)
-            # the whole check: arming the step before, the gradients' prints, this
-            w.schedule.note_check(step, w.check_cost + time.perf_counter() - now)
-            w.check_cost = 0.0
-        if w.schedule.is_check(step + 1):
-            armed = time.perf_counter()
-            for rep in w.replicas:
-                rep.arm()
-            w.check_cost += time.perf_counter() - armed
-        w.last_step_at = time.perf_counter()
+        if w.joined:  # ZeRO's join hook stepping a shadowed iteration: counted there
+            return
+        w.updates += 1
+        _checked_update(w, rec, w.updates)
     except Exception as e:  # noqa: BLE001 - see the module docstring
         disable("fingerprinting parameters", e)
+
+
+def _checked_update(w: ReplicaWatch, rec: R.Recorder, update: int) -> None:
+    now = time.perf_counter()
+    if w.last_step_at:
+        w.schedule.note_step(update, now - w.last_step_at)
+    if w.schedule.is_check(update):
+        _check(w, rec, update)
+        # the whole check: arming the step before, the gradients' prints, this
+        w.schedule.note_check(update, w.check_cost + time.perf_counter() - now)
+        w.check_cost = 0.0
+    if w.schedule.is_check(update + 1):
+        armed = time.perf_counter()
+        for rep in w.replicas:
+            rep.arm()
+        w.check_cost += time.perf_counter() - armed
+    w.last_step_at = time.perf_counter()
+
+
+def shadowed_iteration() -> None:
+    """DDP's join hook ran an iteration for this joined rank: the others took an update."""
+    w = _watch
+    if w is not None and w.enabled:
+        w.joined = True
+        w.updates += 1
+        w.last_step_at = 0.0  # a shadowed iteration is no step to time
+
+
+def join_ended() -> None:
+    """The Join context is over: every rank holds the last joiner's model again."""
+    w = _watch
+    if w is not None:
+        w.joined = False
 
 
 def _check(w: ReplicaWatch, rec: R.Recorder, step: int) -> None:
@@ -304,6 +339,8 @@ def _check(w: ReplicaWatch, rec: R.Recorder, step: int) -> None:
     sched = [{"name": type(s).__name__, "steps": v[0], "site": v[1]}
              for s, v in list(w.schedulers.items())]
     clips = [{"site": site, "max_norm": v} for site, v in list(w.clips.values())]
+    scalers = [{"name": type(s).__name__, "scale": float(s.get_scale()), "site": site}
+               for s, site in list(w.scalers.items()) if s.is_enabled()]
     alive = []
     for rep in w.replicas:
         ps = rep.live_params()
@@ -312,7 +349,8 @@ def _check(w: ReplicaWatch, rec: R.Recorder, step: int) -> None:
         alive.append(rep)
         _log_check(w, rec, rep, ps, step, grads=w.grads.pop(rep.index, None),
                    accumulated_twice=w.twice.pop(rep.index, []), hyper=hyper,
-                   group_of=[where.get(id(p), -1) for p in ps], schedulers=sched, clips=clips)
+                   group_of=[where.get(id(p), -1) for p in ps], schedulers=sched, clips=clips,
+                   scalers=scalers)
     w.replicas = alive
     w.grads.clear()
 

@@ -232,3 +232,39 @@ def test_checks_at_forwards_are_compared_apart_from_checks_after_steps():
     assert f.evidence["checked_at"] == "forward" and f.evidence["step"] == 2
     assert "before DDP forward 2 (identical before DDP forward 1)" in f.summary
     assert divergence_findings(facts(checks[:2] + checks[4:])) == []
+
+
+def test_a_rank_with_a_synced_backward_more_for_the_same_updates_skipped_a_step():
+    checks = [check(r, 4, t_ns=100, params=drifted() if r == 2 else SAME) for r in range(3)]
+    f = facts(checks, world=3)
+    f.passes = {0: [1, 2, 3, 4], 1: [1, 2, 3, 4], 2: [1, 2, 3, 4, 5]}
+    [found] = divergence_findings(f)
+    assert found.evidence["cause"] == "skipped_step" and found.ranks == (2,)
+    assert "rank 2 skipped an optimizer step the others took" in found.summary
+    f.passes[2] = [1, 2, 3]  # a pass fewer: a synced backward skipped, not a step
+    [fewer] = divergence_findings(f)
+    assert fewer.evidence["cause"] == "unsynced"
+
+
+def test_a_grad_scale_that_differs_is_named_with_its_update_line():
+    site = "/nonexistent/train.py:49"
+    checks = [check(0, 8, scalers=(("GradScaler", 8192.0, site),)),
+              check(1, 8, params=drifted(), grads=drifted(),
+                    scalers=(("GradScaler", 4096.0, site),))]
+    [f] = divergence_findings(facts(checks))
+    assert f.evidence["cause"] == "grad_scale"
+    assert "scale is 8192 on rank 0, 4096 on rank 1" in f.detail
+    assert f.summary.endswith("(train.py:49)")
+
+
+def test_a_write_every_rank_made_is_a_cause_only_where_the_values_differ():
+    site = "/nonexistent/train.py:54"
+    same = [Write(r, 0, "torch.nn.init.zeros_", ("head.weight",), 0, site, ((7, 0.0),))
+            for r in (0, 1)]
+    checks = [check(0, 1), check(1, 1, params=drifted())]
+    [f] = divergence_findings(facts(checks, writes=same))
+    assert f.evidence["cause"] != "write"
+    apart = [Write(r, 0, "torch.nn.init.normal_", ("head.weight",), 0, site, ((7 + r, 1.0),))
+             for r in (0, 1)]
+    [g] = divergence_findings(facts(checks, writes=apart))
+    assert g.evidence["cause"] == "write" and "wrote different values" in g.detail

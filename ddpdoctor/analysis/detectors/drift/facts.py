@@ -77,6 +77,7 @@ class Check:
     clips: tuple[tuple[str, float | None], ...] = ()  # (site, last max_norm) of grad clipping
     t_ns: int = 0  # when the check was taken, on the rank's clock (0: not known)
     at: str = "step"
+    scalers: tuple[tuple[str, float, str], ...] = ()  # GradScalers: name, scale, update site
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class Write:
     params: tuple[str, ...]
     step: int
     site: str = ""
+    prints: tuple[Print | None, ...] = ()  # of what it wrote, per parameter (up to 16)
 
 
 @dataclass
@@ -148,6 +150,12 @@ def _schedulers(value: Any) -> tuple[SchedulerSteps, ...]:
                  for s in (value if isinstance(value, list) else ()) if isinstance(s, dict))
 
 
+def _scalers(value: Any) -> tuple[tuple[str, float, str], ...]:
+    return tuple((str(s.get("name") or ""), float(s["scale"]), str(s.get("site") or ""))
+                 for s in (value if isinstance(value, list) else ())
+                 if isinstance(s, dict) and isinstance(s.get("scale"), (int, float)))
+
+
 def _clips(value: Any) -> tuple[tuple[str, float | None], ...]:
     return tuple((str(c.get("site") or ""), float(c["max_norm"]) if isinstance(
         c.get("max_norm"), (int, float)) else None)
@@ -165,7 +173,8 @@ def check_from_event(rank: int, ev: dict[str, Any]) -> Check | None:
                                                 ev.get("group_of") or []),
                  _schedulers(ev.get("schedulers")), _clips(ev.get("clips")),
                  ev["t"] if type(ev.get("t")) is int else 0,
-                 "forward" if ev.get("at") == "forward" else "step")
+                 "forward" if ev.get("at") == "forward" else "step",
+                 _scalers(ev.get("scalers")))
 
 
 def replica_facts(job: JobView) -> ReplicaFacts:
@@ -191,5 +200,6 @@ def replica_facts(job: JobView) -> ReplicaFacts:
             if type(ev.get("ddp")) is int:
                 facts.writes.append(Write(rank, ev["ddp"], str(ev.get("what", "")),
                                           _strs(ev.get("params")), int(ev.get("step") or 0),
-                                          str(ev.get("site") or "")))
+                                          str(ev.get("site") or ""),
+                                          _prints(ev.get("prints")) or ()))
     return facts
