@@ -71,6 +71,17 @@ def watch_groups(optimizer: Any) -> None:
             groups[i] = WatchedGroup(g)
 
 
+def watch_new_group(optimizer: Any, site: str) -> None:
+    """The group just added to ``optimizer``, watched, each setting noted at ``site`` (the
+    user's line that built the optimizer or added the group)."""
+    groups = getattr(optimizer, "param_groups", None)
+    if isinstance(groups, list) and groups and type(groups[-1]) is dict:
+        group = groups[-1] = WatchedGroup(groups[-1])
+        if site:
+            group.sites.update({k: [site] for k in group if isinstance(k, str)
+                                and k not in HYPER_SKIP})
+
+
 def _scalar(value: Any) -> Any:
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value

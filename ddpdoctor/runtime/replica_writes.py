@@ -155,6 +155,26 @@ def _wrap_clip(module: Any, name: str) -> None:
     setattr(module, name, clip)
 
 
+def _wrap_add_param_group(cls: type) -> None:
+    """Every param group is watched from the optimizer's construction on (its settings
+    noted at the user's line that built it), so that a write before the first step is seen."""
+    original = cls.__dict__.get("add_param_group")
+    if original is None or getattr(original, "__ddpdoctor_original__", None):
+        return
+
+    @functools.wraps(original)
+    def add_param_group(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        try:
+            O.watch_new_group(self, R.user_callsite(2))
+        except Exception as e:  # noqa: BLE001 - never into the user's call
+            W.disable("watching a param group", e)
+        return result
+
+    add_param_group.__ddpdoctor_original__ = original  # type: ignore[attr-defined]
+    cls.add_param_group = add_param_group
+
+
 def _wrap_scaler_update(cls: type) -> None:
     """A GradScaler's update: the scaler is watched (its scale goes into each check, with
     the user's line of its last update)."""
@@ -220,6 +240,9 @@ def install() -> None:
     from torch.nn.parallel import distributed as torch_ddp
 
     from torch.amp import grad_scaler
+    from torch.optim import optimizer
+
+    _wrap_add_param_group(optimizer.Optimizer)
 
     _wrap_scaler_update(grad_scaler.GradScaler)
     join_hook = getattr(torch_ddp, "_DDPJoinHook", None)
