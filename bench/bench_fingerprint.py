@@ -128,9 +128,10 @@ def _model_rows(name: str, layers: int, width: int, window: int, batch: int) -> 
             if step > DECIDED:
                 times[k].append(t)
                 sched_times[k].append(ts)
-        if step == DECIDED:
-            every = watch.schedule.every or DECIDED
-            end = DECIDED + window * every
+        if step == DECIDED:  # every rank chooses its own interval: run the longest one's
+            every = torch.tensor([watch.schedule.every or DECIDED])
+            dist.all_reduce(every, op=dist.ReduceOp.MAX)
+            end = DECIDED + window * int(every.item())
             start_spent = len(spent)
     total = {k: sum(v) for k, v in times.items()}
     checks = sum(spent[start_spent:]) + max(0.0, sum(sched_times["watched"]) - sum(

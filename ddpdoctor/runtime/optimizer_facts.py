@@ -12,6 +12,7 @@ not change (ZeRO copying its groups each step) costs one comparison.
 from __future__ import annotations
 
 import sys
+import zlib
 from typing import Any
 
 from ddpdoctor.runtime import callsites
@@ -90,6 +91,14 @@ def _scalar(value: Any) -> Any:
     if hasattr(value, "numel") and value.numel() == 1:
         return float(value.item())
     return None
+
+
+def settings_print(optimizers: list[Any]) -> int:
+    """A CRC-32 of every param group's scalar settings (equal settings give equal prints on
+    every rank; one a step tells the step from which ranks' settings differ)."""
+    rows = [sorted((k, v) for k, v in g.items() if type(v) in _SCALARS and type(k) is str)
+            for opt in optimizers for g in opt.param_groups]
+    return zlib.crc32(repr(rows).encode())
 
 
 def param_ids(optimizer: Any) -> set[int]:

@@ -13,7 +13,9 @@ FSDP or a model outside DDP is not a replica).  Meta events, one kind per fact:
   overwrites them with rank 0's), parameter version counts since construction (in-place
   writes), parameters whose requires_grad changed since construction, parameters whose
   gradient was accumulated more than once in the last backward (DDP averages one), the
-  optimizers' hyperparameters by param group, LR scheduler steps, and GradScalers' scales;
+  optimizers' hyperparameters by param group, LR scheduler steps, GradScalers' scales, and
+  the updates since the last check after which the settings changed (``settings``: [update,
+  a print of every group's settings], to tell the step from which they differ);
 - ``replica_write``: a ``load_state_dict`` or a ``torch.nn.init`` call that wrote to a
   tracked parameter after construction, with the user's line (runtime/replica_writes.py).
 
@@ -175,6 +177,8 @@ class ReplicaWatch:
         self.grads: dict[int, list[Any]] = {}  # replica index -> grad prints of this step
         self.twice: dict[int, list[int]] = {}
         self.updates = 0  # synced updates: outermost steps and Join-shadowed iterations
+        self.settings: list[list[int]] = []  # [update, settings print] where it changed
+        self._last_settings: int | None = None
         self.joined = False  # inside Join after this rank ran out of inputs
         self.last_step_at = 0.0
         self.check_cost = 0.0  # seconds the next check has cost so far (arming, gradients)
@@ -293,6 +297,10 @@ def after_step(optimizer: Any, step: int) -> None:
         if w.joined:  # ZeRO's join hook stepping a shadowed iteration: counted there
             return
         w.updates += 1
+        printed = O.settings_print(w.live_optimizers())
+        if printed != w._last_settings:
+            w._last_settings = printed
+            w.settings.append([w.updates, printed])
         _checked_update(w, rec, w.updates)
     except Exception as e:  # noqa: BLE001 - see the module docstring
         disable("fingerprinting parameters", e)
@@ -350,9 +358,10 @@ def _check(w: ReplicaWatch, rec: R.Recorder, step: int) -> None:
         _log_check(w, rec, rep, ps, step, grads=w.grads.pop(rep.index, None),
                    accumulated_twice=w.twice.pop(rep.index, []), hyper=hyper,
                    group_of=[where.get(id(p), -1) for p in ps], schedulers=sched, clips=clips,
-                   scalers=scalers)
+                   scalers=scalers, settings=w.settings)
     w.replicas = alive
     w.grads.clear()
+    w.settings = []
 
 
 def _log_check(w: ReplicaWatch, rec: R.Recorder, rep: Replica, ps: list[Any], step: int,

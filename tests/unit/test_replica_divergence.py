@@ -268,3 +268,15 @@ def test_a_write_every_rank_made_is_a_cause_only_where_the_values_differ():
              for r in (0, 1)]
     [g] = divergence_findings(facts(checks, writes=apart))
     assert g.evidence["cause"] == "write" and "wrote different values" in g.detail
+
+
+def test_the_first_step_taken_with_settings_apart_narrows_the_window():
+    """Checks at 8 and 16 bracket the drift; the settings prints of every step say it began
+    at step 9 (rank 0's print changed there, rank 1's did not)."""
+    lr0 = (HyperRow("SGD", 0, (("lr", 0.05),), (("lr", ("/x/train.py:62",)),)),)
+    checks = [check(0, 8, settings=((1, 11),)), check(1, 8, settings=((1, 11),)),
+              check(0, 16, hyper=lr0, settings=((9, 22),)),
+              check(1, 16, params=drifted())]
+    [f] = divergence_findings(facts(checks))
+    assert f.evidence["first_step"] == 9 and f.evidence["previous_check"] == 8
+    assert "the optimizer settings differ from step 9 on" in f.summary

@@ -161,3 +161,30 @@ def _buffer_diff(at: dict[int, Check]) -> list[int]:
     if len(prints) < 2:
         return []
     return _differing(prints, max(len(p) for p in prints.values()))
+
+
+def _settings_at(timeline: list[tuple[int, int]], update: int) -> int | None:
+    value = None
+    for u, v in timeline:
+        if u > update:
+            break
+        value = v
+    return value
+
+
+def settings_apart_from(div: Divergence) -> int | None:
+    """The first update of the divergent window that the ranks took with optimizer settings
+    that differ (a settings print is taken after each step: the settings it used), else
+    None."""
+    rep = div.replicas
+    timelines: dict[int, list[tuple[int, int]]] = {}
+    for step in sorted(rep.checks):
+        for rank, c in rep.checks[step].items():
+            timelines.setdefault(rank, []).extend(c.settings)
+    if len(timelines) < 2:
+        return None
+    for u in range((div.previous or 0) + 1, div.step + 1):
+        values = {_settings_at(t, u) for t in timelines.values()}
+        if len(values) > 1 and None not in values:
+            return u
+    return None

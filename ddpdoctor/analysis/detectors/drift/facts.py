@@ -78,6 +78,7 @@ class Check:
     t_ns: int = 0  # when the check was taken, on the rank's clock (0: not known)
     at: str = "step"
     scalers: tuple[tuple[str, float, str], ...] = ()  # GradScalers: name, scale, update site
+    settings: tuple[tuple[int, int], ...] = ()  # (update, settings print) where they changed
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,10 @@ def check_from_event(rank: int, ev: dict[str, Any]) -> Check | None:
                  _schedulers(ev.get("schedulers")), _clips(ev.get("clips")),
                  ev["t"] if type(ev.get("t")) is int else 0,
                  "forward" if ev.get("at") == "forward" else "step",
-                 _scalers(ev.get("scalers")))
+                 _scalers(ev.get("scalers")),
+                 tuple((u, v) for u, v in (x for x in ev.get("settings") or ()
+                                           if isinstance(x, list) and len(x) == 2)
+                       if type(u) is int and type(v) is int))
 
 
 def replica_facts(job: JobView) -> ReplicaFacts:

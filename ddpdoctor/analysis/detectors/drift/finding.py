@@ -13,11 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity, ranks_text
-from ddpdoctor.analysis.detectors.drift.causes import Cause, likely_causes, short_site
-from ddpdoctor.analysis.detectors.drift.compare import Divergence, find_divergence, replicas_of
+from ddpdoctor.analysis.detectors.drift.causes import Cause, CauseKind, likely_causes, short_site
+from ddpdoctor.analysis.detectors.drift.compare import (Divergence, find_divergence, replicas_of,
+                                                        settings_apart_from)
 from ddpdoctor.analysis.detectors.drift.facts import ReplicaFacts, replica_facts
 
 MAX_NAMED = 8
+SETTINGS = (CauseKind.SCHEDULER, CauseKind.HYPERPARAMETERS)  # causes a settings print dates
 BUFFER_FIX = ("Nothing to fix if the buffers are running statistics (BatchNorm): with "
               "broadcast_buffers=False each rank keeps its own. For one set of statistics, use "
               "broadcast_buffers=True or torch.nn.SyncBatchNorm.convert_sync_batchnorm(model).")
@@ -85,7 +87,10 @@ def parameter_finding(div: Divergence, causes: list[Cause]) -> Finding:
     names = rep.names
     differing = [names[i] for i in div.params]
     cause = causes[0]
-    summary = (f"replicas drifted apart {_after(div, div.step)} ({_since(div)}): "
+    apart = settings_apart_from(div) if cause.kind in SETTINGS else None
+    since = _since(div) + (f"; the optimizer settings differ from step {apart} on"
+                           if apart is not None else "")
+    summary = (f"replicas drifted apart {_after(div, div.step)} ({since}): "
                f"{_listed(differing)} differ{'s' if len(differing) == 1 else ''} between "
                f"{ranks_text(rep.ranks)}; likely cause: {cause.short}")
     built = short_site(rep.sets[min(rep.sets)].site)
@@ -104,8 +109,11 @@ def parameter_finding(div: Divergence, causes: list[Cause]) -> Finding:
     lines.append("Healthy DDP keeps replicas bit-identical (every rank applies the same "
                  "averaged gradient with the same settings); from here on the ranks train "
                  "different models, and a checkpoint saved on rank 0 is only rank 0's.")
+    evidence = _evidence(div, causes)
+    if apart is not None:
+        evidence["first_step"] = apart  # the first step taken with settings apart
     return Finding(FindingKind.REPLICA_DIVERGENCE, Severity.ERROR, div.deviants, None, summary,
-                   "\n".join(lines), cause.fix, _evidence(div, causes))
+                   "\n".join(lines), cause.fix, evidence)
 
 
 def buffer_finding(div: Divergence) -> Finding:
