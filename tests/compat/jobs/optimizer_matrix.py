@@ -5,7 +5,8 @@ check of ddpdoctor's) and the case's final parameters.
 
 Cases: SGD (momentum, nesterov), param groups with a scheduler, Adam for-loop / foreach,
 AdamW fused, an optimizer subclass whose step calls super().step(), ZeroRedundancyOptimizer
-(alone, and with Join on uneven inputs; torch refuses overlap_with_ddp on gloo), GradScaler
+(alone, and with Join on uneven inputs; torch refuses overlap_with_ddp on gloo), SGD under
+Join on uneven inputs then even steps (the ranks' step counts differ after it), GradScaler
 with autocast and a skipped step, a hand-written update (no optimizer: checked at DDP's
 forward), broadcast_buffers=False with BatchNorm,
 frozen parameters, find_unused_parameters, static_graph, no_sync accumulation.
@@ -108,6 +109,16 @@ def cases(rank: int, world: int):
         seen.append(same_everywhere(ddp))
         return ddp, seen
 
+    def join_then_even():
+        ddp = DDP(net())
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        with Join([ddp]):  # uneven: the ranks' step counts differ by 2 per rank after it
+            for step in range(2 + 2 * rank):
+                ddp(batch(rank, step)).square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+        return ddp, [same_everywhere(ddp)] + loop(ddp, opt, rank, steps=4)
+
     def scaler_skip():
         ddp = DDP(net())
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
@@ -183,6 +194,7 @@ def cases(rank: int, world: int):
         ("zero", plain(lambda ps: ZeroRedundancyOptimizer(
             ps, optimizer_class=torch.optim.SGD, lr=0.1, momentum=0.9))),
         ("zero_join", zero_join),
+        ("join_then_even", join_then_even),
         ("grad_scaler_skip", scaler_skip),
         ("hand_written_update", by_hand),
         ("broadcast_buffers_false", buffers_kept),
