@@ -9,8 +9,11 @@ reference; ``watched``, tracked by the replica checks at their default interval 
 each rank from its measured costs after step 16) through the same optimizer hooks as under
 ``ddpdoctor run``; ``control``, a second plain DDP: its ratio to ``plain`` is the resolution.
 Steps are summed (not medians: a check is one step in an interval) over ``--window``
-intervals after the choice.  Two figures: the wall ratio watched / plain (with the
-control's), and the checks' own time (every hook call, timed) over the plain steps' time.
+intervals after the choice.  Each model has an LR scheduler stepped every step (the watched
+one's through ddpdoctor's scheduler wrapper, its writes to the param group noted with their
+line).  Two figures: the wall ratio watched / plain (with the control's), and the checks'
+own time (every hook call, timed, and what the watched scheduler step costs beyond the
+plain one's) over the plain steps' time.
 """
 
 from __future__ import annotations
@@ -40,27 +43,48 @@ DECIDED = 16  # replica_prints.DECIDE_AT
 def _watch(opt: torch.optim.Optimizer, spent: list[float]) -> None:
     """The hooks ``ddpdoctor run`` puts on every optimizer (runtime/torch_hooks.py), on this
     one only, each call timed."""
+    from ddpdoctor.runtime import optimizer_steps
     from ddpdoctor.runtime import recorder as R
     from ddpdoctor.runtime import replica_watch
 
     def pre(o: Any, args: Any, kwargs: Any) -> None:
         t0 = time.perf_counter()
-        replica_watch.before_step(o)
+        if optimizer_steps.entered(o):
+            replica_watch.before_step(o)
         spent.append(time.perf_counter() - t0)
 
     def post(o: Any, args: Any, kwargs: Any) -> None:
         t0 = time.perf_counter()
-        rec = R._recorder
-        rec.steps += 1
-        replica_watch.after_step(o, rec.steps)
+        if optimizer_steps.left():
+            rec = R._recorder
+            rec.steps += 1
+            replica_watch.after_step(o, rec.steps)
         spent.append(time.perf_counter() - t0)
 
     opt.register_step_pre_hook(pre)
     opt.register_step_post_hook(post)
 
 
-def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
-          watch: Any = None) -> float:
+class _Decay(torch.optim.lr_scheduler.LambdaLR):
+    """The plain models' scheduler: the lr changes every step."""
+
+    def __init__(self, opt: torch.optim.Optimizer) -> None:
+        super().__init__(opt, lambda k: 0.999 ** k)
+
+    def step(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        super().step(*args, **kwargs)
+
+
+class _WatchedDecay(_Decay):
+    """The watched model's: wrapped as ``ddpdoctor run`` wraps every LR scheduler."""
+
+    def step(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        super().step(*args, **kwargs)
+
+
+def _step(model: nn.Module, opt: torch.optim.Optimizer, sched: Any, x: torch.Tensor,
+          watch: Any = None) -> tuple[float, float]:
+    """The step's wall time and its scheduler step's."""
     dist.barrier()
     t0 = time.perf_counter()
     if watch is not None and watch.last_step_at:
@@ -70,39 +94,48 @@ def _step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
     model(x).square().mean().backward()
     opt.step()
     opt.zero_grad()
-    return time.perf_counter() - t0
+    s0 = time.perf_counter()
+    sched.step()
+    t1 = time.perf_counter()
+    return t1 - t0, t1 - s0
 
 
 def _model_rows(name: str, layers: int, width: int, window: int, batch: int) -> dict:
     from ddpdoctor.runtime import recorder as R
-    from ddpdoctor.runtime import replica_watch
+    from ddpdoctor.runtime import replica_watch, replica_writes
 
+    replica_writes._wrap_scheduler_step(_WatchedDecay)
     R._recorder.steps = 0  # each model's job counts its optimizer steps from its start
     torch.manual_seed(0)
     ddps = {k: nn.parallel.DistributedDataParallel(mlp(layers, width))
             for k in ("plain", "watched", "control")}
     replica_watch.track(ddps["watched"])
     opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in ddps.items()}
+    scheds = {k: (_WatchedDecay if k == "watched" else _Decay)(o) for k, o in opts.items()}
     spent: list[float] = []
     _watch(opts["watched"], spent)
     watch = replica_watch._watch
     x = torch.randn(batch, width)
     order = list(ddps)
     times: dict[str, list[float]] = {k: [] for k in ddps}
+    sched_times: dict[str, list[float]] = {k: [] for k in ddps}
     step, end, start_spent = 0, None, 0
     while end is None or step < end:
         step += 1
         order = order[1:] + order[:1]
         for k in order:
-            t = _step(ddps[k], opts[k], x, watch if k == "watched" else None)
+            t, ts = _step(ddps[k], opts[k], scheds[k], x, watch if k == "watched" else None)
             if step > DECIDED:
                 times[k].append(t)
-        if step == DECIDED:
-            every = watch.schedule.every or DECIDED
-            end = DECIDED + window * every
+                sched_times[k].append(ts)
+        if step == DECIDED:  # every rank chooses its own interval: run the longest one's
+            every = torch.tensor([watch.schedule.every or DECIDED])
+            dist.all_reduce(every, op=dist.ReduceOp.MAX)
+            end = DECIDED + window * int(every.item())
             start_spent = len(spent)
     total = {k: sum(v) for k, v in times.items()}
-    checks = sum(spent[start_spent:])
+    checks = sum(spent[start_spent:]) + max(0.0, sum(sched_times["watched"]) - sum(
+        sched_times["plain"]))
     replica_watch._watch.replicas = []  # the next model's job starts clean
     return {"every": watch.schedule.every, "steps": len(times["plain"]),
             "plain_ms": 1e3 * total["plain"] / len(times["plain"]),

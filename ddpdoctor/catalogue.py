@@ -14,7 +14,7 @@ REPLAY_GAPS: dict[str, str] = {
     **{name: "the replicas' parameters (the replay's tensors are zeros, and it has no model)"
        for name in ("checkpoint_reentrant_drift", "head_loaded_one_rank",
                     "lr_scheduler_rank0_only", "grad_clip_local_loss",
-                    "requires_grad_after_ddp")},
+                    "requires_grad_after_ddp", "warmup_lr_by_hand_rank0")},
     "no_sync_token_count": (
         "rank 1's replayed synced backward blocks before its bucket all-reduce is "
         "recorded (in a futex), so the replay names rank 1 in a missing_collective, not "
@@ -292,6 +292,13 @@ DRIFT_BUGS: tuple[Bug, ...] = (
          "adaptive gradient clipping from per-rank statistics",
          "compute the threshold from values every rank shares (all-reduce the loss first)",
          hang_timeout=5.0),
+    _bug("warmup_lr_by_hand_rank0", 2, Launch.TORCHRUN,
+         "trains without an error, but an lr warmup written by hand runs on rank 0 only: the "
+         "ranks step with different learning rates from the first step",
+         "replica_divergence", (0, 1),
+         "an lr warmup written by hand inside the rank-0 logging block (lr_scheduler_rank0_only "
+         "without a scheduler: only the setting differs)",
+         "set the lr on every rank; only the print under `if rank == 0`", hang_timeout=5.0),
     _bug("requires_grad_after_ddp", 2, Launch.TORCHRUN,
          "trains without an error, but a layer unfrozen after DDP was built is stepped with "
          "each rank's own, unaveraged gradient",
@@ -362,4 +369,22 @@ HIDDEN_BUGS: tuple[Bug, ...] = (
          "log the synced metric on every rank", hang_timeout=10.0),
 )
 CATALOGUE = CATALOGUE + HIDDEN_BUGS
+
+
+# -- engines beyond DDP: a collective inside an engine's API, called on one rank -------------
+ENGINE_BUGS: tuple[Bug, ...] = (
+    _bug("fsdp_full_state_dict_rank0", 2, Launch.TORCHRUN,
+         "hangs (gloo: aborts) after step 2: rank 0 takes the FSDP model's full state dict "
+         "alone; gathering it is a collective the other ranks never call",
+         "collective_mismatch", (0,),
+         "pytorch/pytorch#122903 and #73383",
+         "call state_dict() on every rank; only rank 0 saves", hang_timeout=5.0),
+    _bug("fabric_barrier_rank0", 2, Launch.TORCHRUN,
+         "hangs after step 3: rank 0 saves a checkpoint and waits in fabric.barrier() alone; "
+         "rank 1 waits in the next step's gradient all-reduce",
+         "collective_mismatch", (0,),
+         "Lightning Fabric's API docs (barrier: every process must enter it)",
+         "fabric.barrier() on every rank; only the save under the rank test", hang_timeout=6.0),
+)
+CATALOGUE = CATALOGUE + ENGINE_BUGS
 CATALOGUE = tuple(replace(b, replay_gap=REPLAY_GAPS.get(b.name, "")) for b in CATALOGUE)

@@ -1,4 +1,5 @@
-"""analyze(job): the causal model's findings, then the silent-bug detectors' findings."""
+"""analyze(job): the causal model's findings, then the silent-bug detectors' findings (a drift
+that a root cause explains linked to it as its consequence)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ddpdoctor.analysis.causal.graph import Wait
+from ddpdoctor.analysis.detectors.drift.consequence import link_drifts
 from ddpdoctor.analysis.model import Finding, JobView, Severity
 
 Detector = Callable[[JobView], list[Finding]]
@@ -60,4 +62,4 @@ def analyze_with_waits(job: JobView, problems: list[str] | None = None
             notes.append(f"detector {name} failed: {type(e).__name__}: {e}")
             continue
         findings.extend(found)
-    return order(findings), waits
+    return order(link_drifts(findings)), waits

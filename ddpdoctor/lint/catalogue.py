@@ -95,6 +95,10 @@ EXPECTED: dict[str, Flagged | OutOfReach] = {
     "lightning_log_sync_dist_rank0": Flagged(39, "rank_dependent_collective", E),
     "fsdp2_eval_rank0": OutOfReach("fully_shard() wraps the model in place (no new name): "
                                    "lint does not yet read its forward as a collective"),
+    "warmup_lr_by_hand_rank0": Flagged(35, "replica_drift", E),
+    "fsdp_full_state_dict_rank0": OutOfReach("state_dict() of an FSDP model is a gather; lint "
+                                             "does not read it as a collective"),
+    "fabric_barrier_rank0": Flagged(40, "rank_dependent_collective", E),
 }
 
 

@@ -1,5 +1,5 @@
-"""Hooks into torch beyond torch.distributed: optimizer steps (counted, and the replica
-checks of runtime/replica_watch.py) and mp.spawn's rank wrapper."""
+"""Hooks into torch beyond torch.distributed: optimizer steps (the outermost counted, and the
+replica checks of runtime/replica_watch.py) and mp.spawn's rank wrapper."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import functools
 from typing import Any, Callable
 
 from ddpdoctor.runtime import recorder as R
-from ddpdoctor.runtime import replica_watch
+from ddpdoctor.runtime import optimizer_steps, replica_watch
 
 
 def _count_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     rec = R._recorder
-    if rec is None:
+    if rec is None or not optimizer_steps.left():  # an inner step (ZeRO's local one)
         return
     rec.steps += 1
     rec.set_step(rec.steps)
@@ -20,7 +20,7 @@ def _count_step(optimizer: Any, args: Any, kwargs: Any) -> None:
 
 
 def _before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    if R._recorder is not None:
+    if R._recorder is not None and optimizer_steps.entered(optimizer):
         replica_watch.before_step(optimizer)
 
 

@@ -203,3 +203,80 @@ def test_ranks_that_ran_different_numbers_of_synced_backwards_are_the_likely_cau
     f.passes = {0: [10, 110, 150], 1: [10, 110, 150]}
     [same] = divergence_findings(f)
     assert same.evidence["cause"] == "gradient_changed"  # the counts agree: not this cause
+
+
+def test_a_setting_changed_on_some_ranks_only_is_named_with_its_line():
+    """The line that set the ranks apart, not the scheduler line both ranks ran last."""
+    both, apart = "/nonexistent/train.py:40", "/nonexistent/train.py:37"
+    lr0 = (HyperRow("AdamW", 0, (("lr", 0.001),), (("lr", (apart, both)),)),)
+    lr1 = (HyperRow("AdamW", 0, (("lr", 0.01),), (("lr", (both,)),)),)
+    checks = [check(0, 8, hyper=lr0), check(1, 8, params=drifted(), hyper=lr1)]
+    [f] = divergence_findings(facts(checks))
+    cause = f.evidence["causes"][0]
+    assert cause["kind"] == "hyperparameters" and cause["site"] == apart
+    assert "changed at train.py:37 on rank 0 only" in f.detail
+    assert f.summary.endswith("(train.py:37)")
+    lr1 = (HyperRow("AdamW", 0, (("lr", 0.01),), (("lr", (apart, both)),)),)
+    [g] = divergence_findings(facts([check(0, 8, hyper=lr0),
+                                     check(1, 8, params=drifted(), hyper=lr1)]))
+    assert "last changed at train.py:40" in g.detail  # every rank ran both lines
+
+
+def test_checks_at_forwards_are_compared_apart_from_checks_after_steps():
+    """A DDP no hooked optimizer steps is checked as its forwards start; a forward count is
+    not a step count, so the two never meet."""
+    checks = [check(0, 1, at="forward"), check(1, 1, at="forward"),
+              check(0, 2, at="forward"), check(1, 2, params=drifted(), at="forward"),
+              check(0, 2), check(1, 2)]  # step 2: identical, a different moment
+    [f] = divergence_findings(facts(checks))
+    assert f.evidence["checked_at"] == "forward" and f.evidence["step"] == 2
+    assert "before DDP forward 2 (identical before DDP forward 1)" in f.summary
+    assert divergence_findings(facts(checks[:2] + checks[4:])) == []
+
+
+def test_a_rank_with_a_synced_backward_more_for_the_same_updates_skipped_a_step():
+    checks = [check(r, 4, t_ns=100, params=drifted() if r == 2 else SAME) for r in range(3)]
+    f = facts(checks, world=3)
+    f.passes = {0: [1, 2, 3, 4], 1: [1, 2, 3, 4], 2: [1, 2, 3, 4, 5]}
+    [found] = divergence_findings(f)
+    assert found.evidence["cause"] == "skipped_step" and found.ranks == (2,)
+    assert "rank 2 skipped an optimizer step the others took" in found.summary
+    f.passes[2] = [1, 2, 3]  # a pass fewer: a synced backward skipped, not a step
+    [fewer] = divergence_findings(f)
+    assert fewer.evidence["cause"] == "unsynced"
+
+
+def test_a_grad_scale_that_differs_is_named_with_its_update_line():
+    site = "/nonexistent/train.py:49"
+    checks = [check(0, 8, scalers=(("GradScaler", 8192.0, site),)),
+              check(1, 8, params=drifted(), grads=drifted(),
+                    scalers=(("GradScaler", 4096.0, site),))]
+    [f] = divergence_findings(facts(checks))
+    assert f.evidence["cause"] == "grad_scale"
+    assert "scale is 8192 on rank 0, 4096 on rank 1" in f.detail
+    assert f.summary.endswith("(train.py:49)")
+
+
+def test_a_write_every_rank_made_is_a_cause_only_where_the_values_differ():
+    site = "/nonexistent/train.py:54"
+    same = [Write(r, 0, "torch.nn.init.zeros_", ("head.weight",), 0, site, ((7, 0.0),))
+            for r in (0, 1)]
+    checks = [check(0, 1), check(1, 1, params=drifted())]
+    [f] = divergence_findings(facts(checks, writes=same))
+    assert f.evidence["cause"] != "write"
+    apart = [Write(r, 0, "torch.nn.init.normal_", ("head.weight",), 0, site, ((7 + r, 1.0),))
+             for r in (0, 1)]
+    [g] = divergence_findings(facts(checks, writes=apart))
+    assert g.evidence["cause"] == "write" and "wrote different values" in g.detail
+
+
+def test_the_first_step_taken_with_settings_apart_narrows_the_window():
+    """Checks at 8 and 16 bracket the drift; the settings prints of every step say it began
+    at step 9 (rank 0's print changed there, rank 1's did not)."""
+    lr0 = (HyperRow("SGD", 0, (("lr", 0.05),), (("lr", ("/x/train.py:62",)),)),)
+    checks = [check(0, 8, settings=((1, 11),)), check(1, 8, settings=((1, 11),)),
+              check(0, 16, hyper=lr0, settings=((9, 22),)),
+              check(1, 16, params=drifted())]
+    [f] = divergence_findings(facts(checks))
+    assert f.evidence["first_step"] == 9 and f.evidence["previous_check"] == 8
+    assert "the optimizer settings differ from step 9 on" in f.summary

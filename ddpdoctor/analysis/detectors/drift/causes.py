@@ -12,7 +12,7 @@ from typing import Any
 
 from ddpdoctor.analysis.model import ranks_text
 from ddpdoctor.analysis.detectors.drift.compare import Divergence, deviants_of
-from ddpdoctor.analysis.detectors.drift.facts import Check, ReplicaFacts
+from ddpdoctor.analysis.detectors.drift.facts import Check, HyperRow, ReplicaFacts
 from ddpdoctor.analysis.load.user_source import source_line
 
 
@@ -23,9 +23,11 @@ class CauseKind(str, enum.Enum):
     REQUIRES_GRAD = "requires_grad"  # changed after construction
     ACCUMULATED_TWICE = "accumulated_twice"  # a gradient added after its bucket was reduced
     UNSYNCED = "unsynced"  # ranks ran different numbers of synced backward passes
+    SKIPPED_STEP = "skipped_step"  # a rank skipped an optimizer step after a synced backward
     NO_GRADIENT = "no_gradient"  # in no bucket on some ranks
     SCHEDULER = "scheduler"  # LR scheduler stepped a different number of times
     HYPERPARAMETERS = "hyperparameters"  # optimizer settings differ
+    GRAD_SCALE = "grad_scale"  # a GradScaler's scale differs: each rank unscales by its own
     GRADIENT_CHANGED = "gradient_changed"  # the averaged gradient changed before the step
     WRITTEN_IN_PLACE = "written_in_place"  # in-place writes outside the optimizer
     UNKNOWN = "unknown"
@@ -57,6 +59,12 @@ FIXES = {
                                "...) the same on every rank: decide them on rank 0 and "
                                "broadcast them, or compute them from values every rank "
                                "shares.",
+    CauseKind.GRAD_SCALE: "Keep one GradScaler state on every rank: after an uneven epoch "
+                          "(Join), broadcast the scaler's state_dict from the rank that ran "
+                          "the most steps and load it on every rank; skip steps on every "
+                          "rank alike.",
+    CauseKind.SKIPPED_STEP: "Decide to skip an optimizer step together: all-reduce the skip "
+                            "flag (MAX) so that every rank skips, or none.",
     CauseKind.GRADIENT_CHANGED: "Change gradients the same way on every rank, after backward: "
                                 "clip with torch.nn.utils.clip_grad_norm_ on the averaged "
                                 "gradients with a max_norm every rank shares (not one from the "
@@ -81,6 +89,8 @@ SHORT = {
     CauseKind.NO_GRADIENT: "{params} had no gradient on {ranks}",
     CauseKind.SCHEDULER: "the LR scheduler was stepped on {ranks} only",
     CauseKind.HYPERPARAMETERS: "optimizer settings differ between ranks",
+    CauseKind.GRAD_SCALE: "the GradScaler's scale differs between ranks",
+    CauseKind.SKIPPED_STEP: "{ranks} skipped an optimizer step the others took",
     CauseKind.GRADIENT_CHANGED: "gradients changed between backward and the step (per-rank "
                                 "clipping or edit)",
     CauseKind.WRITTEN_IN_PLACE: "{params} written outside the optimizer on {ranks}",
@@ -102,8 +112,13 @@ class Cause:
     @property
     def short(self) -> str:
         """The cause in a few words, for the finding's summary."""
-        return SHORT[self.kind].format(ranks=ranks_text(self.ranks),
+        text = SHORT[self.kind].format(ranks=ranks_text(self.ranks),
                                        params=_listed(self.params, 2))
+        if self.site and self.kind in (CauseKind.SCHEDULER, CauseKind.HYPERPARAMETERS,
+                                       CauseKind.GRAD_SCALE):
+            path, _, line = self.site.rpartition(":")
+            text += f" ({os.path.basename(path)}:{line})"
+        return text
 
     @property
     def fix(self) -> str:
@@ -133,9 +148,23 @@ def _listed(names: tuple[str, ...] | list[str], most: int = 3) -> str:
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
+def _wrote_apart(per: dict[int, Any]) -> list[str]:
+    """The parameters that a write every rank made left with different values."""
+    apart = []
+    for name in next(iter(per.values()))[1]:
+        bits = set()
+        for w, _ in per.values():
+            k = w.params.index(name) if name in w.params else len(w.prints)
+            if k < len(w.prints) and w.prints[k] is not None:
+                bits.add(w.prints[k][0])
+        if len(bits) > 1:
+            apart.append(name)
+    return apart
+
+
 def _writes(div: Divergence, facts: ReplicaFacts) -> list[Cause]:
     """load_state_dict / init calls on differing parameters, before the step, that not
-    every rank made."""
+    every rank made, or that every rank made with different values."""
     differing = set(_names(div, div.params))
     ranks = set(div.replicas.ranks)
     seen: dict[tuple[str, str], dict[int, Any]] = {}
@@ -146,10 +175,19 @@ def _writes(div: Divergence, facts: ReplicaFacts) -> list[Cause]:
                 seen.setdefault((w.what, hit[0]), {}).setdefault(w.rank, (w, hit))
     out = []
     for (what, _), per in seen.items():
-        if set(per) == ranks:
-            continue  # every rank did it: not what set them apart
         w, hit = next(iter(per.values()))
         at = short_site(w.site)
+        if set(per) == ranks:  # every rank did it: a cause only where the values differ
+            apart = _wrote_apart(per)
+            if apart:
+                out.append(Cause(CauseKind.WRITE, tuple(sorted(per)), tuple(apart),
+                                 f"every rank called {what} on {_listed(apart)} "
+                                 + (f"after step {w.step}" if w.step else
+                                    "before the first step")
+                                 + (f" at {at}" if at else "") + ", after DDP was built, "
+                                 "and wrote different values on each (each rank's own "
+                                 "random numbers or files)", w.site))
+            continue
         out.append(Cause(CauseKind.WRITE, tuple(sorted(per)), tuple(hit),
                          f"{ranks_text(sorted(per))} called {what} on {_listed(hit)} "
                          + (f"after step {w.step}" if w.step else "before the first step")
@@ -210,7 +248,7 @@ def _scheduler(at: dict[int, Check]) -> list[Cause]:
             continue
         most = max(n for n, _ in full.values())
         stepped = sorted(r for r, (n, _) in full.items() if n == most)
-        site = next((s for n, s in full.values() if s), "")
+        site = next((s for r, (n, s) in sorted(full.items()) if n == most and s), "")
         at_site = short_site(site)
         told = ", ".join(f"{n} on rank {r}" for r, (n, _) in sorted(full.items()))
         out.append(Cause(CauseKind.SCHEDULER, tuple(stepped), (),
@@ -221,6 +259,8 @@ def _scheduler(at: dict[int, Check]) -> list[Cause]:
 
 
 def _hyper(at: dict[int, Check], div: Divergence) -> list[Cause]:
+    """Param group settings that differ between ranks, each with the user's line that last
+    changed it where a rank recorded one."""
     out = []
     shown: set[tuple[int, str]] = set()
     for i in div.params:
@@ -240,19 +280,36 @@ def _hyper(at: dict[int, Check], div: Divergence) -> list[Cause]:
             shown.add((i, k))
             row = next(iter(rows.values()))
             told = ", ".join(f"{v} on rank {r}" for r, v in sorted(values.items()))
+            site, where = _changed_at(rows, k)
             out.append(Cause(CauseKind.HYPERPARAMETERS, tuple(sorted(values)),
                              _names(div, [i]),
                              f"{row.optimizer} param group {row.group} (holding "
-                             f"{div.replicas.names[i]}) has {k} {told}"))
+                             f"{div.replicas.names[i]}) has {k} {told}{where}", site))
     merged: dict[str, Cause] = {}
     for c in out:  # one cause a setting, naming every parameter it holds
         key = c.text.split(" has ", 1)[1]
         if key in merged:
             m = merged[key]
-            merged[key] = Cause(m.kind, m.ranks, m.params + c.params, m.text)
+            merged[key] = Cause(m.kind, m.ranks, m.params + c.params, m.text, m.site)
         else:
             merged[key] = c
     return list(merged.values())
+
+
+def _changed_at(rows: dict[int, HyperRow], setting: str) -> tuple[str, str]:
+    """The user's line that set ``setting`` apart, and the words that say so: a line that
+    changed it on some ranks only, else the line that changed it last."""
+    sites = {r: row.sites_of(setting) for r, row in sorted(rows.items())}
+    ranks_at: dict[str, list[int]] = {}
+    for r, seen in sites.items():
+        for site in seen:
+            ranks_at.setdefault(site, []).append(r)
+    apart = [(site, ranks) for site, ranks in ranks_at.items() if len(ranks) < len(sites)]
+    if apart:
+        parts = [f"{short_site(site)} on {ranks_text(ranks)} only" for site, ranks in apart]
+        return apart[0][0], f" (changed at {'; '.join(parts)})"
+    last = next((seen[-1] for seen in sites.values() if seen), "")
+    return (last, f" (last changed at {short_site(last)})") if last else ("", "")
 
 
 def _gradients_changed(at: dict[int, Check], div: Divergence) -> list[Cause]:
@@ -313,9 +370,10 @@ def _versions(at: dict[int, Check], div: Divergence) -> list[Cause]:
 
 
 def _unsynced(at: dict[int, Check], div: Divergence, facts: ReplicaFacts) -> list[Cause]:
-    """Ranks that, by the divergent check, had run different numbers of synced backward
-    passes: DDP then paired all-reduces of different steps, and the ranks stepped on
-    different gradients."""
+    """Ranks whose synced backward passes by the divergent check do not match their updates
+    as the others' do: a rank with a pass more than the majority for the same updates
+    skipped an optimizer step after a synced backward; otherwise DDP paired all-reduces of
+    different steps (a synced backward skipped or added on some ranks)."""
     counts = {r: sum(1 for t in facts.passes.get(r, ()) if t <= c.t_ns)
               for r, c in at.items() if c.t_ns}
     if len(counts) < 2 or len(set(counts.values())) < 2:
@@ -323,12 +381,49 @@ def _unsynced(at: dict[int, Check], div: Divergence, facts: ReplicaFacts) -> lis
     values = list(counts.values())
     usual = max(set(values), key=values.count)
     odd = tuple(sorted(r for r, n in counts.items() if n != usual))
-    ranks = odd if values.count(usual) * 2 > len(values) else tuple(sorted(counts))
     told = ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
-    return [Cause(CauseKind.UNSYNCED, ranks, _names(div, div.params),
+    names = _names(div, div.params)
+    if values.count(usual) * 2 > len(values):
+        if all(counts[r] > usual for r in odd):
+            return [Cause(CauseKind.SKIPPED_STEP, odd, names,
+                          f"{ranks_text(odd)} ran more synced backward passes than the other "
+                          f"ranks for the same {div.step} updates ({told}): "
+                          f"{'it' if len(odd) == 1 else 'they'} skipped an optimizer step "
+                          "after a synced backward (the gradient was averaged on every rank, "
+                          f"and {ranks_text(odd)} did not apply it)")]
+        ranks = odd
+    else:
+        ranks = tuple(sorted(counts))
+    return [Cause(CauseKind.UNSYNCED, ranks, names,
                   f"the ranks had run different numbers of synced backward passes by step "
                   f"{div.step} ({told}): a backward skipped or added on some ranks makes DDP "
-                  "average one step's gradients with another's, and each rank steps on its own")]
+                  "average one step's gradients with another's (or an optimizer step skipped "
+                  "on some ranks), and each rank steps on its own")]
+
+
+def _grad_scale(at: dict[int, Check]) -> list[Cause]:
+    """A GradScaler whose scale differs between ranks: each rank unscales the averaged
+    gradient by its own factor."""
+    out = []
+    n = min(len(c.scalers) for c in at.values())
+    for i in range(n):
+        scales = {r: c.scalers[i][1] for r, c in sorted(at.items())}
+        if len(set(scales.values())) < 2:
+            continue
+        name, _, site = next(iter(at.values())).scalers[i]
+        told = ", ".join(f"{v:g} on rank {r}" for r, v in scales.items())
+        values = list(scales.values())
+        usual = max(set(values), key=values.count)
+        odd = tuple(r for r, v in scales.items() if v != usual) \
+            if values.count(usual) * 2 > len(values) else tuple(scales)
+        at_site = short_site(site)
+        out.append(Cause(CauseKind.GRAD_SCALE, odd, (),
+                         f"the {name}'s scale is {told}" + (f" (updated at {at_site})"
+                                                            if at_site else "")
+                         + ": each rank unscales the averaged gradient by its own scale "
+                         "(a scaler state that differs after an uneven epoch or a skip on "
+                         "some ranks)", site))
+    return out
 
 
 def likely_causes(div: Divergence, facts: ReplicaFacts) -> list[Cause]:
@@ -336,6 +431,7 @@ def likely_causes(div: Divergence, facts: ReplicaFacts) -> list[Cause]:
     at = div.replicas.checks[div.step]
     found = (_writes(div, facts) + _by_rank(at, div, "flipped") + _by_rank(at, div, "twice")
              + _unsynced(at, div, facts) + _no_gradient(at, div) + _scheduler(at) + _hyper(at, div)
+             + _grad_scale(at)
              + _gradients_changed(at, div) + _versions(at, div))
     order = list(CauseKind)
     found.sort(key=lambda c: order.index(c.kind))

@@ -10,11 +10,13 @@ from ddpdoctor.analysis.detectors.drift.facts import Check, Print, ReplicaFacts,
 
 @dataclass(frozen=True)
 class Replicas:
-    """One DDP across its ranks: the sets they recorded and their checks by step."""
+    """One DDP across its ranks: the sets they recorded and their checks by step (``at``
+    ``step``: after optimizer steps; ``forward``: as training forwards began)."""
 
     ddp: int
     sets: dict[int, ReplicaSet]
     checks: dict[int, dict[int, Check]]  # step -> rank -> check
+    at: str = "step"
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -48,7 +50,8 @@ class Divergence:
 
 def replicas_of(facts: ReplicaFacts) -> list[Replicas]:
     """Each DDP index whose ranks recorded the same parameter names (a model that differs
-    between ranks fails DDP's construction check, named elsewhere)."""
+    between ranks fails DDP's construction check, named elsewhere): its checks after
+    optimizer steps, then (where it has any) its checks at forwards."""
     by_ddp: dict[int, dict[int, ReplicaSet]] = {}
     for rank, sets in facts.sets.items():
         for s in sets:
@@ -58,12 +61,13 @@ def replicas_of(facts: ReplicaFacts) -> list[Replicas]:
         names = {s.params for s in sets.values()}
         if len(sets) < 2 or len(names) != 1:
             continue
-        checks: dict[int, dict[int, Check]] = {}
+        by_at: dict[str, dict[int, dict[int, Check]]] = {"step": {}}
         for rank in sets:
             for c in facts.checks.get(rank, []):
                 if c.ddp == ddp and len(c.params) == len(next(iter(names))):
-                    checks.setdefault(c.step, {})[rank] = c
-        out.append(Replicas(ddp, sets, checks))
+                    by_at.setdefault(c.at, {}).setdefault(c.step, {})[rank] = c
+        out.extend(Replicas(ddp, sets, checks, at) for at, checks in by_at.items()
+                   if checks or at == "step")
     return out
 
 
@@ -157,3 +161,30 @@ def _buffer_diff(at: dict[int, Check]) -> list[int]:
     if len(prints) < 2:
         return []
     return _differing(prints, max(len(p) for p in prints.values()))
+
+
+def _settings_at(timeline: list[tuple[int, int]], update: int) -> int | None:
+    value = None
+    for u, v in timeline:
+        if u > update:
+            break
+        value = v
+    return value
+
+
+def settings_apart_from(div: Divergence) -> int | None:
+    """The first update of the divergent window that the ranks took with optimizer settings
+    that differ (a settings print is taken after each step: the settings it used), else
+    None."""
+    rep = div.replicas
+    timelines: dict[int, list[tuple[int, int]]] = {}
+    for step in sorted(rep.checks):
+        for rank, c in rep.checks[step].items():
+            timelines.setdefault(rank, []).extend(c.settings)
+    if len(timelines) < 2:
+        return None
+    for u in range((div.previous or 0) + 1, div.step + 1):
+        values = {_settings_at(t, u) for t in timelines.values()}
+        if len(values) > 1 and None not in values:
+            return u
+    return None

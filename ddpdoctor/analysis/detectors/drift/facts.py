@@ -30,11 +30,16 @@ class ReplicaSet:
 
 @dataclass(frozen=True)
 class HyperRow:
-    """One param group's scalar settings (lr, weight_decay, momentum, betas...)."""
+    """One param group's scalar settings (lr, weight_decay, momentum, betas...), and where
+    known the user's lines that changed a setting, the latest last (``sites``)."""
 
     optimizer: str
     group: int
     settings: tuple[tuple[str, Any], ...]
+    sites: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def sites_of(self, setting: str) -> tuple[str, ...]:
+        return dict(self.sites).get(setting, ())
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,9 @@ class Check:
     parameter had no gradient). versions: in-place writes since construction. flipped:
     parameters whose requires_grad changed since construction. twice: parameters whose
     gradient was accumulated more than once in the backward before the step. group_of:
-    each parameter's row in ``hyper`` (-1: in no optimizer seen).
+    each parameter's row in ``hyper`` (-1: in no optimizer seen). at: ``step`` (after the
+    optimizer step ``step``) or ``forward`` (as DDP's training forward ``step`` began: no
+    hooked optimizer holds the parameters).
     """
 
     rank: int
@@ -69,6 +76,9 @@ class Check:
     schedulers: tuple[SchedulerSteps, ...] = ()
     clips: tuple[tuple[str, float | None], ...] = ()  # (site, last max_norm) of grad clipping
     t_ns: int = 0  # when the check was taken, on the rank's clock (0: not known)
+    at: str = "step"
+    scalers: tuple[tuple[str, float, str], ...] = ()  # GradScalers: name, scale, update site
+    settings: tuple[tuple[int, int], ...] = ()  # (update, settings print) where they changed
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,7 @@ class Write:
     params: tuple[str, ...]
     step: int
     site: str = ""
+    prints: tuple[Print | None, ...] = ()  # of what it wrote, per parameter (up to 16)
 
 
 @dataclass
@@ -119,16 +130,31 @@ def _hyper(value: Any) -> tuple[HyperRow, ...]:
     for row in value if isinstance(value, list) else ():
         if isinstance(row, dict):
             settings = tuple(sorted((k, tuple(v) if isinstance(v, list) else v)
-                                    for k, v in row.items() if k not in ("optimizer", "group")))
+                                    for k, v in row.items()
+                                    if k not in ("optimizer", "group", "sites")))
+            sites = row.get("sites")
             rows.append(HyperRow(str(row.get("optimizer", "")), int(row.get("group") or 0),
-                                 settings))
+                                 settings, _sites(sites)))
     return tuple(rows)
+
+
+def _sites(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not isinstance(value, dict):
+        return ()
+    return tuple(sorted((str(k), tuple(str(s) for s in (v if isinstance(v, list) else [v])
+                                       if s)) for k, v in value.items()))
 
 
 def _schedulers(value: Any) -> tuple[SchedulerSteps, ...]:
     return tuple(SchedulerSteps(str(s.get("name", "")), int(s.get("steps") or 0),
                                 str(s.get("site") or ""))
                  for s in (value if isinstance(value, list) else ()) if isinstance(s, dict))
+
+
+def _scalers(value: Any) -> tuple[tuple[str, float, str], ...]:
+    return tuple((str(s.get("name") or ""), float(s["scale"]), str(s.get("site") or ""))
+                 for s in (value if isinstance(value, list) else ())
+                 if isinstance(s, dict) and isinstance(s.get("scale"), (int, float)))
 
 
 def _clips(value: Any) -> tuple[tuple[str, float | None], ...]:
@@ -147,7 +173,12 @@ def check_from_event(rank: int, ev: dict[str, Any]) -> Check | None:
                  _hyper(ev.get("hyper")), tuple(v if type(v) is int else -1 for v in
                                                 ev.get("group_of") or []),
                  _schedulers(ev.get("schedulers")), _clips(ev.get("clips")),
-                 ev["t"] if type(ev.get("t")) is int else 0)
+                 ev["t"] if type(ev.get("t")) is int else 0,
+                 "forward" if ev.get("at") == "forward" else "step",
+                 _scalers(ev.get("scalers")),
+                 tuple((u, v) for u, v in (x for x in ev.get("settings") or ()
+                                           if isinstance(x, list) and len(x) == 2)
+                       if type(u) is int and type(v) is int))
 
 
 def replica_facts(job: JobView) -> ReplicaFacts:
@@ -173,5 +204,6 @@ def replica_facts(job: JobView) -> ReplicaFacts:
             if type(ev.get("ddp")) is int:
                 facts.writes.append(Write(rank, ev["ddp"], str(ev.get("what", "")),
                                           _strs(ev.get("params")), int(ev.get("step") or 0),
-                                          str(ev.get("site") or "")))
+                                          str(ev.get("site") or ""),
+                                          _prints(ev.get("prints")) or ()))
     return facts

@@ -13,11 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity, ranks_text
-from ddpdoctor.analysis.detectors.drift.causes import Cause, likely_causes, short_site
-from ddpdoctor.analysis.detectors.drift.compare import Divergence, find_divergence, replicas_of
+from ddpdoctor.analysis.detectors.drift.causes import Cause, CauseKind, likely_causes, short_site
+from ddpdoctor.analysis.detectors.drift.compare import (Divergence, find_divergence, replicas_of,
+                                                        settings_apart_from)
 from ddpdoctor.analysis.detectors.drift.facts import ReplicaFacts, replica_facts
 
 MAX_NAMED = 8
+SETTINGS = (CauseKind.SCHEDULER, CauseKind.HYPERPARAMETERS)  # causes a settings print dates
 BUFFER_FIX = ("Nothing to fix if the buffers are running statistics (BatchNorm): with "
               "broadcast_buffers=False each rank keeps its own. For one set of statistics, use "
               "broadcast_buffers=True or torch.nn.SyncBatchNorm.convert_sync_batchnorm(model).")
@@ -42,8 +44,16 @@ def _amount(div: Divergence, names: tuple[str, ...]) -> str:
     return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
 
 
+def _after(div: Divergence, step: int | None) -> str:
+    """Where a check was taken: after an optimizer step, or as a training forward began
+    (counted from 0) when no hooked optimizer holds the parameters."""
+    if div.replicas.at == "forward":
+        return f"before DDP forward {step}"
+    return f"after step {step}"
+
+
 def _since(div: Divergence) -> str:
-    return (f"identical after step {div.previous}" if div.previous is not None else
+    return (f"identical {_after(div, div.previous)}" if div.previous is not None else
             "the first check")
 
 
@@ -59,13 +69,13 @@ def _evidence(div: Divergence, causes: list[Cause]) -> dict[str, Any]:
     names = rep.names
     buffers = rep.sets[min(rep.sets)].buffers
     return {
-        "step": div.step, "previous_check": div.previous,
+        "step": div.step, "previous_check": div.previous, "checked_at": rep.at,
         "parameters": [names[i] for i in div.params[:MAX_NAMED]],
         "differing_parameters": len(div.params), "total_parameters": len(names),
         "buffers": [buffers[i] for i in div.buffers[:MAX_NAMED] if i < len(buffers)],
         "relative_difference": {names[i]: div.relative.get(i)
                                 for i in div.params[:MAX_NAMED]},
-        "majority": div.majority, "ddp": rep.ddp, "ddp_site": rep.sets[min(rep.sets)].site,
+        "majority": div.majority, "ddp": rep.ddp, "replica_ranks": list(rep.ranks), "ddp_site": rep.sets[min(rep.sets)].site,
         "broadcast_buffers": rep.sets[min(rep.sets)].broadcast_buffers,
         "cause": causes[0].kind.value if causes else None,
         "causes": [c.to_dict() for c in causes],
@@ -77,16 +87,19 @@ def parameter_finding(div: Divergence, causes: list[Cause]) -> Finding:
     names = rep.names
     differing = [names[i] for i in div.params]
     cause = causes[0]
-    summary = (f"replicas drifted apart after step {div.step} ({_since(div)}): "
+    apart = settings_apart_from(div) if cause.kind in SETTINGS else None
+    since = _since(div) + (f"; the optimizer settings differ from step {apart} on"
+                           if apart is not None else "")
+    summary = (f"replicas drifted apart {_after(div, div.step)} ({since}): "
                f"{_listed(differing)} differ{'s' if len(differing) == 1 else ''} between "
                f"{ranks_text(rep.ranks)}; likely cause: {cause.short}")
     built = short_site(rep.sets[min(rep.sets)].site)
-    before = (f"had identical parameters on every rank after step {div.previous}"
+    before = (f"had identical parameters on every rank {_after(div, div.previous)}"
               if div.previous is not None else "was checked for the first time")
     who = _who(div)
     lines = [
-        f"The DDP model{(' built at ' + built) if built else ''} {before}; after step "
-        f"{div.step}, {len(differing)} of {len(names)} parameters differ: "
+        f"The DDP model{(' built at ' + built) if built else ''} {before}; "
+        f"{_after(div, div.step)}, {len(differing)} of {len(names)} parameters differ: "
         f"{_amount(div, names)}. {who[0].upper()}{who[1:]}.",
         f"Likely cause: {cause.text}.",
     ]
@@ -96,18 +109,21 @@ def parameter_finding(div: Divergence, causes: list[Cause]) -> Finding:
     lines.append("Healthy DDP keeps replicas bit-identical (every rank applies the same "
                  "averaged gradient with the same settings); from here on the ranks train "
                  "different models, and a checkpoint saved on rank 0 is only rank 0's.")
+    evidence = _evidence(div, causes)
+    if apart is not None:
+        evidence["first_step"] = apart  # the first step taken with settings apart
     return Finding(FindingKind.REPLICA_DIVERGENCE, Severity.ERROR, div.deviants, None, summary,
-                   "\n".join(lines), cause.fix, _evidence(div, causes))
+                   "\n".join(lines), cause.fix, evidence)
 
 
 def buffer_finding(div: Divergence) -> Finding:
     rep = div.replicas
     buffers = rep.sets[min(rep.sets)].buffers
     differing = [buffers[i] for i in div.buffers if i < len(buffers)]
-    summary = (f"buffers {_listed(differing)} differ between {ranks_text(rep.ranks)} after "
-               f"step {div.step} (broadcast_buffers=False: each rank keeps its own)")
+    summary = (f"buffers {_listed(differing)} differ between {ranks_text(rep.ranks)} "
+               f"{_after(div, div.step)} (broadcast_buffers=False: each rank keeps its own)")
     detail = (f"The parameters are identical on every rank; {len(differing)} buffer"
-              f"{'s' if len(differing) != 1 else ''} differ from step {div.step} on. With "
+              f"{'s' if len(differing) != 1 else ''} differ {_after(div, div.step)}. With "
               "DDP(..., broadcast_buffers=False) running statistics legitimately differ "
               "between ranks; evaluation on different ranks then gives different results.")
     return Finding(FindingKind.REPLICA_DIVERGENCE, Severity.INFO, rep.ranks, None, summary, detail,
@@ -115,12 +131,15 @@ def buffer_finding(div: Divergence) -> Finding:
 
 
 def divergence_findings(facts: ReplicaFacts) -> list[Finding]:
-    """One finding per DDP whose replicas differ (the first divergent check)."""
+    """One finding per DDP whose replicas differ (the first divergent check: after optimizer
+    steps, else at forwards)."""
     out = []
+    told: set[int] = set()
     for rep in replicas_of(facts):
-        div = find_divergence(rep)
+        div = find_divergence(rep) if rep.ddp not in told else None
         if div is None:
             continue
+        told.add(rep.ddp)
         if div.params:
             out.append(parameter_finding(div, likely_causes(div, facts)))
         else:

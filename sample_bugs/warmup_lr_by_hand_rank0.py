@@ -1,0 +1,45 @@
+#!/usr/bin/env python
+"""A hand-written lr warmup applied on rank 0 only.
+
+The warmup sets every param group's lr by hand each step, next to the rank-0 logging, all
+under `if rank == 0:`. Rank 0 steps with the warmed-up lr, rank 1 with the base lr: every rank
+applies the same averaged gradient with a different step size, and the replicas drift apart
+from the first step. No error, no hang.
+Source: an lr warmup written by hand inside the rank-0 logging block (the shape of
+lr_scheduler_rank0_only.py without a scheduler: no step count differs, only the setting).
+Run: torchrun --nproc-per-node 2 warmup_lr_by_hand_rank0.py
+"""
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+BASE_LR, WARMUP = 0.05, 8
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2)))
+    opt = torch.optim.AdamW(model.parameters(), lr=BASE_LR, weight_decay=0.01)
+    g = torch.Generator().manual_seed(rank)
+    for step in range(12):
+        if rank == 0:
+            print(f"step {step}", flush=True)
+            for group in opt.param_groups:
+                group["lr"] = BASE_LR * min(1.0, (step + 1) / WARMUP)  # BUG: rank 0 only
+        opt.zero_grad()
+        model(torch.randn(4, 8, generator=g)).square().mean().backward()
+        opt.step()
+    print(f"rank {rank}: done", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
