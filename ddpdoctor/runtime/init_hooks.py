@@ -230,6 +230,16 @@ def _new_group_meta(rec: R.Recorder | None, seq: int, args: tuple, kwargs: dict)
         rec.fail("new_group record", e)
 
 
+def _caller(depth: int) -> Any:
+    """The frame ``depth`` levels above the caller's, or the outermost there is."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame.f_back is None:
+            break
+        frame = frame.f_back
+    return frame
+
+
 def on_init() -> None:
     """After init_process_group: say who this process is."""
     rec = R.active()
@@ -243,12 +253,13 @@ def on_init() -> None:
         local = env_local if env_local is not None else (
             _local_rank if _local_rank is not None else rank)
         rec.set_identity(rank, world, local)
+        caller = _caller(2)
         if rec.flow is None:  # torch came before this process (a fork of a warm launcher)
             from ddpdoctor.runtime import control_flow
 
-            rec.flow = control_flow.start(rec, sys._getframe(2))
-        else:  # the script that called init
-            rec.flow.instrument_stack(sys._getframe(2))
+            rec.flow = control_flow.start(rec, caller)
+        elif caller is not None:  # the script that called init
+            rec.flow.instrument_stack(caller)
         rec.group_index(None)
         rec.meta("init", rank=rank, world_size=world, local_rank=local,
                  backend=str(dist.get_backend()), host=os.uname().nodename)
