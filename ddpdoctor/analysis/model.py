@@ -57,6 +57,21 @@ def ranks_text(ranks: Iterable[int], count: bool = False) -> str:
     return f"{'rank' if len(rs) == 1 else 'ranks'} {rank_ranges(rs, count)}"
 
 
+RANK_VALUES_SHOWN = 8  # groups of ranks written out with their value before the rest is counted
+
+
+def ranks_values(values: Mapping[int, object]) -> str:
+    """Each rank's value, ranks with the same value as one item (``rank 0: 10, rank 1: 11``;
+    ``ranks 0-6144, 6146-8191: 400, rank 6145: 399``); past RANK_VALUES_SHOWN items the
+    other ranks are counted (``…, and 8184 more ranks``)."""
+    groups = rank_groups({r: str(v) for r, v in values.items()})
+    parts = [f"{ranks_text(ranks)}: {value}" for ranks, value in groups[:RANK_VALUES_SHOWN]]
+    rest = sum(len(ranks) for ranks, _ in groups[RANK_VALUES_SHOWN:])
+    if rest:
+        parts.append(f"and {rest} more rank{'s' if rest != 1 else ''}")
+    return ", ".join(parts)
+
+
 def rank_groups(keys: Mapping[int, K]) -> list[tuple[tuple[int, ...], K]]:
     """Ranks grouped by what they do (as STAT groups processes by stack): the ranks whose
     key is equal make one group, in the order of each group's lowest rank."""

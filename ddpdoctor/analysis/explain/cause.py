@@ -15,7 +15,7 @@ from ddpdoctor.analysis.explain.loop_exits import loop_exit
 from ddpdoctor.analysis.explain.mechanisms import fix_for as origin_fix
 from ddpdoctor.analysis.explain.decisions import (Decision, Reads, branch_decision, from_exit,
                                           left_loop, no_sync_decision)
-from ddpdoctor.analysis.model import FindingKind, Call, Finding, JobView, ranks_text
+from ddpdoctor.analysis.model import FindingKind, Call, Finding, JobView, ranks_text, ranks_values
 from ddpdoctor.analysis.load.user_source import file_mentions, rank_condition
 from ddpdoctor.trace.origin import Origin
 
@@ -191,8 +191,7 @@ def counts_text(counts: dict[int, int]) -> str:
     """``synced backward passes: rank 0: 7, rank 1: 6`` ("" when they agree)."""
     if len(set(counts.values())) < 2:
         return ""
-    return "synced backward passes: " + ", ".join(f"rank {r}: {n}"
-                                                  for r, n in sorted(counts.items()))
+    return "synced backward passes: " + ranks_values(counts)
 
 
 def with_frame_decision(f: Finding) -> Finding:
