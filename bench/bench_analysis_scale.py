@@ -38,11 +38,11 @@ END_TO_END_RATIO = 1.55  # `ddpdoctor analyze` wall / the scan's wall, measured 
 END_TO_END_BYTES = 1 << 30
 # A training step's collectives: bucketed all_reduces and a buffer broadcast.
 STEP = [
-    ("all_reduce", "sum", -1, b"262144|||float32|/work/job/train.py:88"),
-    ("all_reduce", "sum", -1, b"1048576|||float32|/work/job/train.py:88"),
-    ("all_reduce", "sum", -1, b"65536|||float32|/work/job/train.py:88"),
-    ("broadcast", "", 0, b"128|||float32|/work/job/train.py:61"),
-    ("all_reduce", "avg", -1, b"1|||float32|/work/job/train.py:97"),
+    ("all_reduce", "sum", -1, b"262144||float32|/work/job/train.py:88"),
+    ("all_reduce", "sum", -1, b"1048576||float32|/work/job/train.py:88"),
+    ("all_reduce", "sum", -1, b"65536||float32|/work/job/train.py:88"),
+    ("broadcast", "", 0, b"128||float32|/work/job/train.py:61"),
+    ("all_reduce", "avg", -1, b"1||float32|/work/job/train.py:97"),
 ]
 
 
@@ -89,7 +89,7 @@ def write_job(run_dir: Path, ranks: int, collectives: int, culprit: int, bad_seq
         recs["t_start"] = t0 + step_ns + rank * 1000
         recs["t_end"] = recs["t_start"] + 500_000
         if rank == culprit:
-            recs[bad_seq]["text"] = b"11|||float32|/work/job/train.py:120"
+            recs[bad_seq]["text"] = b"11||float32|/work/job/train.py:120"
             recs[bad_seq]["numel"] = 11
         if callsite_noise and rank % 2:
             recs["text"] = np.char.replace(recs["text"], b"/work/job/", b"/home/n1/job/")
@@ -128,17 +128,26 @@ def analyze_child(run_dir: Path, slow: bool) -> None:
 
 
 def _time_cli_analyze(run_dir: Path, culprit: int) -> tuple[float, bool]:
-    """Wall time of the whole `ddpdoctor analyze RUN_DIR`, and whether it blames ``culprit``."""
+    """Wall time of the whole `ddpdoctor analyze RUN_DIR`, and whether it blames ``culprit``
+    (exit 1: an error was named, as the planted mismatch must be; 0 would be a miss, 2 a
+    failure to read the job).  Prints the size of what it printed and of the first finding."""
     report = run_dir / "report.bench.json"
     t = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "ddpdoctor.cli", "analyze", str(run_dir),
                            "--report", str(report)], capture_output=True, text=True,
                           cwd=ROOT, check=False)
     wall = time.perf_counter() - t
-    if done.returncode != 0:
-        print(done.stderr[-2000:], file=sys.stderr)
+    if done.returncode != 1:
+        print(f"`ddpdoctor analyze` exited {done.returncode}, not 1 (an error named):\n"
+              + done.stderr[-2000:], file=sys.stderr)
         return wall, False
     findings = json.loads(report.read_text())["findings"]
+    if findings:
+        first = findings[0]
+        print(f"printed summary: {len(done.stdout.encode()):,} bytes, "
+              f"{done.stdout.count(chr(10))} lines; finding 1: summary "
+              f"{len(first['summary'].encode()):,} bytes, detail "
+              f"{len(first['detail'].encode()):,} bytes")
     return wall, bool(findings) and findings[0]["ranks"] == [culprit]
 
 

@@ -14,6 +14,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Callable
 
 ROUNDS = 9
@@ -51,6 +52,28 @@ def paired_difference(raw: Callable[[], object], recorded: Callable[[], object],
             us[name] = _round_us(raw if name == "raw" else recorded, n, time.perf_counter_ns)
         diffs.append(us["recorded"] - us["raw"])
     return statistics.median(diffs)
+
+
+def fresh_ring_us(rounds: int = 7) -> float:
+    """Thread CPU per record of filling a new trace's whole ring (its creation included): the
+    page faults of its first records and the disk reserved for them, which a ring in use
+    (the rows above, after their first round) no longer pays."""
+    from ddpdoctor.trace import layout as L
+    from ddpdoctor.trace.writer import TraceWriter
+
+    text = b"1024||float32|train.py:10"
+    samples = []
+    for _ in range(rounds):
+        folder = tempfile.mkdtemp(dir=os.environ["DDPDOCTOR_RUN_DIR"])
+        t0 = time.thread_time_ns()
+        writer = TraceWriter(Path(folder), "bench")
+        append = writer.append
+        for i in range(L.DEFAULT_CAPACITY):
+            append(1, 1, 1, 0, 0, i, i, 0, 1024, -1, 0, 0, -1, text)
+        samples.append((time.thread_time_ns() - t0) / L.DEFAULT_CAPACITY / 1000)
+        writer.close()
+        shutil.rmtree(folder)
+    return statistics.median(samples)
 
 
 def main() -> int:
@@ -103,6 +126,7 @@ def main() -> int:
         "all_reduce recorded": lambda: dist.all_reduce(t),
     }, 4_000, clock=time.thread_time_ns)
     dist.destroy_process_group()
+    fresh = fresh_ring_us()
 
     full = rec_only["all_reduce(t)"]
     rows = [
@@ -124,6 +148,7 @@ def main() -> int:
          calls_cpu["all_reduce recorded"] - calls_cpu["all_reduce raw"]),
         ("  Work.wait patch, paid by every sync call too (CPU)",
          waits["wait patched"] - waits["wait raw"]),
+        ("one record into a new trace, its whole ring (CPU)", fresh),
         ("dist.barrier, world 1, unpatched", calls["barrier raw"]),
         ("dist.barrier, world 1, recorded", calls["barrier recorded"]),
         ("  recording overhead per barrier",

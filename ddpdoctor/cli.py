@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ddpdoctor import __version__
-from ddpdoctor.config import HANG_TIMEOUT, WAIT_BOUND_FACTOR
+from ddpdoctor.config import HANG_TIMEOUT, KEEP_RUNS, WAIT_BOUND_FACTOR
 from ddpdoctor.errors import UserError
 from ddpdoctor.help_format import HelpFormatter
 from ddpdoctor.proc.signals import exit_status, say_to_stderr, signal_of, silence_closed_output
@@ -43,18 +43,30 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _keep(text: str) -> int | None:
+    if text == "all":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"not a number of runs (1 or more) or all: {text!r}")
+    return int(text)
+
+
 def _add_run(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run", help="run a DDP job under ddpdoctor",
         description="Run COMMAND with every rank instrumented; on a hang or a failure, "
         "capture every rank's stack,\nname the root cause and write a JSON report. The "
-        "script is linted first (notices only).\nExit status: the job's own; 124 when "
-        "ddpdoctor stopped a hung job; 128+N when stopped by\nsignal N (130 for Ctrl-C); "
-        "2 usage error.",
+        "script is linted first (notices only).\n"
+        "Exit status: the job's own when it ends by itself (with --fail-on: 1 when it "
+        "exited 0\nbut a finding of that severity was named); 124 when ddpdoctor stopped "
+        "a hung job;\n128+N when stopped by signal N (130 for Ctrl-C, 143 SIGTERM, 129 "
+        "SIGHUP); 141 when its\noutput was closed; 2 usage error.",
         epilog="examples:\n  ddpdoctor run --nproc-per-node 4 train.py --lr 0.1\n"
         "  ddpdoctor run -- torchrun --nproc-per-node 4 train.py\n"
         "  ddpdoctor run -- python train_spawn.py\n"
-        "  ddpdoctor run --ui --nproc-per-node 4 train.py",
+        "  ddpdoctor run --ui --nproc-per-node 4 train.py\n"
+        "  ddpdoctor run --fail-on warning --nproc-per-node 2 train.py   # in CI\n"
+        "  ddpdoctor run --keep 5 --nproc-per-node 2 train.py",
         formatter_class=HelpFormatter)
     p.add_argument("--nproc-per-node", type=int, metavar="N",
                    help="ranks on this node, when COMMAND is a script (started through "
@@ -82,6 +94,15 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    "instrumented ring all-reduce as its comm hook; torch: torch's DDP as it "
                    "is, its bucket all-reduces recorded as they are issued (default: ring)")
     p.add_argument("--ui", action="store_true", help="show the live terminal UI")
+    p.add_argument("--fail-on", choices=("error", "warning", "never"), default="never",
+                   help="for CI: exit 1 when the job itself exited 0 but a finding of this "
+                   "severity or worse was named (a drift error, a data warning); the job's "
+                   "own non-zero status, 124 and 128+N stand as they are (default: never)")
+    p.add_argument("--keep", type=_keep, default=KEEP_RUNS, metavar="N",
+                   help="when the run goes to ./ddpdoctor-runs, keep its newest N runs (this "
+                   "one included) and remove the older ones ddpdoctor named; never a live "
+                   "run nor a --run-dir you named; `all` keeps every run (default: "
+                   f"{KEEP_RUNS}; `ddpdoctor runs` lists them)")
     p.add_argument("--doctor-store", metavar="HOST:PORT",
                    help="many nodes: where the nodes' supervisors meet (node 0 hosts a "
                    "channel there; default: the rendezvous host, its port + 1)")
@@ -238,6 +259,47 @@ def _add_bugs(sub: argparse._SubParsersAction) -> None:
     br.add_argument("extra", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
 
+def _command(parent: argparse._SubParsersAction, name: str, summary: str, description: str,
+             *examples: str) -> argparse.ArgumentParser:
+    """A (sub)command's parser: its one-line help, its description (ending with its exit
+    status) and its examples."""
+    return parent.add_parser(name, help=summary, description=description,
+                             epilog="examples:\n" + "\n".join(f"  {e}" for e in examples),
+                             formatter_class=HelpFormatter)
+
+
+def _add_runs(sub: argparse._SubParsersAction) -> None:
+    folder = {"nargs": "?", "type": Path, "metavar": "FOLDER",
+              "help": "the folder of runs (default: ./ddpdoctor-runs)"}
+    r = _command(sub, "runs", "list the runs in ./ddpdoctor-runs, and prune them",
+                 "List the runs of a runs folder, newest first: when each started, its "
+                 "outcome, its size\non disk, its run dir and its command; or prune them. "
+                 "Live runs are never removed, nor\nrun dirs you named with --run-dir, nor "
+                 "anything outside the folder.\nExit status: 0; prune: 1 when a run could not "
+                 "be removed; 2 usage error.",
+                 "ddpdoctor runs", "ddpdoctor runs prune --keep 5 --dry-run",
+                 "ddpdoctor runs prune --older-than 7d",
+                 "ddpdoctor runs list /scratch/ddpdoctor-runs")
+    actions = r.add_subparsers(dest="runs_cmd", metavar="ACTION", parser_class=_Parser)
+    _command(actions, "list", "the runs, newest first (what `ddpdoctor runs` does)",
+             "The runs, newest first: started, outcome, size on disk, run dir, command.\n"
+             "Exit status: 0; 2 for a folder that is not a directory.",
+             "ddpdoctor runs list", "ddpdoctor runs list /scratch/ddpdoctor-runs"
+             ).add_argument("folder", **folder)
+    rp = _command(actions, "prune", "remove old runs: --keep N or --older-than AGE",
+                  "Remove the runs past the newest N, or older than AGE. Only run dirs "
+                  "ddpdoctor\nnamed, directly in the folder; never a live run.\nExit status: "
+                  "0; 1 when a run could not be removed; 2 usage error.",
+                  "ddpdoctor runs prune --keep 5 --dry-run", "ddpdoctor runs prune --keep 5",
+                  "ddpdoctor runs prune --older-than 7d   # also 12h, 90m, 2w")
+    rp.add_argument("folder", **folder)
+    rp.add_argument("--keep", type=int, metavar="N", help="keep the newest N runs")
+    rp.add_argument("--older-than", metavar="AGE",
+                    help="remove the runs started more than AGE ago (30d, 12h, 90m, 2w)")
+    rp.add_argument("--dry-run", action="store_true",
+                    help="say which runs would go, remove none")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ddpdoctor", description="Find out why a PyTorch DDP job hangs, "
                      "crashes or silently trains wrong.",
@@ -254,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_repro(sub)
     _add_ui(sub)
     _add_bugs(sub)
+    _add_runs(sub)
     _add_plugin_commands(sub)
     return parser
 
@@ -267,7 +330,7 @@ def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ddpdoctor.config import DdpMode, OnHang, RunConfig
+    from ddpdoctor.config import DdpMode, FailOn, OnHang, RunConfig
     from ddpdoctor.host import apply_clock_shift
     from ddpdoctor.launch.run import run_job
 
@@ -292,7 +355,8 @@ def _run(args: argparse.Namespace) -> int:
     config = RunConfig(tuple(command), args.nproc_per_node, args.hang_timeout,
                        OnHang(args.on_hang), args.report, args.run_dir, DdpMode(args.ddp),
                        args.ui, tuple(launcher_args), args.doctor_store,
-                       args.node_secret_file, args.insecure_node_channel, args.wait_bound)
+                       args.node_secret_file, args.insecure_node_channel, args.wait_bound,
+                       FailOn(args.fail_on), args.keep)
     return run_job(config)
 
 
@@ -396,6 +460,14 @@ def _bugs(args: argparse.Namespace) -> int:
     return bugs.list_bugs(Console(), verbose=bool(getattr(args, "verbose", False)))
 
 
+def _runs(args: argparse.Namespace) -> int:
+    from ddpdoctor.rundir.command import list_command, prune_command
+
+    if args.runs_cmd == "prune":
+        return prune_command(args.folder, args.keep, args.older_than, args.dry_run)
+    return list_command(getattr(args, "folder", None))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: returns the exit status (the console script passes it to sys.exit)."""
     parser = build_parser()
@@ -405,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         handlers = {"run": _run, "analyze": _analyze, "attach": _attach,
-                    "ui": _ui, "bugs": _bugs, "lint": _lint, "repro": _repro}
+                    "ui": _ui, "bugs": _bugs, "lint": _lint, "repro": _repro, "runs": _runs}
         handler = handlers.get(args.cmd) or getattr(args, "handler", None)
         if handler is None:
             parser.print_help()

@@ -23,8 +23,25 @@ class DdpMode(str, enum.Enum):
     TORCH = "torch"  # torch's own DDP, its buckets recorded through a comm hook
 
 
+class FailOn(str, enum.Enum):
+    """When `ddpdoctor run` fails a job that exited 0 (for CI): a finding named of this
+    severity or worse makes the exit status 1; never keeps the job's own status."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    NEVER = "never"
+
+    def fails(self, severity: object) -> bool:
+        """Does a finding of ``severity`` fail the run?"""
+        if self is FailOn.NEVER:
+            return False
+        worse = ("error",) if self is FailOn.ERROR else ("error", "warning")
+        return str(getattr(severity, "value", severity)) in worse
+
+
 HANG_TIMEOUT = 60.0  # seconds: --hang-timeout's default (docs/running.md, `run --help`)
 WAIT_BOUND_FACTOR = 10  # --wait-bound's default: this many hang timeouts (600 s)
+KEEP_RUNS = 20  # --keep's default: the newest runs of ./ddpdoctor-runs kept (docs/running.md)
 
 
 def wait_bound(hang_timeout: float, given: float | None = None) -> float:
@@ -59,6 +76,8 @@ class RunConfig:
     doctor_store: HOST:PORT where the supervisors of a many-node job meet (node 0 hosts it).
     node_secret_file: a file (mode 600) holding the secret the nodes share.
     insecure_node_channel: many nodes without a secret, accepted by the user.
+    fail_on: exit 1 when the job exited 0 but a finding of this severity or worse was named.
+    keep: the newest runs of ./ddpdoctor-runs kept when this run is made there (None: all).
     """
 
     command: tuple[str, ...]
@@ -74,6 +93,8 @@ class RunConfig:
     node_secret_file: Path | None = None
     insecure_node_channel: bool = False
     wait_bound: float | None = None
+    fail_on: FailOn = FailOn.NEVER
+    keep: int | None = KEEP_RUNS
 
     @property
     def bound(self) -> float:
@@ -90,6 +111,8 @@ class RunConfig:
         if not self.hang_timeout > 0:
             raise UserError(f"--hang-timeout must be a positive number of seconds, "
                             f"not {self.hang_timeout}")
+        if self.keep is not None and self.keep < 1:
+            raise UserError(f"--keep must be at least 1 (the new run), or all, not {self.keep}")
         if self.wait_bound is not None and not self.wait_bound >= self.hang_timeout:
             raise UserError(f"--wait-bound ({self.wait_bound:g} s) must be at least the hang "
                             f"timeout ({self.hang_timeout:g} s)")

@@ -28,6 +28,15 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def default_signals() -> None:
+    """For ``preexec_fn``: a child a test will signal starts with the default disposition
+    of the signals that end a run, whatever this process inherited (`nohup` leaves SIGHUP
+    ignored, a scheduler may leave SIGTERM ignored, and an ignored signal stays ignored
+    across exec, as ddpdoctor rightly keeps it)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @dataclass
 class DoctorRun:
     """One finished `ddpdoctor run` (or other command) and its run dir."""

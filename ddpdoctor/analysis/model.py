@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Hashable, Iterable, Mapping, TypeVar
 
 from ddpdoctor.config import wait_bound
 from ddpdoctor.kinds import FindingKind, Severity  # noqa: F401 (analysis's names for them)
@@ -15,15 +15,70 @@ from ddpdoctor.trace.record import CallRecord
 NS = 1_000_000_000
 # exit statuses of a rank whose launcher signalled it after its program had returned
 CUT_SHORT = (-15, -2, -9, -1)  # SIGTERM, SIGINT, SIGKILL, SIGHUP
+K = TypeVar("K", bound=Hashable)
 
 
-def ranks_text(ranks: list[int] | tuple[int, ...]) -> str:
-    """``rank 3``, ``ranks 0, 1 and 2`` (sorted): how findings name ranks."""
-    ranks = sorted(ranks)
-    word = "rank" if len(ranks) == 1 else "ranks"
-    names = ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}" if len(ranks) > 1 else \
-        str(ranks[0]) if ranks else "?"
-    return f"{word} {names}"
+RANK_ITEMS_SHOWN = 10  # ranges or lone ranks written out before the middle is elided
+
+
+def rank_ranges(ranks: Iterable[int], count: bool = False) -> str:
+    """The ranks' numbers in ranges, sorted: three or more in a row are one range
+    (``0-6144, 6146-8191``); lone ranks alone read as a list (``0, 2 and 5``); past
+    RANK_ITEMS_SHOWN items the middle is elided and the count said
+    (``0, 2, 4, 6, 8, 10, 12, 14, …, 8190 (4096 ranks)``), as it is with ``count``
+    where a range stands for them (``0-6144, 6146-8191 (8191 ranks)``)."""
+    rs = sorted(set(ranks))
+    items: list[str] = []
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        if j - i >= 2:
+            items.append(f"{rs[i]}-{rs[j]}")
+        else:
+            items.extend(map(str, rs[i:j + 1]))
+        i = j + 1
+    if not items:
+        return "?"
+    counted = f" ({len(rs)} ranks)" if count and len(rs) > 2 else ""
+    if len(items) > RANK_ITEMS_SHOWN:
+        return ", ".join(items[:RANK_ITEMS_SHOWN - 2]) + f", …, {items[-1]} ({len(rs)} ranks)"
+    if len(items) == 1 or any("-" in item for item in items):
+        return ", ".join(items) + counted
+    return ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
+def ranks_text(ranks: Iterable[int], count: bool = False) -> str:
+    """``rank 3``, ``ranks 0 and 2``, ``ranks 0-6144, 6146-8191``: how every finding names
+    ranks (``rank_ranges``); with ``count``, a range's rank count follows
+    (``ranks 0-6144, 6146-8191 (8191 ranks)``)."""
+    rs = sorted(set(ranks))
+    return f"{'rank' if len(rs) == 1 else 'ranks'} {rank_ranges(rs, count)}"
+
+
+RANK_VALUES_SHOWN = 8  # groups of ranks written out with their value before the rest is counted
+
+
+def ranks_values(values: Mapping[int, object]) -> str:
+    """Each rank's value, ranks with the same value as one item (``rank 0: 10, rank 1: 11``;
+    ``ranks 0-6144, 6146-8191: 400, rank 6145: 399``); past RANK_VALUES_SHOWN items the
+    other ranks are counted (``…, and 8184 more ranks``)."""
+    groups = rank_groups({r: str(v) for r, v in values.items()})
+    parts = [f"{ranks_text(ranks)}: {value}" for ranks, value in groups[:RANK_VALUES_SHOWN]]
+    rest = sum(len(ranks) for ranks, _ in groups[RANK_VALUES_SHOWN:])
+    if rest:
+        parts.append(f"and {rest} more rank{'s' if rest != 1 else ''}")
+    return ", ".join(parts)
+
+
+def rank_groups(keys: Mapping[int, K]) -> list[tuple[tuple[int, ...], K]]:
+    """Ranks grouped by what they do (as STAT groups processes by stack): the ranks whose
+    key is equal make one group, in the order of each group's lowest rank."""
+    groups: dict[K, list[int]] = {}
+    for rank in sorted(keys):
+        groups.setdefault(keys[rank], []).append(rank)
+    return [(tuple(ranks), key) for key, ranks in groups.items()]
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from ddpdoctor.attach.job import (StackSample, build_job, main_thread_activity,
 from ddpdoctor.attach.stop import job_roots, stop_job_tree
 from ddpdoctor.errors import UserError
 from ddpdoctor.rundir.layout import RUN_FILE, make_run_dir, new_run_id, write_json_atomic
+from ddpdoctor.rundir.runs import hold_live
 from ddpdoctor.report import schema
 from ddpdoctor.report.build import infer_outcome
 from ddpdoctor.supervisor.stacks import capture_stacks, py_spy_path
@@ -145,10 +146,12 @@ def run_attach(config: AttachConfig) -> int:
         raise UserError("py-spy is not installed: pip install py-spy")
     ranks = find_ranks(list(config.pids))
     run_dir = make_run_dir(config.run_dir, new_run_id() + "-attach")
+    hold_live(run_dir)  # `ddpdoctor runs prune` leaves it alone while this process runs
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
     command = _command(ranks[0].pid)
     write_json_atomic(run_dir / RUN_FILE, {"command": command, "started_at": started,
-                                           "attached": [r.pid for r in ranks]})
+                                           "attached": [r.pid for r in ranks],
+                                           "named_run_dir": config.run_dir is not None})
     samples = sample_stacks(ranks, run_dir, config.samples, config.interval_s)
     problems: list[str] = []
     dumps = read_dumps(ranks, problems)

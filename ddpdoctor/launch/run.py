@@ -21,8 +21,11 @@ from ddpdoctor.launch.torch_range import torch_notice
 from ddpdoctor.lint.prerun import lint_before_run
 from ddpdoctor.proc.control import become_subreaper, start_job, stop_job
 from ddpdoctor.proc.signals import interrupts_raised, say_to_stderr, signal_of
+from ddpdoctor.rundir.command import prune_before_run
 from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
+from ddpdoctor.rundir.runs import hold_live
 from ddpdoctor.redact import redact_argv
+from ddpdoctor.report.fail_on import status_under_fail_on
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
 from ddpdoctor.supervisor.node_secret import node_secret
@@ -65,6 +68,7 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
         if nodes is not None else None  # many nodes: a secret, or no start
     run_id = new_run_id()
     run_dir = make_run_dir(config.run_dir, run_id)
+    hold_live(run_dir)  # `ddpdoctor runs prune` leaves it alone while this process runs
     report_path = (config.report or run_dir / "report.json").absolute()
     _check_report_path(report_path)
     started = time.time_ns()
@@ -74,7 +78,12 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
         "on_hang": config.on_hang.value,
         "ddp": config.ddp.value, "started_at": iso(started), "cwd": os.getcwd(),
         "report": str(report_path), "ddpdoctor_version": ddpdoctor.__version__,
+        "named_run_dir": config.run_dir is not None,
     })
+    pruned = prune_before_run(config.keep) if config.run_dir is None else None
+    if pruned:
+        console.print(f"[bold]ddpdoctor:[/bold] {escape(pruned)}", highlight=False,
+                      soft_wrap=True)  # one line: its paths never split
     if not config.ui:
         console.print(f"[bold]ddpdoctor:[/bold] run dir {run_dir}", highlight=False)
         said = torch_notice()  # once, before the job: it runs on whatever torch it has
@@ -94,9 +103,8 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
             supervisor = make_supervisor(argv, config, run_dir, proc, report_path, console,
                                          started)
             supervisor.open_nodes(nodes, secret)
-            if config.ui:
-                return _run_with_ui(supervisor, run_dir)
-            return supervisor.run()
+            status = _run_with_ui(supervisor, run_dir) if config.ui else supervisor.run()
+            return _judged(status, supervisor, config)
     except KeyboardInterrupt:
         if proc is not None and proc.poll() is None:
             stop_job(proc)  # interrupted before the supervisor took over: no job left
@@ -105,6 +113,14 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
         become_subreaper(False)
         if log is not None:
             log.close()
+
+
+def _judged(status: int, supervisor: Supervisor, config: RunConfig) -> int:
+    """The exit status under --fail-on (said on stderr when it is not the job's own)."""
+    status, why = status_under_fail_on(status, supervisor.report, config.fail_on)
+    if why:
+        say_to_stderr(f"ddpdoctor: {why}")
+    return status
 
 
 def _run_with_ui(supervisor: Supervisor, run_dir: Path) -> int:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ddpdoctor.analysis.model import rank_groups, ranks_text
 from ddpdoctor.report.lint_match import lint_note
 
 STATE_STYLE = {"computing": "green", "in_collective": "cyan", "waiting": "yellow",
@@ -31,39 +32,95 @@ def _op(current: Any) -> str:
     return f"{current.get('op')}({tensors}) #{current.get('seq')}"
 
 
-def rank_table(report: dict[str, Any]) -> Table:
+def rank_table(report: dict[str, Any]) -> RenderableType:
+    """A row a rank; past MAX_RANK_ROWS ranks, a row a group of ranks that do the same
+    (``rank_groups_shown``)."""
+    ranks = [r for r in report.get("ranks") or [] if isinstance(r, dict)]
+    if len(ranks) > MAX_RANK_ROWS:
+        return rank_groups_shown(report, ranks)
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("rank", "state", "pid", "step", "seq"):
         table.add_column(col, no_wrap=True)
     # the op and the user's file:line fold onto a second line at 80 columns, never cut
     table.add_column("inside", overflow="fold", ratio=1)
     table.add_column("at", overflow="fold", ratio=1)
-    ranks = report.get("ranks") or []
-    shown = ranks if len(ranks) <= MAX_RANK_ROWS else [
-        r for r in ranks if r.get("state") not in ("computing", "exited", "in_collective")
-    ][:MAX_RANK_ROWS] or ranks[:MAX_RANK_ROWS]
-    for r in shown:
+    for r in ranks:
         state = str(r.get("state"))
         cur = r.get("current") or {}
         table.add_row(str(r.get("rank")), Text(state, STATE_STYLE.get(state, "")),
                       str(r.get("pid")), str(r.get("step", "")),
                       str(r.get("last_seq") if r.get("last_seq") is not None else "-"),
                       _op(cur), str(cur.get("callsite", "")) if cur else "")
-    if len(shown) < len(ranks):
-        table.add_row("…", f"{len(ranks) - len(shown)} more ranks", "", "", "", "", "")
     return table
 
 
-def wait_line(w: dict[str, Any]) -> str:
-    """``rank 0 waits for rank 1 in all_reduce #57`` from a report's ``waits`` entry."""
-    targets = [str(t) for t in w.get("waits_for") or []]
-    who = ("rank " if len(targets) == 1 else "ranks ") + ", ".join(targets)
+def culprits(report: dict[str, Any]) -> frozenset[int]:
+    """The ranks the first error finding names (the root cause's), else none."""
+    for f in report.get("findings") or []:
+        if isinstance(f, dict) and f.get("severity") == "error":
+            return frozenset(r for r in f.get("ranks") or [] if isinstance(r, int))
+    return frozenset()
+
+
+def _span(name: str, values: list[Any]) -> str:
+    """``step 10``, or the lowest and highest of the ranks' values (``steps 9-10``)."""
+    known = sorted({v for v in values if isinstance(v, int)})
+    if not known:
+        return f"{name} -"
+    return f"{name} {known[0]}" if len(known) == 1 else f"{name}s {known[0]}-{known[-1]}"
+
+
+def rank_groups_shown(report: dict[str, Any], ranks: list[dict[str, Any]]) -> Group:
+    """Ranks grouped by what they do (state, the call they are in, its line), as LLNL's
+    STAT groups processes by stack: a line a group (``ranks 0-6144, 6146-8191 (8191 ranks)
+    hung in all_reduce(float32[2177]) #12 at train.py:32 (step 10, seq 12)``), the root
+    cause's ranks first (a line of their own), then the groups in a state worth a look,
+    then the rest; at most MAX_RANK_ROWS lines."""
+    blamed = culprits(report)
+    by_rank = {r.get("rank"): r for r in ranks if isinstance(r.get("rank"), int)}
+
+    def key(r: dict[str, Any]) -> tuple[bool, str, str, str]:
+        cur = r.get("current") if isinstance(r.get("current"), dict) else {}
+        return (r.get("rank") in blamed, str(r.get("state")), _op(cur),
+                str(cur.get("callsite", "")) if cur else "")
+
+    groups = rank_groups({n: key(r) for n, r in by_rank.items()})
+    groups.sort(key=lambda g: (not g[1][0], g[1][1] in ("computing", "exited",
+                                                        "in_collective")))
+    lines = []
+    for members, (_, state, inside, at) in groups[:MAX_RANK_ROWS]:
+        rows = [by_rank[n] for n in members]
+        line = Text(f"{ranks_text(members, count=True)} ")
+        line.append(state, STATE_STYLE.get(state, ""))
+        line.append((f" in {inside}" if inside else "") + (f" at {at}" if at else "") +
+                    f" ({_span('step', [r.get('step') for r in rows])}, "
+                    f"{_span('seq', [r.get('last_seq') for r in rows])})")
+        lines.append(line)
+    rest = groups[MAX_RANK_ROWS:]
+    if rest:
+        lines.append(Text(f"… {len(rest)} more groups "
+                          f"({sum(len(m) for m, _ in rest)} ranks)"))
+    return Group(*lines)
+
+
+def _waited(w: dict[str, Any]) -> str:
+    """``for rank 1 in all_reduce #57`` from a report's ``waits`` entry."""
+    targets = [t for t in w.get("waits_for") or [] if isinstance(t, int)]
     op = str(w.get("op"))
     what = f"{op} #{w.get('seq')}" if w.get("seq") is not None else \
         ("init_process_group" if op == "init" else op)
     group = f" on group {w.get('group')}" if str(w.get("group")) not in ("0", "rendezvous") \
         else ""
-    return f"rank {w.get('rank')} waits for {who} in {what}{group}"
+    return f"for {ranks_text(targets)} in {what}{group}"
+
+
+def wait_lines(waits: list[dict[str, Any]]) -> list[str]:
+    """``rank 0 waits for rank 1 in all_reduce #57`` a report's ``waits`` entry, ranks
+    that wait alike on one line (``ranks 0-6144, 6146-8191 (8191 ranks) wait for rank
+    6145 in all_reduce #12``)."""
+    return [f"{ranks_text(members, count=True)} wait{'s' if len(members) == 1 else ''} "
+            f"{what}" for members, what in rank_groups(
+                {w["rank"]: _waited(w) for w in waits if isinstance(w.get("rank"), int)})]
 
 
 NO_ACTIVITY = "no torch.distributed activity was recorded"
@@ -88,11 +145,12 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
     console.rule(title)
     if report.get("ranks"):
         console.print(rank_table(report))
-    waits = [w for w in report.get("waits") or [] if isinstance(w, dict) and w.get("waits_for")]
-    for w in waits[:8]:
-        console.print(Text(wait_line(w), "yellow"))
+    waits = wait_lines([w for w in report.get("waits") or []
+                        if isinstance(w, dict) and w.get("waits_for")])
+    for line in waits[:8]:
+        console.print(Text(line, "yellow"))
     if len(waits) > 8:
-        console.print(f"… and {len(waits) - 8} more ranks waiting")
+        console.print(f"… and {len(waits) - 8} more lines of ranks waiting")
     findings = report.get("findings") or []
     if not findings:
         if report.get("ranks"):

@@ -8,6 +8,7 @@ the meta log, so a bug in ddpdoctor degrades to "no diagnosis", never to a crash
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import struct
@@ -38,6 +39,7 @@ _COMMIT_AND_SEQ = struct.Struct("<q8xq")  # a record's commit and seq fields
 HEARTBEAT_EVERY_NS = 500_000_000  # the header's heartbeat_ns is refreshed at most this often
 _REDUCE_CODES = {name: i for i, name in enumerate(L.REDUCE_OPS)}
 _new_counter = itertools.count
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # the disk (or the user's quota) is full
 
 
 def user_callsite(depth: int = 2) -> str:
@@ -58,7 +60,7 @@ class Recorder:
         trace_dir = run_dir / "traces"
         trace_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.run_dir = run_dir
-        self.writer = TraceWriter(trace_dir, run_id)
+        self.writer = TraceWriter(trace_dir, run_id, on_full=self._disk_full)
         self.enabled = True
         # id(pg) -> local index: a cache only, valid while the pg is alive (kept here)
         # and cleared when the groups are destroyed.  A group's identity is its name and
@@ -87,13 +89,31 @@ class Recorder:
         self.enabled = False
         self.note_error(where, error)
 
+    def _disk_full(self, error: OSError) -> None:
+        """The trace's disk could not grow: recording stops here (the job runs on), said
+        once on stderr and, if it still fits, in the meta log (the report's notices)."""
+        if not self.enabled:
+            return  # stopped already (said then, or for another reason)
+        text = (f"no disk left for the trace in {self.run_dir} ({error.strerror}): recording "
+                "stopped there, the job runs on and its diagnosis ends at that point")
+        self.note("notice", text=text)
+        self.enabled = False
+        who = f"rank {self.rank}" if self.rank >= 0 else f"process {os.getpid()}"
+        try:
+            print(f"ddpdoctor: notice: {who}: {text}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass  # stderr closed: the meta event, if any, says it
+
     def note_error(self, where: str, error: BaseException) -> None:
         """Say in the meta log that a part of ddpdoctor failed (recording goes on)."""
+        self.note("runtime_error", where=where, error=f"{type(error).__name__}: {error}"[:500])
+
+    def note(self, event: str, **fields: Any) -> None:
+        """A meta event, unless the run dir is gone or full (then nothing is left to tell)."""
         try:
-            self.writer.meta("runtime_error", where=where,
-                             error=f"{type(error).__name__}: {error}"[:500])
+            self.writer.meta(event, **fields)
         except OSError:
-            pass  # the run dir is gone or full: nothing left to tell
+            pass
 
     # -- identity and state ------------------------------------------------------------
     def set_identity(self, rank: int, world_size: int, local_rank: int) -> None:
@@ -112,7 +132,12 @@ class Recorder:
             return
         try:
             self.writer.meta(event, **fields)
-        except (OSError, TypeError, ValueError) as e:
+        except OSError as e:
+            if e.errno in _NO_SPACE:
+                self._disk_full(e)
+            else:
+                self.fail("meta", e)
+        except (TypeError, ValueError) as e:
             self.fail("meta", e)
 
     # -- groups ------------------------------------------------------------------------

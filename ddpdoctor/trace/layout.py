@@ -16,7 +16,7 @@ MAGIC = b"DDPDTRC1"
 VERSION = 1
 HEADER_SIZE = 4096
 RECORD_SIZE = 256
-DEFAULT_CAPACITY = 32768  # 8 MiB a rank, reserved on disk when the trace is created
+DEFAULT_CAPACITY = 32768  # 8 MiB a rank at most: disk reserved as records come (writer.py)
 
 # Header: magic, version, record_size, capacity, pid, rank, world_size, local_rank, state,
 # exit_code, step, epoch, count, heartbeat_ns, last_seq, started_ns, host, run_id

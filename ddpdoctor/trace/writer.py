@@ -7,9 +7,10 @@ import json
 import mmap
 import os
 import struct
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ddpdoctor.host import host_name
 from ddpdoctor.rundir.layout import open_new
@@ -30,21 +31,24 @@ def trace_paths(trace_dir: Path, pid: int) -> tuple[Path, Path]:
     return trace_dir / f"pid-{pid}.ring", trace_dir / f"pid-{pid}.meta.jsonl"
 
 
-_ZEROS = bytes(1 << 20)
+CHUNK_RECORDS = 1024  # the ring's disk is reserved this many records (256 KiB) at a time
+_ZEROS = bytes(CHUNK_RECORDS * L.RECORD_SIZE)
+_NEVER = 1 << 62  # an index no ring reaches: nothing left to reserve
 
 
-def _reserve(fd: int, size: int) -> None:
-    """Give the file its ``size`` bytes of disk now, written as zeros.  A sparse file on a
-    full disk would kill the process with SIGBUS at the first record that needs a new page;
-    reserved, a full disk is an OSError here, and the process runs on without recording.
-    Zeros rather than ``posix_fallocate``: a record's first write to a fallocated (unwritten)
-    page makes ext4 convert the extent inside the page fault, ~40 us a page in a training
-    step (~3 us a record), where a written page costs one cheap fault; 8 MB of zeros take
-    ~2 ms once."""
+def _reserve(fd: int, start: int, size: int) -> None:
+    """Give the file the disk for bytes ``start`` to ``start + size`` now, written as zeros
+    (an OSError, ENOSPC, when the disk is full).  The rest of the ring stays a hole, so a
+    trace costs the disk its records take; a record is only ever written to reserved bytes,
+    since a sparse page on a full disk would kill the process with SIGBUS at its first
+    record.  Zeros rather than ``posix_fallocate``: a record's first write to a fallocated
+    (unwritten) page makes ext4 convert the extent inside the page fault, ~40 us a page in
+    a training step (~3 us a record), where a written page costs one cheap fault; a chunk
+    of zeros takes ~0.1 ms, once per CHUNK_RECORDS records."""
     zeros = memoryview(_ZEROS)
-    off = 0
-    while off < size:
-        off += os.pwrite(fd, zeros[: size - off], off)
+    end = start + size
+    while start < end:
+        start += os.pwrite(fd, zeros[: min(end - start, len(zeros))], start)
 
 
 def _unlink_quietly(path: Path) -> None:
@@ -56,9 +60,15 @@ def _unlink_quietly(path: Path) -> None:
 
 class TraceWriter:
     """Writes one process's trace.  Thread-safe under the GIL: each call is one C-level
-    ``pack_into`` on the shared mapping, and slot indices come from an atomic counter."""
+    ``pack_into`` on the shared mapping, and slot indices come from an atomic counter.
 
-    def __init__(self, trace_dir: Path, run_id: str = "", capacity: int = L.DEFAULT_CAPACITY):
+    The file has the ring's full size from the start but is sparse: its disk is reserved a
+    chunk at a time, half a chunk ahead of the writer (``_grow``).  When the disk is full
+    the records stop at the last reserved slot: ``on_full`` is called once (the recorder
+    turns recording off and says so), and the job runs on."""
+
+    def __init__(self, trace_dir: Path, run_id: str = "", capacity: int = L.DEFAULT_CAPACITY,
+                 on_full: Callable[[OSError], None] | None = None):
         self.pid = os.getpid()
         self.ring_path, self.meta_path = trace_paths(trace_dir, self.pid)
         self.capacity = capacity
@@ -68,13 +78,19 @@ class TraceWriter:
         tmp_path = self.ring_path.with_name(self.ring_path.name + ".tmp")
         fd = open_new(tmp_path, os.O_RDWR)
         try:
-            _reserve(fd, size)
+            self._reserved = min(capacity, CHUNK_RECORDS)  # records whose disk is reserved
+            os.ftruncate(fd, size)
+            _reserve(fd, 0, L.HEADER_SIZE + self._reserved * L.RECORD_SIZE)
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
             _unlink_quietly(tmp_path)
             raise
-        os.close(fd)
+        self._fd = fd  # kept for the next chunks (close-on-exec: open_new)
+        self._grow_at = self._next_grow()
+        self._growing = threading.Lock()
+        self._on_full = on_full
+        self.full = False
         now = time.time_ns()
         host = host_name().encode()[:64]
         L.HEADER.pack_into(
@@ -92,8 +108,11 @@ class TraceWriter:
     def append(self, kind: int, op: int, reduce_op: int, flags: int, group: int, seq: int,
                t_start: int, t_end: int, numel: int, peer: int, aux: int, nbytes: int,
                parent: int, text: bytes) -> int:
-        """Write one record and return its index (pass it to ``set_end``)."""
+        """Write one record and return its index (pass it to ``set_end``); -1 when the
+        disk is full and the record has no reserved slot."""
         index = next(self._next)
+        if index >= self._grow_at and not self._grow(index):
+            return -1
         off = _HEADER_SIZE + (index % self.capacity) * _RECORD_SIZE
         m = self._map
         self._pack(m, off, 0, kind, op, reduce_op, flags, group, seq, t_start, t_end,
@@ -102,8 +121,38 @@ class TraceWriter:
         _pack_i64(m, _OFF_COUNT, index + 1)
         return index
 
+    def _next_grow(self) -> int:
+        """The index at which the next chunk is reserved: half a chunk before the records
+        run out of reserved slots (never, once the whole ring is)."""
+        if self._reserved >= self.capacity:
+            return _NEVER
+        return self._reserved - CHUNK_RECORDS // 2
+
+    def _grow(self, index: int) -> bool:
+        """Reserve the next chunks up to past ``index``; is record ``index``'s slot
+        reserved?  On a full disk (or any failure to reserve) ``on_full`` is told once and
+        no further chunk is tried."""
+        with self._growing:
+            while index >= self._grow_at and not self.full:
+                start = self._reserved
+                end = min(start + CHUNK_RECORDS, self.capacity)
+                try:
+                    _reserve(self._fd, _HEADER_SIZE + start * _RECORD_SIZE,
+                             (end - start) * _RECORD_SIZE)
+                except OSError as e:
+                    self.full = True
+                    if self._on_full is not None:
+                        self._on_full(e)
+                    break
+                self._reserved = end
+                self._grow_at = self._next_grow()
+            return index < self._reserved
+
     def set_end(self, index: int, t_end: int, failed: bool = False) -> None:
-        """Mark record ``index`` finished at ``t_end`` (if the ring has not reused it)."""
+        """Mark record ``index`` finished at ``t_end`` (if the ring has not reused it; -1,
+        a record the full disk dropped, is no slot: never read, a hole may be unbacked)."""
+        if index < 0:
+            return
         off = _HEADER_SIZE + (index % self.capacity) * _RECORD_SIZE
         m = self._map
         if _unpack_i64(m, off)[0] != index + 1:
@@ -159,3 +208,4 @@ class TraceWriter:
             self._map.flush()
         finally:
             os.close(self._meta_fd)
+            os.close(self._fd)

@@ -93,8 +93,10 @@ def command_lines(block: Block) -> list[list[str]]:
 
 
 def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+    """A parser's sub-commands (`bugs list`, `runs prune`), none when it has none."""
+    action = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)),
+                  None)
+    return dict(action.choices) if action is not None else {}
 
 
 def check_light(words: list[str], where: str) -> None:
@@ -103,10 +105,10 @@ def check_light(words: list[str], where: str) -> None:
     assert len(words) > 1 and words[1] in commands, f"{where}: no command {words[1:2]}"
     parser = commands[words[1]]
     rest = words[2:]
-    if words[1] == "bugs" and rest and rest[0] in subparsers(parser):
+    if rest and rest[0] in subparsers(parser):
         parser = subparsers(parser)[rest[0]]
         name = rest[1] if len(rest) > 1 else ""
-        if re.fullmatch(r"[a-z][a-z0-9_]+", name):
+        if words[1] == "bugs" and re.fullmatch(r"[a-z][a-z0-9_]+", name):
             assert name in BUG_NAMES, f"{where}: no bug named {name!r} in the catalogue"
         rest = rest[1:]
     known = {o for a in parser._actions for o in a.option_strings}

@@ -16,6 +16,8 @@ pytestmark = pytest.mark.slow
 
 JOB = str(JOBS / "data_train.py")
 SILENT_KINDS = ("seed_collision", "stale_shuffle", "duplicate_data")
+# run --fail-on, for CI, on runs made anyway: a healthy job and one with a warning alone
+FAIL_ON = {"healthy": "warning", "stale": "warning", "seed": "error"}
 
 
 @pytest.fixture
@@ -24,7 +26,8 @@ def job(tmp_path_factory: pytest.TempPathFactory):
 
     def _job(bug: str, **env: str) -> DoctorRun:
         key = "data_train-" + "-".join([bug, *(f"{k}={v}" for k, v in sorted(env.items()))])
-        run = shared_run(tmp_path_factory, key, ["run", "--hang-timeout", "5",
+        fail_on = ["--fail-on", FAIL_ON[bug]] if bug in FAIL_ON and not env else []
+        run = shared_run(tmp_path_factory, key, ["run", "--hang-timeout", "5", *fail_on,
                                                  *warm_launch(2, JOB)],
                          env={"BUG": bug, **env})
         assert (run.run_dir / "report.json").exists(), run.stderr[-3000:]
@@ -101,6 +104,7 @@ def test_one_seed_with_dropout_is_a_seed_collision(job) -> None:
     run = job("seed")
     f = the(run, "seed_collision")
     assert f["severity"] == "warning" and f["ranks"] == [0, 1]
+    assert run.returncode == 0, run.stderr[-2000:]  # --fail-on error: a warning passes
     assert "torch" in f["evidence"]["generators"]
     assert "python" in f["evidence"]["generators"]
     assert "manual_seed" in f["fix"]
@@ -130,6 +134,11 @@ def test_no_set_epoch_is_a_stale_shuffle(job) -> None:
     assert "set_epoch was never called" in f["summary"]
     assert f["evidence"]["epochs"] == {"0": [1], "1": [1]}
     assert "duplicate_data" not in kinds(run)
+    # --fail-on warning: the job exited 0 and trained wrong, so CI fails it (exit 1)
+    assert run.report["outcome"] == "completed" and run.returncode == 1, run.stderr[-2000:]
+    number = kinds(run).index("stale_shuffle") + 1
+    assert (f"ddpdoctor: exit 1 (--fail-on warning): the job exited 0, but finding {number} "
+            "is a warning (stale_shuffle)") in run.stderr
 
 
 def test_an_unsharded_loader_is_duplicate_data(job) -> None:

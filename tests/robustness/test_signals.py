@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import warm_launch
+from tests.conftest import default_signals, warm_launch
 
 from .helpers import JOBS, doctor_argv, job_pids, kill_leftovers, read_report, wait_until
 
@@ -86,7 +86,8 @@ def test_ctrl_c_to_the_foreground_group_with_the_output_a_pipe(run_dir, pid_dir,
     # terminal's Ctrl-C is SIGINT to all of it (tee -i lives on to show what was printed)
     log = tmp_path / "log"
     doctor = subprocess.Popen(_doctor(run_dir), env=_env(pid_dir), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, preexec_fn=os.setpgrp)
+                              stderr=subprocess.STDOUT,
+                              preexec_fn=lambda: (default_signals(), os.setpgrp()))
     tee = subprocess.Popen(["tee", "-i", str(log)], stdin=doctor.stdout,
                            stdout=subprocess.DEVNULL,
                            preexec_fn=lambda: os.setpgid(0, doctor.pid))
@@ -107,7 +108,7 @@ def test_sigterm_ends_the_run(run_dir, pid_dir, tmp_path):
     out = tmp_path / "out"
     with open(out, "wb") as f:
         doctor = subprocess.Popen(_doctor(run_dir), env=_env(pid_dir), stdout=f,
-                                  stderr=subprocess.STDOUT)
+                                  stderr=subprocess.STDOUT, preexec_fn=default_signals)
     try:
         assert wait_until(lambda: _started(pid_dir, run_dir), ENDED_S)
         doctor.send_signal(signal.SIGTERM)
@@ -123,7 +124,8 @@ def test_the_terminal_going_away_ends_the_run(run_dir, pid_dir):
     # kernel sends SIGHUP, and every later write to the terminal fails (EIO)
     master, slave = os.openpty()
     doctor = subprocess.Popen(_doctor(run_dir), env=_env(pid_dir),
-                              preexec_fn=lambda: _login_tty(slave), pass_fds=(slave,))
+                              preexec_fn=lambda: (default_signals(), _login_tty(slave)),
+                              pass_fds=(slave,))
     os.close(slave)
     seen = bytearray()
     try:

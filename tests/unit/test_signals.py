@@ -25,9 +25,28 @@ def test_a_bare_keyboard_interrupt_is_ctrl_c():
     assert signal_of(Interrupted(signal.SIGHUP)) == signal.SIGHUP
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_each_ending_signal_raises_interrupted_then_the_old_handler_is_back(sig):
-    before = signal.getsignal(sig)
+@pytest.fixture
+def handled(request):
+    """The signal ``request.param`` handled by a handler of the test's own while the test
+    runs, whatever disposition pytest inherited (`nohup` leaves SIGHUP ignored, a shell's
+    `&` SIGINT, and an ignored signal stays ignored under ddpdoctor, rightly); the
+    inherited one comes back afterwards."""
+    sig = request.param
+
+    def own(signum: int, frame: object) -> None:
+        raise AssertionError(f"the test's own handler got {signal.Signals(signum).name}")
+
+    inherited = signal.signal(sig, own)
+    try:
+        yield sig, own
+    finally:
+        signal.signal(sig, inherited)
+
+
+@pytest.mark.parametrize("handled", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT],
+                         indirect=True, ids=["SIGTERM", "SIGHUP", "SIGINT"])
+def test_each_ending_signal_raises_interrupted_then_the_old_handler_is_back(handled):
+    sig, before = handled
     with pytest.raises(Interrupted) as caught:
         with interrupts_raised():
             os.kill(os.getpid(), sig)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,9 @@ import pytest
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import (TraceError, TraceFile, format_shapes, parse_shapes,
                                     read_trace)
-from ddpdoctor.trace.writer import TraceWriter
+from ddpdoctor.trace.writer import CHUNK_RECORDS, TraceWriter
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_records(tmp_path: Path, n: int, capacity: int = 64) -> TraceWriter:
@@ -55,14 +60,66 @@ def test_records_survive_without_close(tmp_path):
     assert len(read_trace(w.ring_path).records) == 3
 
 
-def test_ring_file_has_its_disk_from_the_start(tmp_path):
-    """Not sparse: a full disk shows at start (an OSError, no recording), not as SIGBUS
-    at the first record that needs a new page."""
-    w = TraceWriter(tmp_path, "run-1", capacity=5000)  # past one 1 MiB chunk of zeros
-    st = w.ring_path.stat()
-    assert st.st_size == L.HEADER_SIZE + 5000 * L.RECORD_SIZE
-    assert st.st_blocks * 512 >= st.st_size
-    assert read_trace(w.ring_path).records == []
+def _disk(path: Path) -> int:
+    return path.stat().st_blocks * 512
+
+
+def test_a_ring_costs_the_disk_its_records_take_reserved_ahead_of_them(tmp_path):
+    """Sparse past the records: the disk is reserved a chunk at a time, half a chunk ahead
+    of the writer (a record never lands on a hole: on a full disk that is SIGBUS)."""
+    chunk = CHUNK_RECORDS * L.RECORD_SIZE
+    w = TraceWriter(tmp_path, "run-1", capacity=5000)
+    assert w.ring_path.stat().st_size == L.HEADER_SIZE + 5000 * L.RECORD_SIZE
+    first = _disk(w.ring_path)
+    assert L.HEADER_SIZE + chunk <= first < L.HEADER_SIZE + chunk + 64 * 1024
+    write_more(w, CHUNK_RECORDS // 2)
+    assert _disk(w.ring_path) == first  # still inside the first chunk's first half
+    write_more(w, 1)
+    assert _disk(w.ring_path) == first + chunk  # the next chunk, before it is needed
+    write_more(w, 2000)
+    assert first + 2 * chunk <= _disk(w.ring_path) <= first + 3 * chunk
+    write_more(w, 6000)  # wrapped: the whole ring, never more
+    assert _disk(w.ring_path) <= L.HEADER_SIZE + 5000 * L.RECORD_SIZE + 64 * 1024
+    assert len(read_trace(w.ring_path).records) == 5000
+
+
+def write_more(w: TraceWriter, n: int) -> None:
+    for i in range(n):
+        assert w.append(int(L.RecordKind.MARK), 0, 0, 0, 0, i, 1, 1, 0, -1, 0, 0, -1, b"") >= 0
+
+
+FULL_DISK = """
+import os, subprocess, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.reader import read_trace
+from ddpdoctor.trace.writer import CHUNK_RECORDS, TraceWriter
+fs = Path(tempfile.mkdtemp())
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(fs)], check=True)
+told = []
+w = TraceWriter(fs, "run-1", on_full=told.append)  # 8 MiB of ring, 300 KiB of disk
+handles = [w.append(int(L.RecordKind.MARK), 0, 0, 0, 0, i, 1, 0, 0, -1, 0, 0, -1, b"x")
+           for i in range(5 * CHUNK_RECORDS)]  # a sparse page written here: SIGBUS
+for h in handles:
+    w.set_end(h, 2)
+kept = [h for h in handles if h >= 0]
+print(w.full, len(told), told[0].strerror, len(kept), kept == list(range(len(kept))),
+      len(read_trace(w.ring_path).records))
+"""
+
+
+def test_a_full_disk_stops_the_records_at_the_reserved_slots_never_sigbus(tmp_path):
+    """On a tmpfs of 300 KiB (a mount namespace of its own): the first chunk fits, the next
+    does not; the writer says so once and drops the records past the reserved slots."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare to mount a small tmpfs")
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable,
+                           "-c", FULL_DISK.format(root=str(ROOT))],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # -7: SIGBUS
+    assert done.stdout.split() == ["True", "1", "No", "space", "left", "on", "device",
+                                   str(CHUNK_RECORDS), "True", str(CHUNK_RECORDS)], done.stdout
 
 
 def test_torn_record_is_skipped(tmp_path):

@@ -10,7 +10,7 @@ from ddpdoctor.analysis.causal.known_failures import KnownFailure
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.align.clocks import host_now, ordered
 from ddpdoctor.analysis.model import (FindingKind, Call, Finding, JobView, NodeFacts, Severity,  # noqa: F401
-                                      ranks_text)  # (ranks_text: findings' API too)
+                                      rank_groups, ranks_text, ranks_values)  # (ranks_text: findings' API too)
 from ddpdoctor.analysis.load.user_source import rank_condition, source_line
 from ddpdoctor.trace import layout as L
 
@@ -93,12 +93,28 @@ def whereabouts(s: RankState) -> str:
 
 
 def wait_text(w: Wait, call: Call | None) -> str:
+    """``rank 0 waits for rank 1 in all_reduce #12 at train.py:32``."""
+    return f"rank {w.rank} waits{_waited(w, call)}"
+
+
+def _waited(w: Wait, call: Call | None) -> str:
     what = f"{w.op} #{w.seq}" if w.seq is not None else \
         ("init_process_group" if w.op == "init" else w.op)
     site = f" at {call.where().partition(' at ')[2]}" if call is not None else ""
     group = f" on group {w.group}" if w.group not in ("0", "rendezvous") else ""
     whom = f" for {ranks_text(w.waits_for)}" if w.waits_for else ""
-    return f"rank {w.rank} waits{whom} in {what}{group}{site}"
+    return f"{whom} in {what}{group}{site}"
+
+
+def waits_text(waits: list[Wait], states: dict[int, RankState] | None = None,
+               most: int = 16) -> list[str]:
+    """A line a group of ranks that wait alike (``ranks 0-6144, 6146-8191 (8191 ranks)
+    wait for rank 6145 in all_reduce #12 at train.py:32``), at most ``most`` lines; with
+    no ``states``, the lines leave the call site out."""
+    groups = rank_groups({w.rank: _waited(w, states[w.rank].call if states else None)
+                          for w in waits})
+    return [f"{ranks_text(ranks, count=True)} wait{'s' if len(ranks) == 1 else ''}{what}"
+            for ranks, what in groups[:most]]
 
 
 def absent_rank(job: JobView, target: RankState, waits: list[Wait],
@@ -111,7 +127,7 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
     cond = rank_condition(call.callsite) if call is not None else None
     waiting = sorted(w.rank for w in waits)
     summary = f"{wait_text(first, call)}; rank {target.rank} {whereabouts(target)}"
-    lines = [wait_text(w, states[w.rank].call) for w in waits[:16]]
+    lines = waits_text(waits, states)
     lines.append(f"Rank {target.rank} {whereabouts(target)}.")
     if target.call is not None and target.kind != StateKind.EXITED:
         lines.append(f"Rank {target.rank}'s last collective: {target.call.describe()} "
@@ -182,9 +198,8 @@ def exited_early(target: RankState, waits: list[Wait], states: dict[int, RankSta
         most = max(waiting_steps.values())
         summary = (f"rank {target.rank} ran {target.steps} steps and exited while "
                    f"{ranks_text(sorted(waiting_steps))} went on to step {most}"
-                   f" (steps: rank {target.rank}: {target.steps}, " +
-                   ", ".join(f"rank {r}: {n}" for r, n in sorted(waiting_steps.items())) + ")")
-        detail = "\n".join([wait_text(w, states[w.rank].call) for w in waits] +
+                   f" (steps: {ranks_values({target.rank: target.steps, **waiting_steps})})")
+        detail = "\n".join(waits_text(waits, states) +
                            [f"Rank {target.rank} {whereabouts(target)}."])
         return Finding(FindingKind.UNEVEN_BATCHES, Severity.ERROR, (target.rank,),
                        waits[0].seq, summary, detail, UNEVEN_FIX,
@@ -205,9 +220,7 @@ def exited_together(a: Finding, b: Finding) -> Finding:
     waiting = {int(r): n for r, n in steps.items() if int(r) not in ranks}
     summary = (f"{ranks_text(ranks)} ran {mine} steps and exited while "
                f"{ranks_text(sorted(waiting))} went on to step {max(waiting.values())} "
-               "(steps: " + ", ".join(f"rank {r}: {n}" for r, n in
-                                      sorted({int(k): v for k, v in steps.items()}.items()))
-               + ")")
+               f"(steps: {ranks_values({int(k): v for k, v in steps.items()})})")
     extra = [line for line in b.detail.splitlines() if line not in a.detail.splitlines()]
     return replace(a, ranks=ranks, summary=summary,
                    detail="\n".join([a.detail, *extra]),
@@ -227,7 +240,7 @@ def died(s: RankState, waits: list[Wait], job: JobView,
     detail = d.detail + (f"\nIt was{during}." if during else "")
     if waits:
         waits = list(dict.fromkeys(waits))  # (one wait on two ranks that failed alike: once)
-        detail += "\n" + "\n".join(f"{wait_text(w, None)}." for w in waits[:16])
+        detail += "\n" + "\n".join(f"{line}." for line in waits_text(waits))
     fix = "Fix the error on the failing rank (see its traceback)."
     if d.signal == "SIGKILL" and "vanished" in d.cause:
         fix = ("Find who killed the rank: check `dmesg` for the OOM killer and the "
@@ -355,8 +368,7 @@ def node_lost(node: NodeFacts, ranks: list[int], waits: list[Wait],
     detail = "\n".join([f"Node 0 lost contact with node {node.node} (host {node.host}): no "
                         "message through the store since then, so its ranks are "
                         "unreachable, not at fault for what followed."] + last +
-                       [wait_text(w, states[w.rank].call) for w in waits[:16]
-                        if w.rank not in ranks])
+                       waits_text([w for w in waits if w.rank not in ranks], states))
     fix = (f"Find out what happened to host {node.host} (machine down, network, the "
            "supervisor killed or out of memory); its own run dir, if it survived, holds "
            "its traces: pass it to `ddpdoctor analyze` with node 0's.")

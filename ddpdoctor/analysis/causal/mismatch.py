@@ -10,7 +10,8 @@ from ddpdoctor.analysis.explain.cause import CauseKind, decision_of, mismatch_ca
 from ddpdoctor.analysis.causal.pattern import breaks_pattern, pattern_culprits, stream_until
 from ddpdoctor.analysis.align.out_of_step import OutOfStep
 from ddpdoctor.analysis.align.matcher import Divergence, find_divergence
-from ddpdoctor.analysis.model import FindingKind, Call, Finding, JobView, Severity
+from ddpdoctor.analysis.model import (FindingKind, Call, Finding, JobView, Severity, rank_groups,
+                                      ranks_text)
 from ddpdoctor.analysis.load.frames import user_frames
 from ddpdoctor.analysis.load.user_source import keyed_loop, rank_condition, source_line, split_callsite
 
@@ -76,9 +77,11 @@ def _step_here(div: Divergence, job: JobView | None) -> OutOfStep | None:
 
 
 def _line(call: Call, job: JobView | None) -> str:
+    """What a rank called, where, the source line and the rank-dependent condition around
+    it (the rank is left to the caller: ranks that did the same share one line)."""
     found = call_condition(call, job)
     src = source_line(call.callsite)
-    text = f"rank {call.rank}: {call.describe()} at {call.short_site}"
+    text = f"{call.describe()} at {call.short_site}"
     if src:
         text += f"  `{src}`"
     if found is not None:
@@ -99,21 +102,22 @@ def finding_for(div: Divergence, job: JobView | None = None) -> Finding:
     bad = calls[culprits[0]]
     if others:
         ref = calls[others[0]]
-        summary = (f"rank{'s' if len(culprits) > 1 else ''} {_ranks(culprits)} called "
-                   f"{bad.describe()} at {bad.short_site} where rank{'s' if len(others) > 1 else ''} "
-                   f"{_ranks(others)} called {ref.describe()} at {ref.short_site} "
+        summary = (f"{ranks_text(culprits)} called {bad.describe()} at {bad.short_site} "
+                   f"where {ranks_text(others)} called {ref.describe()} at {ref.short_site} "
                    f"(seq {div.seq}, {div.state.value} differs)")
     else:
-        summary = (f"ranks {_ranks(culprits)} diverged at seq {div.seq}: "
-                   + "; ".join(f"rank {r} {c.describe()} at {c.short_site}"
-                               for r, c in calls.items())
+        summary = (f"{ranks_text(culprits)} diverged at seq {div.seq}: "
+                   + "; ".join(f"{ranks_text(rs)} {what}" for rs, what in rank_groups(
+                       {r: f"{c.describe()} at {c.short_site}" for r, c in calls.items()}))
                    + " (no majority, and neither the source nor the ranks' own histories "
                    "single one out)")
     detail = (f"Collective #{div.seq} on process group {div.group} does not match across "
               f"ranks ({div.state.value} differs):\n"
-              + "\n".join("  " + _line(c, job) for c in calls.values()))
+              + "\n".join(f"  {ranks_text(rs, count=True)}: {line}" for rs, line in
+                          rank_groups({r: _line(c, job) for r, c in calls.items()})))
     if div.majority:
-        detail += f"\nRanks {_ranks(div.majority)} agree; the odd one{'s' if len(culprits) > 1 else ''} out: {_ranks(culprits)}."
+        detail += (f"\n{ranks_text(div.majority).capitalize()} agree; the odd one"
+                   f"{'s' if len(culprits) > 1 else ''} out: {ranks_text(culprits)}.")
     evidence = {
         "group": div.group, "differs": div.state.value,
         "calls": {str(r): {"op": c.op, "shapes": [list(s) for s in c.in_shapes],
@@ -159,13 +163,6 @@ def _out_of_step(f: Finding, div: Divergence, job: JobView | None,
     surfaced = f"at seq {div.seq}, where the calls differ: " + "; ".join(
         f"rank {r} {c.describe()} at {c.short_site}" for r, c in list(div.calls.items())[:4])
     return why.with_step(f, oos, surfaced, blame=not oos.probable or not majority)
-
-
-def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
-    ranks = list(ranks)
-    if len(ranks) <= 1:
-        return ", ".join(map(str, ranks))
-    return ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
 
 
 def divergences(job: JobView) -> list[Divergence]:

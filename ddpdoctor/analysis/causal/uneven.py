@@ -25,7 +25,7 @@ from typing import Any
 from ddpdoctor.analysis.align.clocks import host_now
 from ddpdoctor.analysis.align.epochs import (EpochFacts, EpochKey, job_epochs,
                                                         loader_name, rank_list)
-from ddpdoctor.analysis.model import FindingKind, NS, Finding, JobView, Severity
+from ddpdoctor.analysis.model import FindingKind, NS, Finding, JobView, Severity, ranks_values
 
 FIX = ("Give every rank the same number of batches: use DistributedSampler (it pads the "
        "ranks to equal length) or drop_last=True; shard an IterableDataset into equal "
@@ -56,7 +56,7 @@ def _predicted_finding(key: EpochKey, lengths: dict[int, int], at_ns: int,
     most = max(lengths.values())
     fewer = tuple(sorted(r for r, n in lengths.items() if n < most))
     loader, epoch = key
-    per = ", ".join(f"rank {r}: {n}" for r, n in sorted(lengths.items()))
+    per = ranks_values(lengths)
     name = loader_name(next(iter(starts.values()), None), loader)
     summary = (f"{rank_list(fewer)} will run fewer batches than the others in epoch "
                f"{epoch} of {name} ({per}): the job will hang at the end of the epoch")
@@ -77,8 +77,7 @@ def _split_note(starts: dict[int, dict[str, Any]]) -> str:
     samples = {r: s.get("samples") for r, s in starts.items()}
     text = f"\nDataset {dataset}, sampler {sampler}"
     if all(isinstance(n, int) for n in samples.values()):
-        text += " (samples per rank: " + ", ".join(
-            f"rank {r}: {n}" for r, n in sorted(samples.items())) + ")"
+        text += f" (samples per rank: {ranks_values(samples)})"
     if first.get("drop_last") is False and first.get("batch_size"):
         text += f"; drop_last=False with batch_size {first['batch_size']}"
     return text + "."
@@ -231,7 +230,7 @@ def _finding(job: JobView, key: EpochKey, counts: dict[int, int], confirmed: boo
     hung = (bool(waiting) or job.outcome in ("hung", "failed")) and \
         _calls_inside(job, per, more)
     predicted = {r: f.predicted for r, f in per.items()}
-    per_text = ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
+    per_text = ranks_values(counts)
     starts = {r: f.start for r, f in per.items() if f.start}
     at_ns = max((int(s.get("t") or 0) for s in starts.values()), default=0) or None
     name = loader_name(next(iter(starts.values()), None), loader)
@@ -244,8 +243,8 @@ def _finding(job: JobView, key: EpochKey, counts: dict[int, int], confirmed: boo
                    f"{name} than {rank_list(more)} ({per_text} predicted)")
     lines = []
     if any(isinstance(n, int) for n in predicted.values()):
-        lines.append("Predicted at the start of the epoch (len(loader)): " + ", ".join(
-            f"rank {r}: {n}" for r, n in sorted(predicted.items())) + ".")
+        lines.append(f"Predicted at the start of the epoch (len(loader)): "
+                     f"{ranks_values(predicted)}.")
     if hung and confirmed and waiting:
         stuck = [r for r in more if r in waiting]
         if stuck:

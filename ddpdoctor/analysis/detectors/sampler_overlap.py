@@ -18,7 +18,7 @@ from collections import Counter
 
 from ddpdoctor.analysis.align.epochs import (EpochFacts, _short, job_epochs,
                                                         loader_name, rank_list, trained)
-from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity
+from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity, ranks_values
 
 FIX = ("Give every rank's DistributedSampler the same seed (`DistributedSampler(ds, "
        "seed=args.seed)`, the same value on every rank; keep per-rank seeds for "
@@ -64,7 +64,7 @@ def detect(job: JobView) -> list[Finding]:
         share = round(100 * never_drawn_share(replicas))
         site = start.get("sampler_site")
         at = f" at {_short(site)}" if site else ""
-        seeds_text = ", ".join(f"rank {r}: {s}" for r, s in sorted(seeds.items()))
+        seeds_text = ranks_values(seeds)
         summary = (f"{rank_list(who)} seed their DistributedSampler differently{at} "
                    f"({seeds_text}): the shards overlap; each epoch about {share}% of the "
                    f"data is drawn twice or more and {share}% never")

@@ -18,7 +18,8 @@ import statistics
 from typing import Any
 
 from ddpdoctor.analysis.align.clocks import one_host
-from ddpdoctor.analysis.model import NS, Call, Finding, FindingKind, JobView, Severity
+from ddpdoctor.analysis.model import (NS, Call, Finding, FindingKind, JobView, Severity,
+                                      ranks_values)
 
 MIN_COLLECTIVES = 8
 LAST_FRACTION = 0.75
@@ -102,9 +103,8 @@ def _finding(group: str, rank: int, lag: float, step: float | None, last: int, n
     summary = (f"rank {rank} reaches collectives {lag * 1000:.0f} ms after the first rank "
                f"(median{share}); it arrived last at {last} of {n} collectives")
     detail = ("The other ranks wait for it in every collective: the job runs "
-              f"at rank {rank}'s pace.\nMedian arrival lag per rank: " + ", ".join(
-                  f"rank {r}: {statistics.median(v) * 1000:.1f} ms"
-                  for r, v in sorted(lags.items())) + ".")
+              f"at rank {rank}'s pace.\nMedian arrival lag per rank: " + ranks_values(
+                  {r: f"{statistics.median(v) * 1000:.1f} ms" for r, v in lags.items()}) + ".")
     fix = (f"Find what makes rank {rank} slower: its data loading (more samples, slow "
            "storage, fewer workers), extra work only it does (logging, checkpointing, "
            "evaluation on rank 0), or a slower device/host; balance the work or move the "

@@ -15,7 +15,7 @@ from ddpdoctor.analysis.explain.loop_exits import loop_exit
 from ddpdoctor.analysis.explain.mechanisms import fix_for as origin_fix
 from ddpdoctor.analysis.explain.decisions import (Decision, Reads, branch_decision, from_exit,
                                           left_loop, no_sync_decision)
-from ddpdoctor.analysis.model import FindingKind, Call, Finding, JobView
+from ddpdoctor.analysis.model import FindingKind, Call, Finding, JobView, ranks_text, ranks_values
 from ddpdoctor.analysis.load.user_source import file_mentions, rank_condition
 from ddpdoctor.trace.origin import Origin
 
@@ -191,8 +191,7 @@ def counts_text(counts: dict[int, int]) -> str:
     """``synced backward passes: rank 0: 7, rank 1: 6`` ("" when they agree)."""
     if len(set(counts.values())) < 2:
         return ""
-    return "synced backward passes: " + ", ".join(f"rank {r}: {n}"
-                                                  for r, n in sorted(counts.items()))
+    return "synced backward passes: " + ranks_values(counts)
 
 
 def with_frame_decision(f: Finding) -> Finding:
@@ -205,7 +204,7 @@ def with_frame_decision(f: Finding) -> Finding:
     d = branch_decision(frame)
     if d is None or d.callsite in f.detail:
         return f
-    lead = f"{_ranks(f.ranks)} is held at {d.text()}"
+    lead = f"{ranks_text(f.ranks)} is held at {d.text()}"
     cause = Cause(CauseKind.LOCAL_DECISION, f.ranks, None, d)
     return replace(f, summary=f"{f.summary}; {lead}", detail=f"{f.detail}\n{lead}.",
                    evidence={**f.evidence, "why": cause.to_dict()})
@@ -218,7 +217,7 @@ def with_cause(f: Finding, cause: Cause, job: JobView | None) -> Finding:
     evidence = {**f.evidence, "why": cause.to_dict()}
     d = cause.decision
     if d is not None and d.callsite not in detail:
-        lead = f"{_ranks(cause.ranks)} took its own path at {d.text()}"
+        lead = f"{ranks_text(cause.ranks)} took its own path at {d.text()}"
         summary, detail = f"{lead}; {summary}", f"{lead}.\n{detail}"
     group = f.evidence.get("group")
     if job is not None and isinstance(group, str):
@@ -229,8 +228,3 @@ def with_cause(f: Finding, cause: Cause, job: JobView | None) -> Finding:
             evidence["counts"] = {"synced_backward_passes": {str(r): n for r, n
                                                              in counts.items()}}
     return replace(f, summary=summary, detail=detail, fix=fix_for(cause), evidence=evidence)
-
-
-def _ranks(ranks: tuple[int, ...]) -> str:
-    rs = sorted(ranks)
-    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))

@@ -4,6 +4,7 @@ the line and each side, the mechanism in one sentence, and the fix that follows 
 from __future__ import annotations
 
 from ddpdoctor.analysis.explain.recorded import RecordedDecision
+from ddpdoctor.analysis.model import ranks_text
 
 RULES = {
     "majority": "its decision differs from the other ranks'",
@@ -11,11 +12,6 @@ RULES = {
     "branch": "its branch holds the collective the others never make",
     "no_majority": "no majority tells which side is wrong: every side is named",
 }
-
-
-def _who(ranks: tuple[int, ...] | list[int]) -> str:
-    rs = sorted(ranks)
-    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
 
 
 def lead(d: RecordedDecision) -> str:
@@ -31,7 +27,7 @@ def why(d: RecordedDecision, culprits: tuple[int, ...], rule: str) -> str:
         file, line, source = d.parted_at
         parted = (f"; that value then drove `{source}` at {file.rsplit('/', 1)[-1]}:{line}, "
                   "where their collectives went apart")
-    who = _who(culprits)
+    who = ranks_text(culprits)
     return (f"At {d.where} `{d.source}` the ranks took different ways ({d.text()}){parted}. "
             f"{who.capitalize()} {'is' if len(culprits) == 1 else 'are'} named because "
             f"{RULES.get(rule, rule)}.")
@@ -58,7 +54,7 @@ def loop_fix(loops: dict, bound: float) -> str:
     happen, bound the loop, or wait with a collective."""
     r, lp = sorted(loops.items())[0]
     where = f"{lp.file.rsplit('/', 1)[-1]}:{lp.line}"
-    return (f"{_who(sorted(loops)).capitalize()} turns in `{lp.source}` at {where} until its "
+    return (f"{ranks_text(sorted(loops)).capitalize()} turns in `{lp.source}` at {where} until its "
             f"condition changes, and it had not changed after {bound:g} s while the others "
             "waited: make sure what it waits for happens on every path (which rank makes it?), "
             "give the loop a deadline that raises, or wait with a collective every rank "

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ddpdoctor.analysis.align.paths import Parting, SiteKey, Way, earlier_ways, flows_of
 from ddpdoctor.analysis.load.flow import FlowSite, RankFlow
 from ddpdoctor.analysis.load.user_source import _parse
-from ddpdoctor.analysis.model import JobView
+from ddpdoctor.analysis.model import JobView, ranks_text
 
 SLICE_DEPTH = 3  # assignments followed back from the parting line
 
@@ -78,7 +78,7 @@ class RecordedDecision:
         parts = []
         for outcome, ranks in self.sides().items():
             first = self.ranks[ranks[0]]
-            who = ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+            who = ranks_text(ranks)
             vals = ", ".join(f"{k}={v}" for k, v in first.values.items()
                              if len(ranks) == 1 or all(self.ranks[r].values.get(k) == v
                                                        for r in ranks))

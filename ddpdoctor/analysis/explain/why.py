@@ -8,7 +8,7 @@ from typing import Any
 from ddpdoctor.analysis.align.out_of_step import OutOfStep, out_of_step
 from ddpdoctor.analysis.explain.loop_exits import LoopExit, loop_exit
 from ddpdoctor.analysis.align.iterations import SkippedIteration, skipped_iterations
-from ddpdoctor.analysis.model import Call, Finding, FindingKind, JobView, Severity
+from ddpdoctor.analysis.model import Call, Finding, FindingKind, JobView, Severity, ranks_text
 from ddpdoctor.analysis.load.user_source import declares_launcher, rank_condition, source_line
 from ddpdoctor.analysis.explain.mechanisms import MECHANISMS, fix_for
 from ddpdoctor.trace.origin import Origin
@@ -40,13 +40,6 @@ def _api(call: Call) -> str:
                 call.origin, "the user's call")
 
 
-def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
-    ranks = sorted(ranks)
-    word = "rank" if len(ranks) == 1 else "ranks"
-    return f"{word} " + (", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
-                         if len(ranks) > 1 else str(ranks[0]))
-
-
 def step_evidence(oos: OutOfStep) -> dict[str, Any]:
     """The out-of-step place as report evidence."""
     c = oos.call
@@ -68,10 +61,10 @@ def step_text(oos: OutOfStep) -> str:
         (f" (inside {cond})" if cond else "")
     hedge = "probably " if oos.probable else ""
     if oos.extra:
-        return (f"{_ranks(oos.culprits)} {hedge}went out of step at seq {seq} on group "
-                f"{oos.group}: it called {at}, which {_ranks(oos.missed_by)} never called")
-    return (f"{_ranks(oos.culprits)} {hedge}went out of step at seq {seq} on group "
-            f"{oos.group}: it skipped {at}, which {_ranks(oos.made_by)} called")
+        return (f"{ranks_text(oos.culprits)} {hedge}went out of step at seq {seq} on group "
+                f"{oos.group}: it called {at}, which {ranks_text(oos.missed_by)} never called")
+    return (f"{ranks_text(oos.culprits)} {hedge}went out of step at seq {seq} on group "
+            f"{oos.group}: it skipped {at}, which {ranks_text(oos.made_by)} called")
 
 
 def find_step(job: JobView, group: str, until_seq: int | None) -> OutOfStep | None:
@@ -115,7 +108,7 @@ ZERO_LOSS = (" With DDP, a step that must not count can run backward on a zeroed
 def skip_text(skip: SkippedIteration, exit_: LoopExit | None) -> str:
     """``rank 1 skipped iteration 2 (epoch 0, batch 2): ...``"""
     m = skip.missed
-    text = (f"{_ranks(skip.ranks)} skipped iteration {skip.index} (loader epoch "
+    text = (f"{ranks_text(skip.ranks)} skipped iteration {skip.index} (loader epoch "
             f"{skip.epoch}, batch {skip.batch}): it drew the batch and drew the next one "
             f"without {m.describe()} at {m.short_site}, which the other ranks made for it")
     if exit_ is not None:
@@ -266,8 +259,7 @@ def with_exit(f: Finding, job: JobView) -> Finding:
     steps = sum(1 for cs in job.ranks[ranks[0]].calls.values() for c in cs
                 if c.origin == Origin.DDP_BACKWARD and c.aux == 0)
     after = f" after {steps} backward passes" if steps else ""
-    who = f"rank {ranks[0]}" if len(ranks) == 1 else \
-        "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+    who = ranks_text(ranks)
     alone = "alone" if len(ranks) == 1 else "without the others"
     did = (f"skipped a step the others took{after}" if skipped else
            f"left the loop {alone}{after}")
