@@ -20,7 +20,7 @@ same shared checkpoint), and flow-insensitive facts about it would cry wolf.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.taint import Taint, TaintKind, stronger
@@ -31,8 +31,11 @@ CARRIED = frozenset({TaintKind.RANK, TaintKind.SHARD})
 
 
 def carried(t: Taint | None) -> Taint | None:
-    """The taint an object's state or a parameter keeps across functions: the rank's alone."""
-    return t if t is not None and t.kind in CARRIED else None
+    """The taint an object's state or a parameter keeps across functions: the rank's alone, on
+    a definite path (what came through a call lint cannot read stays where it was)."""
+    if t is None or t.kind not in CARRIED or t.unseen:
+        return None
+    return replace(t, params=frozenset()) if t.params else t
 
 
 @dataclass

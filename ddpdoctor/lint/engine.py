@@ -104,7 +104,7 @@ def _walk_function(program: Program, module: ParsedModule, info: FunctionInfo, b
     if info.cls is not None:
         env.kinds.update(class_kinds.get(info.cls, {}))
     walker = FunctionWalker(program, module, info.cls, env, drafts.append, facts, datasets,
-                            quiet)
+                            quiet, summary=quiet)
     walker.walk_function(info, info.node)
 
 

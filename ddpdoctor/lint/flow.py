@@ -5,7 +5,7 @@ and the facts the file-wide rules need (seeds, loaders, splits)."""
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ddpdoctor.lint.attributes import carried, class_of
@@ -17,7 +17,8 @@ from ddpdoctor.lint.rules import Draft, rank_dependent_model, unused_parameters
 from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
 from ddpdoctor.lint.state_checks import StateChecks
 from ddpdoctor.lint.summaries import Program, SiteScanner
-from ddpdoctor.lint.taint import Env, Taint, TaintEval, TaintKind, key_of, stronger
+from ddpdoctor.lint.taint import BuiltObject, Env, Taint, TaintEval, TaintKind, key_of, \
+    stronger
 from ddpdoctor.lint.uniformity import device_move, is_device, same_iteration, strip_wrappers
 
 MUTATORS = frozenset({"append", "extend", "update", "add", "insert", "setdefault",
@@ -74,6 +75,8 @@ class DataFlow(StateChecks):
     nested_defs: bool = True  # walk functions defined inside (False at a module's top level)
     passthrough: bool = False  # every return hands back the same argument
     ddp_seen: bool = False  # this walk has met the model wrapped in DDP (a wrap, a DDP param)
+    summary: bool = False  # a summary's walk: parameters are followed to the return value
+    catching: int = 0  # how many try blocks with handlers the statement is in
 
     # -- helpers ------------------------------------------------------------------------------
     def mark_before_ddp(self, stmts: list[ast.stmt]) -> None:
@@ -88,12 +91,21 @@ class DataFlow(StateChecks):
                     return
 
     def taint_of(self, node: ast.expr | None) -> Taint | None:
-        return TaintEval(self.module, self.env, self._returns, self._uniform_call,
+        return TaintEval(self.module, self.env, self._callee, self._uniform_call,
                          self._world_split).of(node)
 
-    def _returns(self, call: ast.Call) -> Taint | None:
+    def _callee(self, call: ast.Call) -> object:
+        """The linted function ``call`` reaches, or the linted class it builds, or None."""
         callee = self.program.resolve(call, self.module, self.cls)
-        return callee.returns if callee is not None else None
+        if callee is not None:
+            return callee
+        cls = self.program.resolve_class(call, self.module)
+        if cls is None:
+            return None
+        state: Taint | None = None
+        for t in self.program.objects.class_attrs(self.module.path, cls.name).values():
+            state = stronger(state, t)
+        return BuiltObject(cls, replace(state, state=True) if state is not None else None)
 
     def _uniform_call(self, call: ast.Call) -> bool:
         return uniform_result(call, self.module, self.env.kinds)
@@ -122,7 +134,7 @@ class DataFlow(StateChecks):
         result: Taint | None = None
         for c in self.control:
             result = stronger(result, c.taint)
-        return result
+        return result.as_implicit() if result is not None else None
 
     def emit(self, draft: Draft | None) -> None:
         if draft is not None and not self.quiet:
@@ -361,7 +373,7 @@ class DataFlow(StateChecks):
             self.emit(unused_parameters.check(cls, ddp, self.module))
 
     def model_change(self, line: int, what: str) -> None:
-        rank = next((c for c in reversed(self.control) if c.taint.kind == TaintKind.RANK), None)
+        rank = next((c for c in reversed(self.control) if c.taint.is_rank()), None)
         if rank is not None:
             self.emit(rank_dependent_model.check(line, what, rank.line))
 

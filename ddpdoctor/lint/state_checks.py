@@ -87,7 +87,7 @@ class StateChecks:
     # -- framework state ------------------------------------------------------------------------
     def rank_control(self) -> int | None:
         """The line of the innermost rank-dependent condition the statement runs under."""
-        found = next((c for c in reversed(self.control) if c.taint.kind == TaintKind.RANK), None)
+        found = next((c for c in reversed(self.control) if c.taint.is_rank()), None)
         return found.line if found is not None else None
 
     def check_assign_target(self, target: ast.expr, line: int) -> None:

@@ -64,6 +64,11 @@ class Program:
         return None
 
 
+    def resolve_class(self, call: ast.Call, module: ParsedModule) -> ast.ClassDef | None:
+        """The linted class a call builds (``TrainState(...)``), if any."""
+        return module.classes().get(module.qualified(call.func) or "")
+
+
 def _index(program: Program) -> None:
     for module in program.modules:
         for node in module.tree.body:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ddpdoctor.lint.module import ParsedModule
@@ -23,6 +23,8 @@ class TaintKind(str, enum.Enum):
     RANDOM: random numbers (the same only if every rank seeded alike).
     DATA: rank-local data: a loss or batch value, ``.item()``, ``isnan``.
     WORLD: the world size: the same on every rank (tracked to spot splits that ignore rank).
+    PARAM: a function's own parameter, while its summary is made (what it hands back of its
+        arguments); never a reason for a finding.
     """
 
     RANK = "rank"
@@ -33,6 +35,7 @@ class TaintKind(str, enum.Enum):
     RANDOM = "random"
     DATA = "data"
     WORLD = "world"
+    PARAM = "param"
 
 
 MAX_VIA = 3
@@ -46,35 +49,80 @@ DESCRIBE = {
     TaintKind.RANDOM: "a random draw",
     TaintKind.DATA: "rank-local data (a loss, a batch, .item())",
     TaintKind.WORLD: "the world size",
+    TaintKind.PARAM: "an argument",
 }
 
 
 @dataclass(frozen=True)
 class Taint:
-    """A value that can differ between ranks: why, and where it began to differ."""
+    """A value that can differ between ranks: why, where it began to differ, and how sure lint
+    is of the path.
+
+    Args:
+        kind: why it differs.
+        line: where it began to differ.
+        via: the attributes and parameters it passed through, in order.
+        unseen: what it passed through that lint cannot read (an unknown call, a container it
+            cannot follow), in words; empty for a definite path through operations lint knows.
+        implicit: it differs because of the path that set it (an assignment under a condition),
+            not by its value.
+        params: while a function is summarised: which of its parameters it carries.
+        state: the taint of an object as a whole, from what its class's attributes may hold:
+            an attribute of it is read by its own facts, not from the whole.
+    """
 
     kind: TaintKind
     line: int
-    via: tuple[str, ...] = ()  # the attributes and parameters it passed through, in order
+    via: tuple[str, ...] = ()
+    unseen: str = ""
+    implicit: bool = False
+    params: frozenset[str] = frozenset()
+    state: bool = False
 
     def through(self, step: str) -> Taint:
         """The same taint, having passed through ``step`` (an attribute, a parameter)."""
         if step in self.via or len(self.via) >= MAX_VIA:
             return self
-        return Taint(self.kind, self.line, (*self.via, step))
+        return replace(self, via=(*self.via, step))
+
+    def unseen_through(self, what: str) -> Taint:
+        """The same taint, having passed through ``what``, which lint cannot read."""
+        return self if self.unseen else replace(self, unseen=what)
+
+    def as_implicit(self) -> Taint:
+        return self if self.implicit else replace(self, implicit=True)
 
     def divergent(self) -> bool:
         """True when ranks can really take different paths on it (not the world size)."""
-        return self.kind != TaintKind.WORLD
+        return self.kind not in (TaintKind.WORLD, TaintKind.PARAM)
+
+    def definite(self) -> bool:
+        """True when the path from the source is made of operations lint knows."""
+        return not self.unseen
+
+    def is_rank(self) -> bool:
+        """The rank decides, on a definite path: what makes an error."""
+        return self.kind == TaintKind.RANK and not self.unseen
+
+
+def _rank_of(t: Taint) -> tuple[int, int, int]:
+    return STRENGTH[t.kind], not t.unseen, not t.implicit
 
 
 def stronger(a: Taint | None, b: Taint | None) -> Taint | None:
-    """The stronger of two taints (None is no taint); on a tie, the first."""
+    """The stronger of two taints (None is no taint): by kind, then a definite path before
+    one through what lint cannot see, then a value before a path; on a tie, the first. The
+    parameters either carries are kept."""
     if a is None:
         return b
     if b is None:
         return a
-    return a if STRENGTH[a.kind] >= STRENGTH[b.kind] else b
+    best = a if _rank_of(a) >= _rank_of(b) else b
+    if b.params != a.params and (a.params or b.params):
+        params = a.params | b.params
+        if params != best.params:
+            best = replace(best, params=params)
+    return best
 
 
 @dataclass
@@ -163,6 +211,70 @@ SEED_ARGS = frozenset({"generator", "worker_init_fn", "seed", "num_workers", "pi
                        "multiprocessing_context", "collate_fn"})
 
 
+KNOWN_FUNCTIONS = frozenset({
+    "int", "float", "str", "bool", "len", "abs", "min", "max", "round", "sum", "sorted", "list",
+    "tuple", "set", "frozenset", "dict", "enumerate", "zip", "range", "reversed", "any", "all",
+    "divmod", "pow", "format", "repr", "iter", "next", "map", "filter", "hash", "ord", "chr",
+    "getattr", "isinstance", "hasattr", "type", "bytes", "slice", "vars", "open"})
+KNOWN_MODULES = ("math.", "operator.", "numpy.", "torch.", "os.", "itertools.", "functools.",
+                 "json.", "re.", "time.", "random.", "collections.", "datetime.", "pathlib.",
+                 "copy.", "string.", "statistics.", "pickle.", "shutil.", "glob.", "socket.",
+                 "contextlib.", "typing.", "dataclasses.", "einops.", "tqdm.")
+KNOWN_METHODS = frozenset({
+    # str, bytes
+    "format", "split", "rsplit", "join", "startswith", "endswith", "lower", "upper", "strip",
+    "lstrip", "rstrip", "replace", "zfill", "encode", "decode", "partition", "rpartition",
+    "splitlines", "isdigit", "find", "rfind",
+    # containers
+    "get", "items", "keys", "values", "copy", "index", "count", "pop", "popitem",
+    # tensors and arrays
+    "item", "tolist", "numpy", "sum", "mean", "max", "min", "abs", "sqrt", "exp", "log",
+    "float", "double", "half", "bfloat16", "int", "long", "bool", "to", "cuda", "cpu",
+    "detach", "clone", "contiguous", "view", "reshape", "size", "numel", "dim", "squeeze",
+    "unsqueeze", "flatten", "permute", "transpose", "t", "expand", "repeat", "norm", "std",
+    "var", "argmax", "argmin", "eq", "ne", "gt", "lt", "ge", "le", "isnan", "isinf",
+    "isfinite", "any", "all", "type", "type_as", "div", "mul", "add", "sub", "pow", "neg",
+    "round", "floor", "ceil", "clamp", "nonzero", "sort", "topk", "cumsum", "prod",
+    "masked_fill", "split", "chunk", "data", "sign", "square", "add_", "mul_", "div_",
+    "sub_", "zero_", "fill_", "copy_", "clamp_", "astype",
+    # paths
+    "exists", "is_file", "is_dir", "glob", "rglob", "iterdir", "stat", "joinpath",
+    "with_suffix", "with_name", "resolve", "absolute", "read_text", "read_bytes", "open"})
+
+
+def known_call(name: str, call: ast.Call) -> bool:
+    """A call whose meaning lint knows: a builtin, the standard library's or torch's and
+    numpy's functions, the methods of strings, containers, tensors and paths (what such a call
+    returns depends on its arguments as they are); anything else is read as unseen."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr in KNOWN_METHODS:
+        return True
+    return name in KNOWN_FUNCTIONS or name.startswith(KNOWN_MODULES)
+
+
+def _short(node: ast.expr) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= 40 else "..." + text[-37:]
+
+
+def bound_arguments(call: ast.Call, node: ast.AST, method: bool) -> dict[str, ast.expr]:
+    """The arguments of ``call`` by the name of the parameter of ``node`` they bind (a
+    method's first parameter, ``self``, is bound by its receiver); starred ones left out."""
+    args = getattr(node, "args")
+    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+    if method and positional and positional[0] in ("self", "cls"):
+        positional = positional[1:]
+    named = set(positional) | {a.arg for a in args.kwonlyargs}
+    out: dict[str, ast.expr] = {}
+    for name, value in zip(positional, call.args):
+        if isinstance(value, ast.Starred):
+            break
+        out[name] = value
+    for k in call.keywords:
+        if k.arg in named:
+            out[k.arg] = k.value
+    return out
+
+
 def key_of(node: ast.expr) -> str | None:
     """The name a value is kept under: ``x``, ``self.x``, ``obj.x``; None for anything else."""
     if isinstance(node, ast.Name):
@@ -185,6 +297,15 @@ def env_var_name(node: ast.expr, module: ParsedModule) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class BuiltObject:
+    """A call that builds an object of a linted class, and what its attributes may hold (the
+    object's taint as a whole)."""
+
+    cls: ast.ClassDef
+    state: Taint | None
+
+
 @dataclass
 class TaintEval:
     """Evaluates an expression's taint in an environment.
@@ -192,7 +313,8 @@ class TaintEval:
     Args:
         module: the file (its imports resolve calls).
         env: the function's state at this point.
-        returns: the taint a user function's result carries (from the summaries).
+        callee: the linted function a call reaches (its summary says what its result carries
+            of its own and of its arguments), or the linted class it builds; None when unknown.
         uniform_call: True for calls whose result is the same on every rank (a gather).
         on_world_split: told the line of a slice or ``range`` that splits by world size
             without the rank (every rank reads the same items).
@@ -200,7 +322,7 @@ class TaintEval:
 
     module: ParsedModule
     env: Env
-    returns: Callable[[ast.Call], Taint | None]
+    callee: Callable[[ast.Call], object]
     uniform_call: Callable[[ast.Call], bool]
     on_world_split: Callable[[int], None]
 
@@ -289,7 +411,10 @@ class TaintEval:
         key = key_of(node)
         if key is not None and key in self.env.taints:
             return self.env.taints[key]
-        return self.of(node.value)
+        whole = self.of(node.value)
+        if whole is not None and whole.state:
+            return None  # an object of a linted class: its tainted attributes are known
+        return whole
 
     def _Subscript(self, node: ast.Subscript) -> Taint | None:
         var = env_var_name(node, self.module)
@@ -329,29 +454,71 @@ class TaintEval:
         if name.endswith(EVEN_SHARDS) or (isinstance(node.func, ast.Attribute) and
                                           node.func.attr in EVEN_SHARD_METHODS):
             return None
-        user = self.returns(node)
+        target = self.callee(node)
+        if isinstance(target, BuiltObject):
+            return target.state  # a new object of a linted class: what its attributes hold
+        if target is not None:
+            return self._user_result(node, target)
+        if name.endswith(".islice") or name == "islice":
+            return self.all_of(node.args[1:])
+        if name == "len" and node.args and key_of(node.args[0]) in self.env.shapes:
+            return self.env.shapes[key_of(node.args[0]) or ""]
+        known = known_call(name, node)
+        arg_of = self.of if known else self.explicit_of
         kept = [k.value for k in value_keywords(node) if k.arg not in SEED_ARGS]
         if name.endswith("DataLoader") and any(k.arg in SHARD_ARGS for k in node.keywords):
             kept = [k.value for k in node.keywords if k.arg in SHARD_ARGS]
-            args = self.all_of(kept)
+            args = self._all(arg_of, kept)
         else:
-            args = self.all_of([*node.args, *kept])
-        if name.endswith(".islice") or name == "islice":
-            return self.all_of(node.args[1:])
+            args = self._all(arg_of, [*node.args, *kept])
         if name == "range":
             return self._range(node, args)
-        if name == "len" and node.args and key_of(node.args[0]) in self.env.shapes:
-            return self.env.shapes[key_of(node.args[0]) or ""]
         if isinstance(node.func, ast.Attribute):
             receiver = node.func.value
-            recv_taint = self.of(receiver)
+            recv_taint = arg_of(receiver)
             if node.func.attr in DATA_METHODS:
                 key = key_of(receiver)
                 if key is not None and key in self.env.uniform:
                     return stronger(recv_taint, args)
                 return stronger(stronger(recv_taint, Taint(TaintKind.DATA, line)), args)
             args = stronger(recv_taint, args)
-        return stronger(user, args)
+        if known or args is None:
+            return args
+        return args.unseen_through(f"`{_short(node.func)}()`")
+
+    def explicit_of(self, node: ast.expr) -> Taint | None:
+        """The taint a value carries by itself, not by the path that set it (what an unknown
+        call can be given: whether an object exists on a rank says nothing of what the call
+        makes of it)."""
+        t = self.of(node)
+        return None if t is None or t.implicit else t
+
+    @staticmethod
+    def _all(of: Callable[[ast.expr], Taint | None], nodes: list[ast.expr]) -> Taint | None:
+        result: Taint | None = None
+        for n in nodes:
+            result = stronger(result, of(n))
+        return result
+
+    def _user_result(self, call: ast.Call, info: object) -> Taint | None:
+        """What a linted function's result carries: its own taint (the summary), and the taint
+        of each argument whose parameter reaches its return value (through what lint cannot
+        see when the summary says so)."""
+        own: Taint | None = getattr(info, "returns", None)
+        if own is None:
+            return None
+        result = None if own.kind == TaintKind.PARAM else replace(own, params=frozenset())
+        if own.params:
+            bound = bound_arguments(call, getattr(info, "node"), getattr(info, "cls") is not None)
+            for param in own.params:
+                arg = bound.get(param)
+                if arg is None:
+                    continue
+                t = self.explicit_of(arg) if own.unseen else self.of(arg)
+                if t is not None and own.unseen:
+                    t = t.unseen_through(own.unseen)
+                result = stronger(result, t)
+        return result
 
     def _range(self, node: ast.Call, args: Taint | None) -> Taint | None:
         if args is not None and len(node.args) >= 2 and args.kind == TaintKind.RANK:

@@ -4,7 +4,7 @@ between ranks and which collectives each path issues, and asking the rules at ea
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ddpdoctor.lint.object_flow import seed_objects
 from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, receiver_name
@@ -41,7 +41,7 @@ class FunctionWalker(DataFlow):
             self.control.append(Control(t, dec.lineno, 0))
         self.block(node.body)
         if info is not None:
-            info.returns = stronger(info.returns, self.returns) if self.quiet else info.returns
+            info.returns = stronger(info.returns, self.returns) if self.summary else info.returns
 
     def seed_params(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
@@ -55,6 +55,11 @@ class FunctionWalker(DataFlow):
                 self.env.taints[arg.arg] = Taint(TaintKind.RANK, node.lineno)
             elif arg.arg in WORLD_NAMES:
                 self.env.taints[arg.arg] = Taint(TaintKind.WORLD, node.lineno)
+            if self.summary and not (i == 0 and arg.arg in ("self", "cls")):
+                mine = frozenset({arg.arg})
+                t = self.env.taints.get(arg.arg)
+                self.env.taints[arg.arg] = Taint(TaintKind.PARAM, node.lineno, params=mine) \
+                    if t is None else replace(t, params=mine)
             if (has_ddp and arg.arg in MODEL_PARAMS) or ddp_annotation(arg, self.module):
                 self.env.kinds[arg.arg] = frozenset({"ddp"})
                 self.ddp_seen = True
@@ -112,7 +117,9 @@ class FunctionWalker(DataFlow):
             frame = self.frames[-1]
             rest = frame.stmts[frame.index + 1:]
             skip_rule = False  # a jump with no collective of its own: the skip rule reports
-            if ends_in_jump(stmt.body) and not ends_in_jump(stmt.orelse):
+            if self.ends_job(stmt.body) or self.ends_job(stmt.orelse):
+                skip_rule = True  # that side ends the job: the launcher stops every rank
+            elif ends_in_jump(stmt.body) and not ends_in_jump(stmt.orelse):
                 orelse += self.sites(rest)  # the other path goes on past the if
                 skip_rule = not body
             elif ends_in_jump(stmt.orelse) and not ends_in_jump(stmt.body):
@@ -256,9 +263,18 @@ class FunctionWalker(DataFlow):
 
     visit_AsyncWith = visit_With
 
+    def ends_job(self, stmts: list[ast.stmt]) -> bool:
+        """A block that ends in a ``raise`` no ``try`` of this function catches: the error ends
+        the rank, and the launcher (torchrun, mp.spawn) the job; no rank is left waiting."""
+        return bool(stmts) and isinstance(stmts[-1], ast.Raise) and not self.catching
+
     def visit_Try(self, stmt: ast.Try) -> None:
         start = self.env.copy()
-        self.block(stmt.body)
+        self.catching += bool(stmt.handlers)
+        try:
+            self.block(stmt.body)
+        finally:
+            self.catching -= bool(stmt.handlers)
         after_body = self.env
         merged = after_body
         for handler in stmt.handlers:
@@ -308,8 +324,8 @@ class FunctionWalker(DataFlow):
         control = next((c for c in reversed(self.control) if c.depth > scope), None)
         if control is None:
             return
-        if word == "raise" and control.taint.kind == TaintKind.EXCEPTION:
-            return  # an error re-raised: the rank fails, and the launcher ends the job
+        if word == "raise" and (control.taint.kind == TaintKind.EXCEPTION or not self.catching):
+            return  # an error no try here catches: the rank fails, the launcher ends the job
         skipped = []
         if word == "break":
             skipped = self.sites(self.frames[loop_at].stmts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpdoctor.lint.findings import Severity
-from ddpdoctor.lint.taint import DESCRIBE, Taint, TaintKind
+from ddpdoctor.lint.taint import DESCRIBE, Taint
 
 
 @dataclass(frozen=True)
@@ -22,11 +22,17 @@ class Draft:
 
 
 def severity_of(taint: Taint) -> Severity:
-    """An error when the rank decides; a warning for data, files, time, chance, exceptions."""
-    return Severity.ERROR if taint.kind == TaintKind.RANK else Severity.WARNING
+    """An error when the rank decides on a definite path (operations lint knows, from the rank
+    to the condition); a warning when the path passes through what lint cannot see, and for
+    data, files, time, chance, exceptions."""
+    return Severity.ERROR if taint.is_rank() else Severity.WARNING
 
 
 def because(taint: Taint) -> str:
-    """Words for why the value differs, with the line it began to differ on."""
+    """Words for why the value differs, with the line it began to differ on, and what lint
+    could not see on the way."""
     words = f"{DESCRIBE[taint.kind]} (line {taint.line})"
-    return words + (", through " + ", then ".join(taint.via) if taint.via else "")
+    words += ", through " + ", then ".join(taint.via) if taint.via else ""
+    if taint.unseen:
+        words += f", through {taint.unseen}, which lint cannot read"
+    return words
