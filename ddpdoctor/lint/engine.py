@@ -8,6 +8,7 @@ from pathlib import Path
 from ddpdoctor.errors import UserError
 from ddpdoctor.lint.findings import Condition, LintFinding, Severity, ignored
 from ddpdoctor.lint.module import ParsedModule, UnparsableSource, parse_module, parse_source
+from ddpdoctor.lint.project import ProjectReader
 from ddpdoctor.lint.rules import Draft, dtype_divergence, duplicate_data, missing_set_epoch, \
     reentrant_checkpoint, seed_collision
 from ddpdoctor.lint.summaries import FunctionInfo, Program, callee_first, static_kinds, \
@@ -82,7 +83,8 @@ def dataset_classes(module: ParsedModule) -> dict[str, ast.ClassDef]:
 def _module_functions(program: Program) -> dict[str, list[FunctionInfo]]:
     by_module: dict[str, list[FunctionInfo]] = {}
     for (path, _), info in program.functions.items():
-        by_module.setdefault(path, []).append(info)
+        if not info.nested:  # walked with the function that defines it
+            by_module.setdefault(path, []).append(info)
     return by_module
 
 
@@ -193,12 +195,16 @@ def _finding(module: ParsedModule, draft: Draft) -> LintFinding:
                        cond, draft.message, draft.fix)
 
 
-def lint_modules(modules: list[ParsedModule]) -> list[LintFinding]:
-    """The findings of the parsed files, sorted by file and line, ignore comments applied."""
-    program = Program(modules)
+def lint_modules(modules: list[ParsedModule],
+                 context: list[ParsedModule] | None = None) -> list[LintFinding]:
+    """The findings of the parsed files, sorted by file and line, ignore comments applied.
+    ``context``: project modules the files import, read for what their functions do (their
+    collectives, what they return), never reported on."""
+    context = [m for m in context or [] if m not in modules]
+    program = Program(modules + context, {m.path for m in context})
     summarise_collectives(program)
     by_module = _module_functions(program)
-    datasets = {m.path: dataset_classes(m) for m in modules}
+    datasets = {m.path: dataset_classes(m) for m in program.modules}
     _summarise_returns(program, datasets)
     set_epoch_functions = _set_epoch_functions(program)
     wraps = reentrant_checkpoint.ddp_wraps(modules)
@@ -231,9 +237,11 @@ def _module_findings(module: ParsedModule, drafts: list[Draft]) -> list[LintFind
     return out
 
 
-def lint_files(paths: list[Path]) -> list[LintFinding]:
+def lint_files(paths: list[Path], follow: bool = True) -> list[LintFinding]:
     """Lint files and directories; a UserError (exit 2) for a missing or unreadable one.
-    A file that is not valid Python is one ``syntax_error`` finding; the others are linted."""
+    A file that is not valid Python is one ``syntax_error`` finding; the others are linted.
+    ``follow``: read the project modules the files import (lint/project.py) for what their
+    functions do."""
     modules: list[ParsedModule] = []
     broken: list[LintFinding] = []
     for path, shown in python_files(paths):
@@ -241,8 +249,12 @@ def lint_files(paths: list[Path]) -> list[LintFinding]:
             modules.append(parse_module(path, shown))
         except UnparsableSource as e:
             broken.append(syntax_error(e))
+    context: list[ParsedModule] = []
+    if follow:
+        reader = ProjectReader([p.resolve() for p in paths if p.is_dir()])
+        context = reader.follow([(m, m.file) for m in modules if m.file is not None])
     try:
-        findings = lint_modules(modules)
+        findings = lint_modules(modules, context)
     except RecursionError:
         raise UserError("the code is nested too deeply to lint (Python's recursion limit); "
                         "lint the files one by one to find which", 2) from None

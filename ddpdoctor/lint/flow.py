@@ -26,6 +26,13 @@ MUTATORS = frozenset({"append", "extend", "update", "add", "insert", "setdefault
 LOADER_WORDS = ("loader", "batches")
 
 
+# what a rank finds on its disk, or an error it caught: a condition on it decides the branch
+# it guards (a collective there, a jump) but does not taint what the branch assigns: a resumed
+# run's start epoch read from the checkpoint it found, a fallback set in an ``except``, are
+# the same on every rank of a job whose ranks see the same files and the same libraries
+SETUP_KINDS = frozenset({TaintKind.FILESYSTEM, TaintKind.EXCEPTION})
+
+
 @dataclass
 class ModuleFacts:
     """What the walk of one file found for the file-wide rules."""
@@ -43,6 +50,7 @@ class Control:
     taint: Taint
     line: int
     depth: int  # how many blocks were open when it began
+    jumps_only: bool = False  # decides where the rank jumps, not what it assigns
 
 
 @dataclass
@@ -77,6 +85,8 @@ class DataFlow(StateChecks):
     ddp_seen: bool = False  # this walk has met the model wrapped in DDP (a wrap, a DDP param)
     summary: bool = False  # a summary's walk: parameters are followed to the return value
     catching: int = 0  # how many try blocks with handlers the statement is in
+    returns_elts: list[Taint | None] | None = None  # a tuple return's items ([]: mixed)
+    single_process: bool = False  # on the side of a test that runs without a process group
 
     # -- helpers ------------------------------------------------------------------------------
     def mark_before_ddp(self, stmts: list[ast.stmt]) -> None:
@@ -129,11 +139,14 @@ class DataFlow(StateChecks):
         return SiteScanner(self.program, self.module, kinds, self.cls).scan(
             stmts, self.no_grad, self.no_sync)
 
-    def control_taint(self) -> Taint | None:
-        """The strongest condition the current statement runs under (an implicit flow)."""
+    def control_taint(self, flag: bool = False) -> Taint | None:
+        """The strongest condition the current statement runs under (an implicit flow);
+        ``flag``: a True/False constant is assigned, which records what happened (a file found,
+        an error caught), so those conditions count too."""
         result: Taint | None = None
         for c in self.control:
-            result = stronger(result, c.taint)
+            if not c.jumps_only and (flag or c.taint.kind not in SETUP_KINDS):
+                result = stronger(result, c.taint)
         return result.as_implicit() if result is not None else None
 
     def emit(self, draft: Draft | None) -> None:
@@ -176,7 +189,8 @@ class DataFlow(StateChecks):
         self.calls_in(stmt.value)
         if any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in stmt.targets):
             self.model_change(stmt.lineno, "requires_grad")
-        t = stronger(self.taint_of(stmt.value), self.control_taint())
+        flag = isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, bool)
+        t = stronger(self.taint_of(stmt.value), self.control_taint(flag))
         for target in stmt.targets:
             self.assign(target, t, stmt.value)
             if not self.quiet:
@@ -214,12 +228,13 @@ class DataFlow(StateChecks):
         if isinstance(target, (ast.Tuple, ast.List)):
             values = value.elts if isinstance(value, (ast.Tuple, ast.List)) and \
                 len(value.elts) == len(target.elts) else None
+            items = self.unpacked(value, len(target.elts), t) if values is None else []
             for i, elt in enumerate(target.elts):
                 if values is not None:
                     sub = stronger(self.taint_of(values[i]), self.control_taint())
                     self.assign(elt, sub, values[i])
                 else:
-                    self.assign(elt, t, None)
+                    self.assign(elt, items[i], None)
             if isinstance(value, ast.Call) and values is None:
                 self.unpack_kinds(target, value)
             return
@@ -248,6 +263,24 @@ class DataFlow(StateChecks):
             self.new_object(key)
         if value is not None:
             self.track_tensor(key, value)
+
+    def unpacked(self, value: ast.expr | None, n: int, whole: Taint | None) \
+            -> list[Taint | None]:
+        """The taint of each of ``n`` names a value is unpacked into: item by item for a
+        linted function that returns tuples of that length; else each takes the whole's
+        taint, which then passes through what lint cannot follow item by item."""
+        if isinstance(value, ast.Call):
+            callee = self.program.resolve(value, self.module, self.cls)
+            elts = callee.returns_elts if callee is not None else None
+            if elts and len(elts) == n:
+                evaluate = TaintEval(self.module, self.env, self._callee, self._uniform_call,
+                                     self._world_split)
+                control = self.control_taint()
+                return [stronger(evaluate.user_result(value, callee, e), control) for e in elts]
+        if whole is None or not whole.definite() or value is None:
+            return [whole] * n
+        what = f"an item of `{ast.unparse(value)[:40]}`"
+        return [whole.unseen_through(what)] * n
 
     @staticmethod
     def object_state(key: str, t: Taint | None) -> Taint | None:

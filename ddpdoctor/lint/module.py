@@ -24,12 +24,17 @@ class ParsedModule:
         lines: its source lines (for conditions, ignore comments).
         aliases: local name -> the qualified name it was imported as
             (``dist`` -> ``torch.distributed``, ``DDP`` -> ``torch.nn.parallel.DistributedDataParallel``).
+        file: the file it was read from (None for source text).
+        import_files: the dotted names of the project's modules it imports (a relative import
+            gets one of its own), each with its file (lint/project.py fills it).
     """
 
     path: str
     tree: ast.Module
     lines: list[str]
     aliases: dict[str, str] = field(default_factory=dict)
+    file: Path | None = None  # the file itself, where it was read from one
+    import_files: dict[str, Path] = field(default_factory=dict)  # project module -> its file
 
     def line(self, lineno: int) -> str:
         """Source line ``lineno`` (1-based), stripped; empty when out of range."""
@@ -204,7 +209,9 @@ def parse_module(path: Path, shown: str) -> ParsedModule:
         raise UserError(f"cannot read {shown} ({e.__class__.__name__}); give Python files or "
                         "directories that hold them", 2) from None
     try:
-        return parse_source(decode_source(data), shown)
+        module = parse_source(decode_source(data), shown)
+        module.file = path.resolve()
+        return module
     except RecursionError:
         raise UnparsableSource(shown, 1, "nested too deeply for Python's parser") from None
     except SyntaxError as e:

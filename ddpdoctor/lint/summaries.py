@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ddpdoctor.lint.attributes import ObjectFacts
 from ddpdoctor.lint.collectives import Site, call_kinds, classify
 from ddpdoctor.lint.module import ParsedModule
-from ddpdoctor.lint.taint import Taint, key_of
+from ddpdoctor.lint.taint import Taint, bound_arguments, key_of
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 NO_GRAD_CALLS = ("no_grad", "inference_mode")
@@ -24,20 +25,26 @@ RANK_DECORATORS = ("rank_zero_only", "on_main_process", "on_local_main_process",
 
 @dataclass
 class FunctionInfo:
-    """A function (or method) defined in a linted file."""
+    """A function (or method) defined in a linted file, or in a project module it imports."""
 
     node: FunctionNode
     module: ParsedModule
     cls: str | None
     site: Site | None = None  # the first collective it issues, directly or through calls
     returns: Taint | None = None  # the taint of what it returns
+    nested: bool = False  # defined inside another function (walked with it)
+    returns_elts: list[Taint | None] | None = None  # item by item, for tuple returns
+    switches: frozenset[str] = frozenset()  # parameters that must be true for its collectives
 
 
 @dataclass
 class Program:
-    """Every function of the linted files, found by name, with its summary."""
+    """Every function of the linted files and of the project modules they import, found by
+    name, with its summary. ``context`` holds the paths of the modules read for their
+    summaries only (no finding is reported in them)."""
 
     modules: list[ParsedModule]
+    context: set[str] = field(default_factory=set)
     functions: dict[tuple[str, str], FunctionInfo] = field(default_factory=dict)
     by_node: dict[int, FunctionInfo] = field(default_factory=dict)
     top_level: dict[str, list[FunctionInfo]] = field(default_factory=dict)
@@ -46,30 +53,80 @@ class Program:
     calls: dict[int, list[FunctionInfo]] = field(default_factory=dict)  # id(info) -> callees
     monitors: dict[str, str] = field(default_factory=dict)  # metric key -> the callback
     objects: ObjectFacts = field(default_factory=ObjectFacts)  # taint in attributes, params
+    by_file: dict[Path, ParsedModule] = field(default_factory=dict)
 
     def resolve(self, call: ast.Call, module: ParsedModule, cls: str | None) -> FunctionInfo | None:
-        """The linted function a call reaches: ``f()`` or ``self.m()``; None when unknown."""
+        """The linted function a call reaches: ``f()``, ``self.m()``, a function of a project
+        module it imports (``helpers.f()``, ``from .dist import f``), a function defined
+        inside another; None when unknown."""
         func = call.func
         if isinstance(func, ast.Name):
             own = self.functions.get((module.path, func.id))
             if own is not None:
                 return own
             imported = module.aliases.get(func.id)
-            if imported is not None and imported.rsplit(".", 1)[-1] in self.top_level:
-                return self.top_level[imported.rsplit(".", 1)[-1]][0]
-            return None
+            if imported is not None:
+                found = self._imported(imported, module)
+                if isinstance(found, FunctionInfo):
+                    return found
+                if found is None and imported.rsplit(".", 1)[-1] in self.top_level and \
+                        not module.import_files:
+                    return self.top_level[imported.rsplit(".", 1)[-1]][0]
+                return None
+            return self.functions.get((module.path, f"<nested>.{func.id}"))
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
                 func.value.id in ("self", "cls") and cls is not None:
             return self.functions.get((module.path, f"{cls}.{func.attr}"))
+        if isinstance(func, ast.Attribute) and module.import_files:
+            found = self._imported(module.qualified(func) or "", module)
+            return found if isinstance(found, FunctionInfo) else None
         return None
 
+    def _imported(self, qualified: str, module: ParsedModule) -> FunctionInfo | ast.ClassDef \
+            | None:
+        """What a dotted name means in a project module ``module`` imports: a function, a
+        class, a class's method (``pkg.mod.Class.method``)."""
+        parts = qualified.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            file = module.import_files.get(".".join(parts[:cut]))
+            if file is None:
+                continue
+            target = self.by_file.get(file)
+            if target is None:
+                return None
+            rest = parts[cut:]
+            if len(rest) == 1:
+                found = self.functions.get((target.path, rest[0]))
+                return found if found is not None else target.classes().get(rest[0])
+            if len(rest) == 2:
+                return self.functions.get((target.path, f"{rest[0]}.{rest[1]}"))
+            return None
+        return None
 
     def resolve_class(self, call: ast.Call, module: ParsedModule) -> ast.ClassDef | None:
-        """The linted class a call builds (``TrainState(...)``), if any."""
-        return module.classes().get(module.qualified(call.func) or "")
+        """The linted class a call builds (``TrainState(...)``, an imported project class)."""
+        name = module.qualified(call.func) or ""
+        own = module.classes().get(name)
+        if own is not None or not module.import_files:
+            return own
+        found = self._imported(name, module)
+        return found if isinstance(found, ast.ClassDef) else None
+
+    def class_module(self, cls: ast.ClassDef, module: ParsedModule) -> ParsedModule:
+        """The module that defines ``cls`` (``module`` or a project module it imports)."""
+        if module.classes().get(cls.name) is cls:
+            return module
+        for file in module.import_files.values():
+            target = self.by_file.get(file)
+            if target is not None and target.classes().get(cls.name) is cls:
+                return target
+        return module
 
 
 def _index(program: Program) -> None:
+    for module in program.modules:
+        if module.file is not None:
+            program.by_file.setdefault(module.file, module)
     for module in program.modules:
         for node in module.tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -77,30 +134,52 @@ def _index(program: Program) -> None:
                 program.functions[(module.path, node.name)] = info
                 program.top_level.setdefault(node.name, []).append(info)
                 program.by_node[id(node)] = info
+                _index_nested(program, module, node)
             elif isinstance(node, ast.ClassDef):
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         info = FunctionInfo(item, module, node.name)
                         program.functions[(module.path, f"{node.name}.{item.name}")] = info
                         program.by_node[id(item)] = info
-        for node in module.nodes():
-            if isinstance(node, ast.arg) and ddp_annotation(node, module):
-                program.ddp_modules.add(module.path)  # def train(model: DDP, ...)
-            if isinstance(node, ast.Call):
-                name = module.qualified(node.func) or ""
-                if any(n in name for n in DDP_MARKERS):
-                    program.ddp_modules.add(module.path)
-                if name.endswith(MONITORING):
-                    for k in node.keywords:
-                        if k.arg == "monitor" and isinstance(k.value, ast.Constant) and \
-                                isinstance(k.value.value, str):
-                            program.monitors[k.value.value] = name.rsplit(".", 1)[-1]
-                if name.endswith((".spawn", "start_processes")) and node.args and \
-                        isinstance(node.args[0], ast.Name):
-                    program.spawn_targets.add(node.args[0].id)
-                if name.endswith(".run") and "Parallel" in ast.unparse(node.func) and \
-                        node.args and isinstance(node.args[0], ast.Name):
-                    program.spawn_targets.add(node.args[0].id)
+                        _index_nested(program, module, item)
+        if module.path in program.context:
+            continue
+        _index_calls(program, module)
+
+
+def _index_nested(program: Program, module: ParsedModule, outer: FunctionNode) -> None:
+    """Functions defined inside ``outer`` (a helper closure), by their own name."""
+    for node in module.own_nodes(outer):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            info = FunctionInfo(node, module, None, nested=True)
+            program.functions.setdefault((module.path, f"<nested>.{node.name}"), info)
+            program.by_node[id(node)] = info
+
+
+def _index_calls(program: Program, module: ParsedModule) -> None:
+    """What the file's calls say of the job: a DDP wrap, a monitored metric, a spawn target."""
+    for node in module.nodes():
+        if isinstance(node, ast.arg) and ddp_annotation(node, module):
+            program.ddp_modules.add(module.path)  # def train(model: DDP, ...)
+        if isinstance(node, ast.Call):
+            name = module.qualified(node.func) or ""
+            if any(n in name for n in DDP_MARKERS):
+                program.ddp_modules.add(module.path)
+            if name.endswith(MONITORING):
+                for k in node.keywords:
+                    if k.arg == "monitor" and isinstance(k.value, ast.Constant) and \
+                            isinstance(k.value.value, str):
+                        program.monitors[k.value.value] = name.rsplit(".", 1)[-1]
+            if name.endswith((".spawn", "start_processes")) and node.args and \
+                    isinstance(node.args[0], ast.Name):
+                program.spawn_targets.add(node.args[0].id)
+            if name.endswith("Process"):  # Process(target=run, args=(rank, ...))
+                program.spawn_targets.update(
+                    k.value.id for k in node.keywords
+                    if k.arg == "target" and isinstance(k.value, ast.Name))
+            if name.endswith(".run") and "Parallel" in ast.unparse(node.func) and \
+                    node.args and isinstance(node.args[0], ast.Name):
+                program.spawn_targets.add(node.args[0].id)
 
 
 def ddp_annotation(arg: ast.arg, module: ParsedModule) -> bool:
@@ -215,7 +294,8 @@ class SiteScanner:
         if site is not None:
             return site
         callee = self.program.resolve(call, self.module, self.cls)
-        if callee is not None and callee.site is not None:
+        if callee is not None and callee.site is not None and \
+                not switched_off(call, callee):
             name = callee.node.name
             return Site(f"{name}() (which calls {callee.site.name.split(' (')[0]})",
                         call.lineno, f"{name}()")
@@ -242,7 +322,55 @@ def summarise_collectives(program: Program) -> None:
         sites = scanner.scan(info.node.body, no_grad_decorated(info.node, info.module))
         if sites:
             info.site = sites[0]
+            info.switches = switches(scanner, info)
             work.extend(c for c in callers.get(id(info), ()) if c.site is None)
+
+
+def switches(scanner: SiteScanner, info: FunctionInfo) -> frozenset[str]:
+    """The parameters every collective of the function sits under (``if synchronize:
+    barrier()``): a call that passes them false issues none."""
+    params = {a.arg for a in [*info.node.args.posonlyargs, *info.node.args.args,
+                              *info.node.args.kwonlyargs]}
+    guards: set[str] = set()
+
+    def unguarded(stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out = []
+        for stmt in stmts:
+            if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Name) and \
+                    stmt.test.id in params and not stmt.orelse:
+                if scanner.scan(stmt.body):
+                    guards.add(stmt.test.id)
+                continue
+            out.append(stmt)
+        return out
+
+    rest = unguarded(info.node.body)
+    if not guards or scanner.scan(rest):
+        return frozenset()
+    return frozenset(guards)
+
+
+def switched_off(call: ast.Call, callee: FunctionInfo) -> bool:
+    """True when the call passes false (a false constant, or nothing where the default is
+    one) to a parameter every collective of the callee needs true."""
+    if not callee.switches:
+        return False
+    bound = bound_arguments(call, callee.node, callee.cls is not None)
+    defaults = _defaults(callee.node)
+    for name in callee.switches:
+        value = bound.get(name, defaults.get(name))
+        if isinstance(value, ast.Constant) and not value.value:
+            return True
+    return False
+
+
+def _defaults(node: FunctionNode) -> dict[str, ast.expr]:
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    out = {a.arg: d for a, d in zip(positional[len(positional) - len(args.defaults):],
+                                    args.defaults)}
+    out.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    return out
 
 
 def callees(program: Program, info: FunctionInfo) -> list[FunctionInfo]:

@@ -170,6 +170,7 @@ RANK_CALLS = frozenset({
     "ignite.distributed.get_rank", "ignite.distributed.get_local_rank",
     "ignite.distributed.get_node_rank"})
 WORLD_CALLS = frozenset({"torch.distributed.get_world_size", "ignite.distributed.get_world_size",
+                         "torch.distributed.is_initialized", "torch.distributed.is_available",
                          "ignite.distributed.get_nproc_per_node"})
 RANK_ATTRS = frozenset({"rank", "local_rank", "global_rank", "node_rank", "is_global_zero",
                         "is_main_process", "is_local_main_process", "process_index",
@@ -273,6 +274,16 @@ def bound_arguments(call: ast.Call, node: ast.AST, method: bool) -> dict[str, as
         if k.arg in named:
             out[k.arg] = k.value
     return out
+
+
+SPLITS = frozenset({"split", "chunk", "array_split", "tensor_split"})
+
+
+def splits(node: ast.expr) -> bool:
+    """A call that splits a sequence into parts (``torch.split(x, n)``, ``np.array_split``):
+    the part a rank takes is its share, whose size may differ from the others'."""
+    return isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)) and \
+        (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) in SPLITS
 
 
 def key_of(node: ast.expr) -> str | None:
@@ -422,11 +433,12 @@ class TaintEval:
             return self._env_var(var, node.lineno)
         base = self.of(node.value)
         index = self.of(node.slice)
-        if index is not None and isinstance(node.slice, ast.Slice):
-            if index.kind == TaintKind.RANK:
-                index = Taint(TaintKind.SHARD, index.line)
-            elif index.kind == TaintKind.WORLD and self._strides_by_world(node.slice.step):
-                self.on_world_split(node.lineno)
+        if index is not None and index.kind == TaintKind.RANK and (
+                isinstance(node.slice, ast.Slice) or splits(node.value)):
+            index = replace(index, kind=TaintKind.SHARD)  # x[rank::world], split(x, n)[rank]
+        elif index is not None and isinstance(node.slice, ast.Slice) and \
+                index.kind == TaintKind.WORLD and self._strides_by_world(node.slice.step):
+            self.on_world_split(node.lineno)
         return stronger(base, index)
 
     @staticmethod
@@ -504,10 +516,17 @@ class TaintEval:
         """What a linted function's result carries: its own taint (the summary), and the taint
         of each argument whose parameter reaches its return value (through what lint cannot
         see when the summary says so)."""
-        own: Taint | None = getattr(info, "returns", None)
+        return self.user_result(call, info, getattr(info, "returns", None))
+
+    def user_result(self, call: ast.Call, info: object, own: Taint | None) -> Taint | None:
+        """What a linted function's result (or one item of it) carries, given the summary's
+        taint ``own`` of it. A result that differs only by the path taken inside the function
+        (an implicit flow) is not carried: which path a helper takes is its own business, and
+        an error needs a value on a definite path."""
         if own is None:
             return None
-        result = None if own.kind == TaintKind.PARAM else replace(own, params=frozenset())
+        result = None if own.kind == TaintKind.PARAM or own.implicit else \
+            replace(own, params=frozenset())
         if own.params:
             bound = bound_arguments(call, getattr(info, "node"), getattr(info, "cls") is not None)
             for param in own.params:
@@ -515,6 +534,8 @@ class TaintEval:
                 if arg is None:
                     continue
                 t = self.explicit_of(arg) if own.unseen else self.of(arg)
+                if t is not None and t.state:
+                    continue  # an object handed in: the function reads its attributes
                 if t is not None and own.unseen:
                     t = t.unseen_through(own.unseen)
                 result = stronger(result, t)

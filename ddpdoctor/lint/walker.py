@@ -11,10 +11,10 @@ from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, receiver_name
 from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
 from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
     lock_across_collective, rank_dependent_loop, recv_before_send
-from ddpdoctor.lint.module import own
+from ddpdoctor.lint.module import ParsedModule, own
 from ddpdoctor.lint.summaries import MODEL_PARAMS, FunctionInfo, ddp_annotation, \
     no_grad_decorated, rank_decorator, with_flags
-from ddpdoctor.lint.uniformity import benign_handler, strip_wrappers
+from ddpdoctor.lint.uniformity import benign_handler, callee_name, strip_wrappers
 from ddpdoctor.lint.taint import RANK_NAMES, WORLD_NAMES, Env, Taint, TaintKind, key_of, \
     stronger
 
@@ -40,18 +40,20 @@ class FunctionWalker(DataFlow):
             self.emit(conditional_collective.check(t, dec.lineno, self.sites(node.body), []))
             self.control.append(Control(t, dec.lineno, 0))
         self.block(node.body)
-        if info is not None:
-            info.returns = stronger(info.returns, self.returns) if self.summary else info.returns
+        if info is not None and self.summary:
+            info.returns = stronger(info.returns, self.returns)
+            info.returns_elts = merge_items(info.returns_elts, self.returns_elts)
 
     def seed_params(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
         spawned = node.name in self.program.spawn_targets
         has_ddp = self.module.path in self.program.ddp_modules
+        told = told_rank(node, self.module)
         for i, arg in enumerate(args):
             self.env.uniform.discard(arg.arg)
             self.env.kinds.pop(arg.arg, None)
             self.env.taints.pop(arg.arg, None)
-            if arg.arg in RANK_NAMES or (spawned and i == 0):
+            if arg.arg in RANK_NAMES or (spawned and i == 0) or arg.arg in told:
                 self.env.taints[arg.arg] = Taint(TaintKind.RANK, node.lineno)
             elif arg.arg in WORLD_NAMES:
                 self.env.taints[arg.arg] = Taint(TaintKind.WORLD, node.lineno)
@@ -131,21 +133,29 @@ class FunctionWalker(DataFlow):
                 self.emit(conditional_collective.check(t, stmt.lineno, body, orelse, membership))
         raw = self.taint_of(stmt.test)
         single = raw is not None and raw.kind == TaintKind.WORLD  # if world_size > 1: ...
-        self.branches(t, stmt.lineno, [stmt.body, stmt.orelse], single_process_side=single)
+        alone = single_side(stmt.test, self.taint_of) if single else None
+        self.branches(t, stmt.lineno, [stmt.body, stmt.orelse], single_process_side=single,
+                      alone=alone)
 
     def branches(self, t: Taint | None, line: int, bodies: list[list[ast.stmt]],
-                 loop: bool = False, single_process_side: bool = False) -> None:
+                 loop: bool = False, single_process_side: bool = False,
+                 alone: int | None = None) -> None:
         """Walk each body from the same state and join them. ``single_process_side``: the
         condition tests the world size, so one side runs where there is one rank only, and
-        what the other side made uniform (a reduce) is uniform after the join."""
+        what the other side made uniform (a reduce) is uniform after the join. ``alone``: the
+        index of the body that runs in a single process (no process group): what it returns
+        or skips no other rank waits for."""
         if t is not None:
             self.control.append(Control(t, line, len(self.frames)))
         start = self.env
         merged: Env | None = None
         reduced: set[str] = set()
-        for body in bodies:
+        for i, body in enumerate(bodies):
             self.env = start.copy()
+            saved = self.single_process
+            self.single_process = saved or i == alone
             self.block(body, loop)
+            self.single_process = saved
             reduced |= self.env.uniform
             merged = self.env if merged is None else merged.merge(self.env)
         if merged is not None and single_process_side:
@@ -280,7 +290,13 @@ class FunctionWalker(DataFlow):
         for handler in stmt.handlers:
             self.env = start.merge(after_body)
             if benign_handler(handler):  # every rank takes it alike: no divergence
+                end = iterator_end(handler, stmt.body)
+                if end is not None:  # but where it ends this rank's iterator, it jumps alone
+                    self.control.append(Control(Taint(TaintKind.SHARD, end), handler.lineno,
+                                                len(self.frames), jumps_only=True))
                 self.block(handler.body)
+                if end is not None:
+                    self.control.pop()
                 merged = merged.merge(self.env)
                 continue
             t = Taint(TaintKind.EXCEPTION, handler.lineno)
@@ -298,12 +314,34 @@ class FunctionWalker(DataFlow):
 
     # -- jumps ----------------------------------------------------------------------------------
     def visit_Return(self, stmt: ast.Return) -> None:
+        if self.single_process:  # one process, no group: its value is every rank's
+            if stmt.value is not None:
+                self.calls_in(stmt.value)
+            return
         if stmt.value is not None:
             self.calls_in(stmt.value)
             self.returns = stronger(self.returns, self.taint_of(stmt.value))
         if not self.passthrough:  # which value comes back depends on the path taken
             self.returns = stronger(self.returns, self.control_taint())
+        if self.summary:
+            self.tuple_return(stmt.value)
         self.jump(stmt, "return")
+
+    def tuple_return(self, value: ast.expr | None) -> None:
+        """Item by item, what a function that returns tuples of one length returns
+        (``return use_ddp, rank, device``): unpacking its result gives each name its own."""
+        if not isinstance(value, ast.Tuple) or any(isinstance(e, ast.Starred)
+                                                   for e in value.elts):
+            self.returns_elts = []
+            return
+        control = None if self.passthrough else self.control_taint()
+        items = [stronger(self.taint_of(e), control) for e in value.elts]
+        if self.returns_elts is None:
+            self.returns_elts = items
+        elif len(self.returns_elts) == len(items):
+            self.returns_elts = [stronger(a, b) for a, b in zip(self.returns_elts, items)]
+        else:
+            self.returns_elts = []
 
     def visit_Raise(self, stmt: ast.Raise) -> None:
         self.jump(stmt, "raise")
@@ -315,7 +353,7 @@ class FunctionWalker(DataFlow):
         self.jump(stmt, "continue")
 
     def jump(self, stmt: ast.stmt, word: str) -> None:
-        if self.quiet:
+        if self.quiet or self.single_process:
             return
         loop_at = max((i for i, f in enumerate(self.frames) if f.loop), default=-1)
         scope = loop_at if word in ("break", "continue") else 0
@@ -389,6 +427,78 @@ def hands_back_argument(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
                 return False
             bases.add(base.id)
     return len(bases) == 1
+
+
+DISTRIBUTED_WHEN_TRUE = ("is_initialized", "is_available", "is_distributed")
+
+
+def single_side(test: ast.expr, taint_of) -> int | None:
+    """Which side of an ``if`` on the process group's presence runs in a single process: 1 for
+    ``if dist.is_initialized():`` or ``if world_size > 1:`` (the ``else``), 0 for their
+    negations (``if not dist.is_available() or not dist.is_initialized():``,
+    ``if world_size == 1:``); None when it cannot be told."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = single_side(test.operand, taint_of)
+        return None if inner is None else 1 - inner
+    if isinstance(test, ast.BoolOp):
+        sides = [single_side(v, taint_of) for v in test.values]
+        if isinstance(test.op, ast.And) and 1 in sides:
+            return 1  # distributed only when every term says so
+        if isinstance(test.op, ast.Or) and 0 in sides:
+            return 0  # single as soon as one term says so
+        return None
+    if isinstance(test, ast.Call):
+        return 1 if callee_name(test.func) in DISTRIBUTED_WHEN_TRUE else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and \
+            isinstance(test.comparators[0], ast.Constant) and \
+            isinstance(test.comparators[0].value, int):
+        t = taint_of(test.left)
+        if t is None or t.kind != TaintKind.WORLD:
+            return None
+        op, n = type(test.ops[0]), test.comparators[0].value
+        if (op is ast.Gt and n == 1) or (op is ast.GtE and n == 2) or (op is ast.NotEq and n == 1):
+            return 1
+        if (op is ast.Eq and n == 1) or (op is ast.Lt and n == 2) or (op is ast.LtE and n == 1):
+            return 0
+    return None
+
+
+def merge_items(old: list[Taint | None] | None, new: list[Taint | None] | None) \
+        -> list[Taint | None] | None:
+    """Item-by-item taints of a tuple return joined over the summary's rounds ([]: the
+    function returns something else on some path)."""
+    if old is None or new is None:
+        return new if old is None else old
+    if not old or not new or len(old) != len(new):
+        return []
+    return [stronger(a, b) for a, b in zip(old, new)]
+
+
+def told_rank(node: ast.FunctionDef | ast.AsyncFunctionDef, module: ParsedModule) -> set[str]:
+    """The names a function hands ``init_process_group`` as the rank (``rank=proc_id``): what
+    the process group is told this process's rank is, is the rank."""
+    names: set[str] = set()
+    for n in module.own_nodes(node):
+        if isinstance(n, ast.Call) and callee_name(n.func) == "init_process_group":
+            names.update(k.value.id for k in n.keywords
+                         if k.arg == "rank" and isinstance(k.value, ast.Name))
+    return names
+
+
+def iterator_end(handler: ast.ExceptHandler, body: list[ast.stmt]) -> int | None:
+    """The line of the ``next(it)`` whose ``StopIteration`` the handler catches: the end of
+    this rank's own iterator, which the other ranks' need not share (its loader may hold fewer
+    batches); None when the handler catches something else or the body calls no ``next``."""
+    kind = handler.type
+    names = kind.elts if isinstance(kind, ast.Tuple) else [kind] if kind is not None else []
+    if not any(callee_name(n) in ("StopIteration", "StopAsyncIteration") for n in names):
+        return None
+    for stmt in body:
+        for node in [stmt, *own(stmt)]:
+            if isinstance(node, ast.Call) and callee_name(node.func) in ("next", "__next__",
+                                                                          "anext"):
+                return node.lineno
+    return None
 
 
 def ends_in_jump(stmts: list[ast.stmt]) -> bool:
