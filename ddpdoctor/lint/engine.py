@@ -237,11 +237,13 @@ def _module_findings(module: ParsedModule, drafts: list[Draft]) -> list[LintFind
     return out
 
 
-def lint_files(paths: list[Path], follow: bool = True) -> list[LintFinding]:
+def lint_files(paths: list[Path], follow: bool = True,
+               project: Path | None = None) -> list[LintFinding]:
     """Lint files and directories; a UserError (exit 2) for a missing or unreadable one.
     A file that is not valid Python is one ``syntax_error`` finding; the others are linted.
     ``follow``: read the project modules the files import (lint/project.py) for what their
-    functions do."""
+    functions do; ``project``: the project's directory (default: the working directory, where
+    the files lie under it)."""
     modules: list[ParsedModule] = []
     broken: list[LintFinding] = []
     for path, shown in python_files(paths):
@@ -252,6 +254,8 @@ def lint_files(paths: list[Path], follow: bool = True) -> list[LintFinding]:
     context: list[ParsedModule] = []
     if follow:
         reader = ProjectReader([p.resolve() for p in paths if p.is_dir()])
+        if project is not None:
+            reader.cwd = project.resolve()
         context = reader.follow([(m, m.file) for m in modules if m.file is not None])
     try:
         findings = lint_modules(modules, context)

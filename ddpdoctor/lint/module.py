@@ -73,6 +73,14 @@ class ParsedModule:
             self.__dict__["_buffer_classes"] = cached
         return cached
 
+    def packages(self) -> set[str]:
+        """The top-level packages the file imports (``lightning``, ``accelerate``)."""
+        cached = self.__dict__.get("_packages")
+        if cached is None:
+            cached = {v.split(".", 1)[0] for v in self.aliases.values()}
+            self.__dict__["_packages"] = cached
+        return cached
+
     def classes(self) -> dict[str, ast.ClassDef]:
         """The file's top-level classes by name."""
         cached = self.__dict__.get("_classes")

@@ -298,7 +298,7 @@ class SiteScanner:
                 not switched_off(call, callee):
             name = callee.node.name
             return Site(f"{name}() (which calls {callee.site.name.split(' (')[0]})",
-                        call.lineno, f"{name}()")
+                        call.lineno, f"{name}()", certain=callee.site.certain)
         return None
 
 
@@ -321,7 +321,7 @@ def summarise_collectives(program: Program) -> None:
                               static_kinds(info.node, info.module, has_ddp), info.cls)
         sites = scanner.scan(info.node.body, no_grad_decorated(info.node, info.module))
         if sites:
-            info.site = sites[0]
+            info.site = next((site for site in sites if site.certain), sites[0])
             info.switches = switches(scanner, info)
             work.extend(c for c in callers.get(id(info), ()) if c.site is None)
 

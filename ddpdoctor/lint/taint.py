@@ -212,6 +212,8 @@ SEED_ARGS = frozenset({"generator", "worker_init_fn", "seed", "num_workers", "pi
                        "multiprocessing_context", "collate_fn"})
 
 
+LOAD_CALLS = frozenset({"torch.load", "json.load", "pickle.load", "numpy.load", "yaml.safe_load",
+                        "yaml.load", "safetensors.torch.load_file", "torch.jit.load"})
 KNOWN_FUNCTIONS = frozenset({
     "int", "float", "str", "bool", "len", "abs", "min", "max", "round", "sum", "sorted", "list",
     "tuple", "set", "frozenset", "dict", "enumerate", "zip", "range", "reversed", "any", "all",
@@ -475,6 +477,9 @@ class TaintEval:
             return self.all_of(node.args[1:])
         if name == "len" and node.args and key_of(node.args[0]) in self.env.shapes:
             return self.env.shapes[key_of(node.args[0]) or ""]
+        if name in LOAD_CALLS:  # a file's contents: what every rank reads from it
+            t = self.all_of(node.args)
+            return None if t is None or t.kind == TaintKind.FILESYSTEM else t
         known = known_call(name, node)
         arg_of = self.of if known else self.explicit_of
         kept = [k.value for k in value_keywords(node) if k.arg not in SEED_ARGS]
