@@ -6,7 +6,7 @@ import ast
 from dataclasses import dataclass
 
 from ddpdoctor.lint.hidden_collectives import hidden_collective
-from ddpdoctor.lint.module import BUFFER_WORDS, ParsedModule
+from ddpdoctor.lint.module import BUFFER_WORDS, ParsedModule, mentions, walk
 from ddpdoctor.lint.taint import key_of
 
 DIST = "torch.distributed"
@@ -231,8 +231,7 @@ def _sync_dist(call: ast.Call) -> bool:
 def has_buffers(node: ast.expr, module: ParsedModule) -> bool:
     """True when a module built by ``node`` has buffers DDP broadcasts in every forward
     (a BatchNorm in the expression, or in the file's class it builds)."""
-    text = ast.unparse(node)
-    if any(w in text for w in BUFFER_WORDS):
+    if mentions(walk(node), BUFFER_WORDS):
         return True
     if isinstance(node, ast.Call):
         name = (module.qualified(node.func) or "").rsplit(".", 1)[-1]

@@ -11,7 +11,6 @@ the files of one project one by one parses each helper once."""
 
 from __future__ import annotations
 
-import ast
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,25 @@ FOLLOW_MAX = 120  # project modules read besides the files given, at most
 INSTALLED = ("site-packages", "dist-packages")
 
 _PARSED: dict[tuple[str, int, int], ParsedModule | None] = {}  # (path, size, mtime) -> module
+_FOUND: dict[tuple[tuple[Path, ...], Path, str], Path | None] = {}
+_LAYOUTS: dict[tuple[Path, tuple[Path, ...], Path], "Layout"] = {}
+_STATS: dict[str, tuple[bool, bool]] = {}  # path -> (is a file, is a directory)
+
+
+def _stat(path: str | Path) -> tuple[bool, bool]:
+    key = str(path)
+    found = _STATS.get(key)
+    if found is None:
+        found = _STATS[key] = (os.path.isfile(key), os.path.isdir(key))
+    return found
+
+
+def _is_file(path: str | Path) -> bool:
+    return _stat(path)[0]
+
+
+def _is_dir(path: str | Path) -> bool:
+    return _stat(path)[1]
 
 
 def _stat_key(path: Path) -> tuple[str, int, int] | None:
@@ -55,7 +73,7 @@ def _package_top(directory: Path) -> Path:
     """The directory that holds the outermost package ``directory`` is part of (itself when it
     is no package)."""
     top = directory
-    while (top / "__init__.py").is_file() and top.parent != top:
+    while _is_file(top / "__init__.py") and top.parent != top:
         top = top.parent
     return top
 
@@ -81,11 +99,24 @@ class Layout:
 
     def find(self, dotted: str) -> Path | None:
         """The file of project module ``dotted`` (``pkg/mod.py`` or ``pkg/mod/__init__.py``)."""
-        rel = Path(*dotted.split("."))
-        for root in self.roots:
-            for cand in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
-                if cand.is_file() and _under(cand, self.scope):
-                    return cand
+        key = (tuple(self.roots), self.scope, dotted)
+        if key not in _FOUND:
+            _FOUND[key] = self._find(dotted)
+        return _FOUND[key]
+
+    def _find(self, dotted: str) -> Path | None:
+        if not dotted or not all(p.isidentifier() for p in dotted.split(".")):
+            return None
+        parts = dotted.split(".")
+        rel = os.path.join(*parts)
+        scope = str(self.scope)
+        for root in map(str, self.roots):
+            if not _is_dir(os.path.join(root, parts[0])) and \
+                    not _is_file(os.path.join(root, parts[0] + ".py")):
+                continue  # the top-level name is not here: no need to look further down
+            for cand in (os.path.join(root, rel + ".py"), os.path.join(root, rel, "__init__.py")):
+                if _is_file(cand) and _under(Path(cand), Path(scope)):
+                    return Path(cand)
         return None
 
     def name_of(self, path: Path) -> str | None:
@@ -113,6 +144,14 @@ def _under(path: Path, scope: Path) -> bool:
 
 
 def layout_for(path: Path, given_dirs: list[Path], cwd: Path) -> Layout:
+    """Where a file's project modules are (see ``_layout``), worked out once per directory."""
+    key = (path.parent, tuple(given_dirs), cwd)
+    if key not in _LAYOUTS:
+        _LAYOUTS[key] = _layout(path, given_dirs, cwd)
+    return _LAYOUTS[key]
+
+
+def _layout(path: Path, given_dirs: list[Path], cwd: Path) -> Layout:
     """Where a file's project modules are: its own directory, the directory that holds its
     package, a directory given that holds it, the working directory when the file lies under
     it, and the project's root (a directory with .git, pyproject.toml, setup.py or setup.cfg)
@@ -139,20 +178,6 @@ def layout_for(path: Path, given_dirs: list[Path], cwd: Path) -> Layout:
     return Layout(seen, scope)
 
 
-def imported_names(module: ParsedModule) -> list[tuple[str, int, list[tuple[str, str]]]]:
-    """Every import of the file: (module, level, the names taken from it with their local
-    names)."""
-    out: list[tuple[str, int, list[tuple[str, str]]]] = []
-    for node in module.nodes():
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                out.append((a.name, 0, []))
-        elif isinstance(node, ast.ImportFrom):
-            out.append((node.module or "", node.level,
-                        [(a.name, a.asname or a.name) for a in node.names if a.name != "*"]))
-    return out
-
-
 @dataclass
 class ProjectReader:
     """Reads the project modules the files given import, and names every module."""
@@ -161,6 +186,11 @@ class ProjectReader:
     cwd: Path = field(default_factory=lambda: Path(os.getcwd()).resolve())
 
     def follow(self, modules: list[tuple[ParsedModule, Path]]) -> list[ParsedModule]:
+        for cache in (_STATS, _FOUND, _LAYOUTS):  # the disk may have changed since last time
+            cache.clear()
+        return self._follow(modules)
+
+    def _follow(self, modules: list[tuple[ParsedModule, Path]]) -> list[ParsedModule]:
         """Resolve each module's (parsed from the path beside it) imports of project modules;
         return the project modules they import, followed hop by hop (``FOLLOW_DEPTH`` deep,
         ``FOLLOW_MAX`` at most), resolved the same way."""
@@ -193,7 +223,7 @@ class ProjectReader:
         given a dotted name of their own) and return those files."""
         if module.import_files:
             return list(module.import_files.values())
-        for name, level, taken in imported_names(module):
+        for name, level, taken in module.imports:
             if level == 0:
                 file = layout.find(name)
                 dotted = name
@@ -222,6 +252,6 @@ class ProjectReader:
         target = base_dir.joinpath(*name.split(".")) if name else base_dir
         dotted = f"_rel{level}_" + (name.replace(".", "_") if name else "pkg")
         for cand in (target.with_suffix(".py"), target / "__init__.py"):
-            if cand.is_file() and _under(cand, layout.scope):
+            if _is_file(cand) and _under(cand, layout.scope):
                 return dotted, cand
         return dotted, None
