@@ -175,7 +175,8 @@ def _summarise_returns(program: Program, datasets: dict[str, dict[str, ast.Class
             if id(info) not in pending:
                 continue
             before = (info.returns, info.returns_elts)
-            if info.site is None and not _may_hold_rank(program, info) and \
+            if info.site is None and all(c.returns is None for c in callees(program, info)) \
+                    and not _may_hold_rank(program, info) and \
                     outline_enough(info.module, info.node):
                 info.returns = param_reach(info.node)  # its arguments, as they come
             else:
@@ -261,8 +262,10 @@ def _file_rules(module: ParsedModule, functions: list[FunctionInfo],
     scopes: list[ast.AST] = [module.tree] + [info.node for info in functions]
     scopes += [n for n in module.nodes() if isinstance(
         n, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(n) not in known]
+    samplers = module.mentions_words(module.tree, ("distributedsampler",))
     for scope in scopes:
-        drafts += missing_set_epoch.check(scope, module, set_epoch_functions)
+        if samplers:  # the rule is about a DistributedSampler the file names
+            drafts += missing_set_epoch.check(scope, module, set_epoch_functions)
         if facts.uneven_loops and not isinstance(scope, ast.Module):
             drafts += dtype_divergence.check(scope, module, facts.uneven_loops)
     draws = {name: seed_collision.draws(cls, module) for name, cls in datasets.items()}

@@ -21,6 +21,7 @@ from ddpdoctor.lint.taint import BuiltObject, Env, Taint, TaintEval, TaintKind, 
     stronger
 from ddpdoctor.lint.uniformity import device_move, is_device, same_iteration, strip_wrappers
 
+WRAP_WORDS = ("distributeddataparallel", "fullyshardeddataparallel", "auto_model")
 MUTATORS = frozenset({"append", "extend", "update", "add", "insert", "setdefault",
                       "appendleft", "__setitem__"})
 LOADER_WORDS = ("loader", "batches")
@@ -92,6 +93,8 @@ class DataFlow(StateChecks):
     def mark_before_ddp(self, stmts: list[ast.stmt]) -> None:
         """A scope that wraps a model in DDP itself: a backward before the wrap is a plain
         autograd backward (no gradient all-reduce yet)."""
+        if not self.module.mentions_words(self.module.tree, WRAP_WORDS):
+            return
         for stmt in stmts:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
@@ -128,16 +131,26 @@ class DataFlow(StateChecks):
         """The collectives ``stmts`` issue, in order, in the current grad/no_sync state
         (a DDP model they build themselves counts as one)."""
         kinds = self.env.kinds
-        built = {key: found for stmt in stmts for node in ast.walk(stmt)
-                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-                 for found in [call_kinds(node.value, self.module)] if found
-                 for key in map(key_of, node.targets) if key is not None}
+        built = {key: found for stmt in stmts for key, found in self.built_by(stmt)}
         if built:
             kinds = {**kinds, **built}
         if self.env.before_ddp:
             kinds = {**kinds, BEFORE_DDP: frozenset({BEFORE_DDP})}
         return SiteScanner(self.program, self.module, kinds, self.cls).scan(
             stmts, self.no_grad, self.no_sync)
+
+    def built_by(self, stmt: ast.stmt) -> list[tuple[str, frozenset[str]]]:
+        """The objects lint knows (call_kinds) a statement assigns to names, kept per statement
+        on the file."""
+        cache = self.module.__dict__.setdefault("_built_by", {})
+        found = cache.get(id(stmt))
+        if found is None:
+            found = cache[id(stmt)] = [
+                (key, kinds) for node in [stmt, *own(stmt)]
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                for kinds in [call_kinds(node.value, self.module)] if kinds
+                for key in map(key_of, node.targets) if key is not None]
+        return found
 
     def control_taint(self, flag: bool = False) -> Taint | None:
         """The strongest condition the current statement runs under (an implicit flow);

@@ -56,6 +56,12 @@ class ParsedModule:
             return walk(scope)
         return order[span[0]:span[1]]
 
+    def span(self, scope: ast.AST) -> tuple[int, int] | None:
+        """Where a function's or class's nodes begin and end in ``nodes()`` (None: the file,
+        or a node that is no scope)."""
+        self.nodes()
+        return None if scope is self.tree else self.__dict__["_spans"].get(id(scope))
+
     def own_nodes(self, scope: ast.AST) -> list[ast.AST]:
         """The nodes of a function's (or the file's) own body: nested functions, classes and
         lambdas left out, the scope itself too."""
@@ -76,8 +82,13 @@ class ParsedModule:
 
     def mentions_words(self, node: ast.AST, words: tuple[str, ...]) -> bool:
         """True when the source lines of ``node`` hold one of ``words`` (lower-cased)."""
-        start, end = getattr(node, "lineno", 1), getattr(node, "end_lineno", None)
-        text = "\n".join(self.lines[start - 1:end]).lower()
+        if node is self.tree:
+            text = self.__dict__.get("_lower")
+            if text is None:
+                text = self.__dict__["_lower"] = "\n".join(self.lines).lower()
+        else:
+            start, end = getattr(node, "lineno", 1), getattr(node, "end_lineno", None)
+            text = "\n".join(self.lines[start - 1:end]).lower()
         return any(w in text for w in words)
 
     def packages(self) -> set[str]:

@@ -4,6 +4,7 @@ return a value that differs between ranks (a fixpoint over the calls between the
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,14 +199,33 @@ def static_kinds(node: FunctionNode | ast.Module | ast.ClassDef, module: ParsedM
         for arg in node.args.args:
             if arg.arg in MODEL_PARAMS:
                 kinds[arg.arg] = frozenset({"ddp"})
-    for stmt in module.nodes(node):
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
-            found = call_kinds(stmt.value, module)
-            for target in stmt.targets:
-                key = key_of(target)
-                if found and key is not None:
-                    kinds[key] = kinds.get(key, frozenset()) | found
+    for stmt, found in _assigned_kinds(module, node):
+        for target in stmt.targets:
+            key = key_of(target)
+            if key is not None:
+                kinds[key] = kinds.get(key, frozenset()) | found
     return kinds
+
+
+def _assigned_kinds(module: ParsedModule, scope: ast.AST) -> list[tuple[ast.Assign, frozenset[str]]]:
+    """The assignments of a call's result under ``scope`` whose result is an object lint
+    knows (call_kinds), found once per file and sliced by scope."""
+    table = module.__dict__.get("_assigned_kinds")
+    if table is None:
+        order = module.nodes()
+        table = ([], [])
+        for i, n in enumerate(order):
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+                found = call_kinds(n.value, module)
+                if found:
+                    table[0].append(i)
+                    table[1].append((n, found))
+        module.__dict__["_assigned_kinds"] = table
+    span = module.span(scope)
+    if span is None:
+        return list(table[1])
+    lo, hi = bisect_left(table[0], span[0]), bisect_left(table[0], span[1])
+    return table[1][lo:hi]
 
 
 def with_flags(items: list[ast.withitem], module: ParsedModule, no_grad: bool,
@@ -266,27 +286,13 @@ class SiteScanner:
         return self.calls([stmt], no_grad, no_sync)
 
     def calls(self, nodes: list[ast.AST], no_grad: bool, no_sync: bool) -> list[Site]:
-        found: list[ast.Call] = []
-        stack = list(nodes)
-        while stack:
-            node = stack.pop()
-            if isinstance(node, NESTED_SCOPES):
-                continue
-            if isinstance(node, ast.Call):
-                found.append(node)
-            for name in node._fields:
-                value = getattr(node, name, None)
-                if isinstance(value, ast.AST):
-                    stack.append(value)
-                elif isinstance(value, list):
-                    stack.extend(v for v in value if isinstance(v, ast.AST))
-        found.sort(key=lambda c: (c.end_lineno or 0, c.end_col_offset or 0))
         sites = []
-        for call in found:
+        for call in calls_under(nodes, self.module):
             site = self.site_of(call, no_grad, no_sync)
             if site is not None:
                 sites.append(site)
         return sites
+
 
     def site_of(self, call: ast.Call, no_grad: bool, no_sync: bool) -> Site | None:
         site = classify(call, self.module, self.kinds, no_grad, no_sync,
@@ -300,6 +306,32 @@ class SiteScanner:
             return Site(f"{name}() (which calls {callee.site.name.split(' (')[0]})",
                         call.lineno, f"{name}()", certain=callee.site.certain)
         return None
+
+
+def calls_under(nodes: list[ast.AST], module: ParsedModule) -> list[ast.Call]:
+    """The calls under ``nodes`` (nested functions, classes and lambdas aside), in the order
+    they complete; kept per node on the file (the walk asks for the same statements often)."""
+    cache = module.__dict__.setdefault("_calls_under", {})
+    if len(nodes) == 1 and id(nodes[0]) in cache:
+        return cache[id(nodes[0])]
+    found: list[ast.Call] = []
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, NESTED_SCOPES):
+            continue
+        if isinstance(node, ast.Call):
+            found.append(node)
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, ast.AST))
+    found.sort(key=lambda c: (c.end_lineno or 0, c.end_col_offset or 0))
+    if len(nodes) == 1:
+        cache[id(nodes[0])] = found
+    return found
 
 
 def summarise_collectives(program: Program) -> None:
