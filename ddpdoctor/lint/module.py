@@ -83,12 +83,13 @@ class ParsedModule:
     def mentions_words(self, node: ast.AST, words: tuple[str, ...]) -> bool:
         """True when the source lines of ``node`` hold one of ``words`` (lower-cased)."""
         if node is self.tree:
-            text = self.__dict__.get("_lower")
-            if text is None:
-                text = self.__dict__["_lower"] = "\n".join(self.lines).lower()
-        else:
-            start, end = getattr(node, "lineno", 1), getattr(node, "end_lineno", None)
-            text = "\n".join(self.lines[start - 1:end]).lower()
+            answers = self.__dict__.setdefault("_mentions", {})
+            if words not in answers:
+                text = "\n".join(self.lines).lower()
+                answers[words] = any(w in text for w in words)
+            return answers[words]
+        start, end = getattr(node, "lineno", 1), getattr(node, "end_lineno", None)
+        text = "\n".join(self.lines[start - 1:end]).lower()
         return any(w in text for w in words)
 
     def packages(self) -> set[str]:
