@@ -17,7 +17,8 @@ from ddpdoctor.lint.rules import Draft, rank_dependent_model, unused_parameters
 from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
 from ddpdoctor.lint.state_checks import StateChecks
 from ddpdoctor.lint.summaries import Program, SiteScanner
-from ddpdoctor.lint.taint import BuiltObject, Env, Taint, TaintEval, TaintKind, key_of, \
+from ddpdoctor.lint.taint_eval import BuiltObject, TaintEval
+from ddpdoctor.lint.taint import Env, Taint, TaintKind, key_of, \
     stronger
 from ddpdoctor.lint.uniformity import device_move, is_device, same_iteration, strip_wrappers
 

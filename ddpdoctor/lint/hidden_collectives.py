@@ -16,6 +16,7 @@ import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ddpdoctor.lint.module import ParsedModule, parse_module
 
@@ -146,23 +147,21 @@ def read_installed(entry: FrameworkMethod) -> HiddenCollective | None:
     return found
 
 
+# how a framework's method is summarised: (module, "Class.method") -> (the first collective it
+# reaches, or "" for none; whether every call reaches one), or None when it is not there. Set
+# by lint/summaries.py, whose analysis reads the framework's source as it reads the user's.
+MethodSummariser = Callable[[ParsedModule, str], "tuple[str, bool] | None"]
+summarise_method: MethodSummariser | None = None
+
+
 def _summarise(module: ParsedModule, entry: FrameworkMethod, version: str) \
         -> HiddenCollective | None:
-    from ddpdoctor.lint.summaries import Program, SiteScanner, static_kinds, \
-        summarise_collectives
-    program = Program([module])
-    summarise_collectives(program)
-    info = program.functions.get((module.path, f"{entry.cls}.{entry.method}"))
-    if info is None:
+    if summarise_method is None:
         return None
-    source = f"{entry.package} {version}, installed"
-    if info.site is None:
-        return HiddenCollective("", False, source)
-    scanner = SiteScanner(program, module, static_kinds(info.node, module, False), info.cls)
-    top = [s for s in info.node.body if not isinstance(s, (ast.If, ast.Try, ast.For,
-                                                            ast.While, ast.Match))]
-    always = bool(scanner.scan(top))
-    return HiddenCollective(info.site.name.split(" (")[0], always, source)
+    found = summarise_method(module, f"{entry.cls}.{entry.method}")
+    if found is None:
+        return None
+    return HiddenCollective(found[0], found[1], f"{entry.package} {version}, installed")
 
 
 def hidden_collective(receiver: str, method: str, imports: set[str]) -> HiddenCollective | None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import ast
 
 from ddpdoctor.lint.module import ParsedModule, own
-from ddpdoctor.lint.taint import Taint, TaintKind, known_call
+from ddpdoctor.lint.known_calls import known_call
+from ddpdoctor.lint.taint import Taint, TaintKind
 
 # what a function must not name for its outline to be enough (lower-cased source text): the
 # rank and the sources of rank-local values (data, files, the clock, chance, errors, loaders)

@@ -9,7 +9,7 @@ import ast
 
 from ddpdoctor.lint.collectives import dist_op, receiver_name
 from ddpdoctor.lint.rules import collective_shape, framework_state, replica_drift
-from ddpdoctor.lint.taint import Taint, TaintKind, key_of, stronger
+from ddpdoctor.lint.taint import Taint, key_of, stronger
 from ddpdoctor.lint.uniformity import device_move
 
 SIZED = "sized"  # a kinds label: a tensor whose shape (in env.shapes) is known

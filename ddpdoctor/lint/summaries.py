@@ -8,10 +8,12 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddpdoctor.lint import hidden_collectives
 from ddpdoctor.lint.attributes import ObjectFacts
 from ddpdoctor.lint.collectives import Site, call_kinds, classify
 from ddpdoctor.lint.module import ParsedModule
-from ddpdoctor.lint.taint import Taint, bound_arguments, key_of
+from ddpdoctor.lint.known_calls import bound_arguments
+from ddpdoctor.lint.taint import Taint, key_of
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 NO_GRAD_CALLS = ("no_grad", "inference_mode")
@@ -460,3 +462,23 @@ def rank_decorator(node: FunctionNode) -> ast.expr | None:
         if text.endswith(RANK_DECORATORS):
             return dec
     return None
+
+
+def summarise_framework_method(module: ParsedModule, qualname: str) -> tuple[str, bool] | None:
+    """A framework's method read as the user's code is (lint/hidden_collectives.py): the first
+    collective it reaches ("" for none), and whether it reaches one on every call (a collective
+    at its top level, not under a condition or in a loop); None when it is not there."""
+    program = Program([module])
+    summarise_collectives(program)
+    info = program.functions.get((module.path, qualname))
+    if info is None:
+        return None
+    if info.site is None:
+        return "", False
+    scanner = SiteScanner(program, module, static_kinds(info.node, module, False), info.cls)
+    top = [s for s in info.node.body if not isinstance(s, (ast.If, ast.Try, ast.For, ast.While,
+                                                            ast.Match))]
+    return info.site.name.split(" (")[0], bool(scanner.scan(top))
+
+
+hidden_collectives.summarise_method = summarise_framework_method
