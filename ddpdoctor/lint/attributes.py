@@ -20,7 +20,7 @@ same shared checkpoint), and flow-insensitive facts about it would cry wolf.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.taint import Taint, TaintKind, stronger
@@ -31,8 +31,11 @@ CARRIED = frozenset({TaintKind.RANK, TaintKind.SHARD})
 
 
 def carried(t: Taint | None) -> Taint | None:
-    """The taint an object's state or a parameter keeps across functions: the rank's alone."""
-    return t if t is not None and t.kind in CARRIED else None
+    """The taint an object's state or a parameter keeps across functions: the rank's alone, on
+    a definite path (what came through a call lint cannot read stays where it was)."""
+    if t is None or t.kind not in CARRIED or t.unseen:
+        return None
+    return replace(t, params=frozenset()) if t.params else t
 
 
 @dataclass
@@ -42,6 +45,13 @@ class ObjectFacts:
     attrs: dict[tuple[str, str], dict[str, Taint]] = field(default_factory=dict)
     params: dict[int, dict[str, Taint]] = field(default_factory=dict)  # id(function node)
     version: int = 0  # bumped whenever a fact grows
+    dirty: set[tuple[str, ...] | int] = field(default_factory=set)  # grown since taken
+
+    def take_dirty(self) -> set[tuple[str, ...] | int]:
+        """The facts grown since the last call: id(function node) for a parameter's,
+        (path, class) for an attribute's."""
+        found, self.dirty = self.dirty, set()
+        return found
 
     def class_attrs(self, path: str, cls: str) -> dict[str, Taint]:
         """The tainted attributes of a class of a file: attribute name -> taint."""
@@ -53,24 +63,28 @@ class ObjectFacts:
         if t is None:
             return
         table = self.attrs.setdefault((path, cls), {})
-        self._grow(table, attr, t.through(f"`{cls}.{attr}`"))
+        if self._grow(table, attr, t.through(f"`{cls}.{attr}`")):
+            self.dirty.add((path, cls))
 
     def add_param(self, node: ast.AST, name: str, t: Taint | None, shown: str) -> None:
         """Parameter ``name`` of the function ``node`` may receive a value tainted by ``t``."""
         t = carried(t)
         if t is None:
             return
-        self._grow(self.params.setdefault(id(node), {}), name, t.through(shown))
+        if self._grow(self.params.setdefault(id(node), {}), name, t.through(shown)):
+            self.dirty.add(id(node))
 
     def param_taints(self, node: ast.AST) -> dict[str, Taint]:
         return self.params.get(id(node), {})
 
-    def _grow(self, table: dict[str, Taint], key: str, t: Taint) -> None:
+    def _grow(self, table: dict[str, Taint], key: str, t: Taint) -> bool:
         old = table.get(key)
         new = stronger(old, t)
         if new is not old:
             table[key] = new  # type: ignore[assignment]
             self.version += 1
+            return True
+        return False
 
 
 def class_of(labels: frozenset[str]) -> str | None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ddpdoctor.lint.module import BUFFER_WORDS, ParsedModule
+from ddpdoctor.lint.hidden_collectives import hidden_collective
+from ddpdoctor.lint.module import BUFFER_WORDS, ParsedModule, mentions, walk
 from ddpdoctor.lint.taint import key_of
 
 DIST = "torch.distributed"
@@ -17,6 +18,8 @@ DIST_COLLECTIVES = frozenset({
     "new_subgroups_by_enumeration", "init_process_group", "destroy_process_group",
     "all_reduce_coalesced", "all_gather_coalesced", "_all_gather_base", "_reduce_scatter_base",
     "init_device_mesh"})
+FSDP_OPTIM_STATE = frozenset({"optim_state_dict", "full_optim_state_dict",
+                              "sharded_optim_state_dict", "scatter_full_optim_state_dict"})
 DIST_P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv",
                       "send_object_list", "recv_object_list"})
 MODULE_COLLECTIVES: dict[str, frozenset[str]] = {
@@ -36,6 +39,15 @@ MODULE_COLLECTIVES: dict[str, frozenset[str]] = {
     "accelerate.utils.operations": frozenset({"gather", "gather_object", "reduce", "broadcast",
                                               "broadcast_object_list",
                                               "pad_across_processes"}),
+    # torch's distributed checkpoint: every rank saves and loads its shards together
+    "torch.distributed.checkpoint": frozenset({"save", "load", "save_state_dict",
+                                               "load_state_dict", "async_save"}),
+    "torch.distributed.checkpoint.state_dict": frozenset({
+        "get_model_state_dict", "get_optimizer_state_dict", "get_state_dict",
+        "set_model_state_dict", "set_optimizer_state_dict", "set_state_dict"}),
+    # FSDP's optimizer state dicts gather (or scatter) the sharded state across ranks
+    **{f"torch.distributed.fsdp{mid}.FullyShardedDataParallel": FSDP_OPTIM_STATE
+       for mid in ("", ".fully_sharded_data_parallel")},
 }
 # calls whose argument 0 is the same on every rank afterwards
 IN_PLACE_UNIFORM = frozenset({"all_reduce", "broadcast", "all_gather", "all_gather_object",
@@ -85,6 +97,7 @@ class Site:
     sig: str
     p2p: bool = False
     grouped: bool = False  # on an explicit process group (``group=``, ``process_group=``)
+    certain: bool = True  # False: a collective under some configurations only (FSDP, ZeRO)
 
 
 def receiver_name(node: ast.expr) -> str:
@@ -191,6 +204,14 @@ def classify(call: ast.Call, module: ParsedModule, kinds: dict[str, frozenset[st
     for marker, methods in RECEIVER_METHODS.items():
         if marker in rname and method in methods:
             return Site(f"{receiver_name(recv)}.{method}", line, method)
+    hidden = hidden_collective(rname, method, module.packages())
+    if hidden is not None:
+        when = "" if hidden.always else " under some configurations"
+        return Site(f"{receiver_name(recv)}.{method} (issues {hidden.collective}{when}: "
+                    f"{hidden.source})", line, method, certain=hidden.always)
+    if method == "state_dict" and "fsdp" in kinds.get(key_of(recv) or "", frozenset()):
+        return Site(f"{receiver_name(recv)}.state_dict (FSDP all-gathers the full state dict)",
+                    line, "fsdp_state_dict")
     rkey = key_of(recv)
     labels = kinds.get(rkey, frozenset()) if rkey else frozenset()
     if method == "run" and "evaluator" in labels:
@@ -210,8 +231,7 @@ def _sync_dist(call: ast.Call) -> bool:
 def has_buffers(node: ast.expr, module: ParsedModule) -> bool:
     """True when a module built by ``node`` has buffers DDP broadcasts in every forward
     (a BatchNorm in the expression, or in the file's class it builds)."""
-    text = ast.unparse(node)
-    if any(w in text for w in BUFFER_WORDS):
+    if mentions(walk(node), BUFFER_WORDS):
         return True
     if isinstance(node, ast.Call):
         name = (module.qualified(node.func) or "").rsplit(".", 1)[-1]
@@ -229,6 +249,8 @@ def call_kinds(call: ast.Call, module: ParsedModule) -> frozenset[str]:
         quiet = any(k.arg == "broadcast_buffers" and isinstance(k.value, ast.Constant) and
                     not k.value.value for k in call.keywords)
         found = {"ddp", "model"}
+        if (module.qualified(call.func) or "").endswith("FullyShardedDataParallel"):
+            found.add("fsdp")
         if not quiet and call.args and has_buffers(call.args[0], module):
             found.add("buffers")
         if group_text(call):

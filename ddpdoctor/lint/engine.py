@@ -8,14 +8,18 @@ from pathlib import Path
 from ddpdoctor.errors import UserError
 from ddpdoctor.lint.findings import Condition, LintFinding, Severity, ignored
 from ddpdoctor.lint.module import ParsedModule, UnparsableSource, parse_module, parse_source
+from ddpdoctor.lint.param_reach import outline_enough, param_reach
+from ddpdoctor.lint.project import ProjectReader
 from ddpdoctor.lint.rules import Draft, dtype_divergence, duplicate_data, missing_set_epoch, \
     reentrant_checkpoint, seed_collision
-from ddpdoctor.lint.summaries import FunctionInfo, Program, callee_first, static_kinds, \
-    summarise_collectives
+from ddpdoctor.lint.summaries import FunctionInfo, Program, callee_first, callees, \
+    static_kinds, summarise_collectives
 from ddpdoctor.lint.taint import Env
 from ddpdoctor.lint.walker import FunctionWalker, ModuleFacts
 
 SYNTAX_KIND = "syntax_error"
+RANK_WORDS = ("rank", "main_process", "is_main", "global_zero", "rank_zero", "process_zero",
+              "master", "process_index")  # what names the rank (lower-cased source text)
 SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", "node_modules", ".tox"})
 
 
@@ -82,7 +86,8 @@ def dataset_classes(module: ParsedModule) -> dict[str, ast.ClassDef]:
 def _module_functions(program: Program) -> dict[str, list[FunctionInfo]]:
     by_module: dict[str, list[FunctionInfo]] = {}
     for (path, _), info in program.functions.items():
-        by_module.setdefault(path, []).append(info)
+        if not info.nested:  # walked with the function that defines it
+            by_module.setdefault(path, []).append(info)
     return by_module
 
 
@@ -104,7 +109,7 @@ def _walk_function(program: Program, module: ParsedModule, info: FunctionInfo, b
     if info.cls is not None:
         env.kinds.update(class_kinds.get(info.cls, {}))
     walker = FunctionWalker(program, module, info.cls, env, drafts.append, facts, datasets,
-                            quiet)
+                            quiet, summary=quiet)
     walker.walk_function(info, info.node)
 
 
@@ -120,7 +125,30 @@ def _walk_module(program: Program, module: ParsedModule, functions: list[Functio
     base = _top_walker(program, module, datasets, quiet, drafts, facts).env
     class_kinds = _class_kinds(program, module)
     for info in functions:
-        _walk_function(program, module, info, base, class_kinds, datasets, quiet, drafts, facts)
+        if _worth_walking(program, info):
+            _walk_function(program, module, info, base, class_kinds, datasets, quiet, drafts,
+                           facts)
+
+
+# what a function without a collective must name for a rule to have anything to say in it: the
+# rank (a framework's stop flag, a replica changed, a model changed under a rank test), a seed
+# or a DataLoader (seed collisions), the world size (splits that forget the rank), a DDP wrap
+FINDING_WORDS = RANK_WORDS + ("seed", "dataloader", "world", "num_replicas", "nprocs",
+                              "num_processes", "ddp", "distributeddataparallel")
+
+
+def _worth_walking(program: Program, info: FunctionInfo) -> bool:
+    """Rule: a function is walked for findings when it reaches a collective (itself, through
+    the functions it calls, or in a function defined inside it), when a parameter or its
+    class's attribute holds a rank value, or when its text names what a rule without a
+    collective looks for (FINDING_WORDS); no rule can fire in any other function."""
+    if info.site is not None or _may_hold_rank(program, info):
+        return True
+    if any(program.by_node.get(id(n)) is not None and program.by_node[id(n)].site is not None
+           for n in info.module.own_nodes(info.node)
+           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        return True
+    return info.module.mentions_words(info.node, FINDING_WORDS)
 
 
 SUMMARY_ROUNDS = 4  # passes at most: what flows into attributes and parameters rarely nests
@@ -128,21 +156,80 @@ SUMMARY_ROUNDS = 4  # passes at most: what flows into attributes and parameters 
 
 def _summarise_returns(program: Program, datasets: dict[str, dict[str, ast.ClassDef]]) -> None:
     """Quiet passes: what user functions return (callees before callers), and what flows into
-    objects' attributes and functions' parameters; again while the latter grow."""
+    objects' attributes and functions' parameters; again, for the functions those facts reach
+    (and their callers), while the facts grow. A function is walked when a call the analysis
+    resolves reaches it (its result matters), or when it can put a rank value into an object or
+    a parameter (it reads one, or holds one already)."""
+    called = _resolved_callees(program)
     order = [info for info in callee_first(program) if _passes_values(program, info)]
+    callers: dict[int, list[FunctionInfo]] = {}
+    for info in order:
+        for callee in callees(program, info):
+            callers.setdefault(id(callee), []).append(info)
+    pending = {id(info) for info in order
+               if id(info) in called or _may_hold_rank(program, info)}
+    bases: dict[str, tuple[Env, dict[str, dict[str, frozenset[str]]]]] = {}
+    program.objects.take_dirty()
     for _ in range(SUMMARY_ROUNDS):
-        version = program.objects.version
-        bases: dict[str, tuple[Env, dict[str, dict[str, frozenset[str]]]]] = {}
-        for module in program.modules:
-            top = _top_walker(program, module, set(datasets[module.path]), True, [],
-                              ModuleFacts())
-            bases[module.path] = (top.env, _class_kinds(program, module))
         for info in order:
-            base, class_kinds = bases[info.module.path]
-            _walk_function(program, info.module, info, base, class_kinds,
-                           set(datasets[info.module.path]), True, [], ModuleFacts())
-        if program.objects.version == version:
+            if id(info) not in pending:
+                continue
+            before = (info.returns, info.returns_elts)
+            if info.site is None and all(c.returns is None for c in callees(program, info)) \
+                    and not _may_hold_rank(program, info) and \
+                    outline_enough(info.module, info.node):
+                info.returns = param_reach(info.node)  # its arguments, as they come
+            else:
+                path = info.module.path
+                if path not in bases:
+                    top = _top_walker(program, info.module, set(datasets[path]), True, [],
+                                      ModuleFacts())
+                    bases[path] = (top.env, _class_kinds(program, info.module))
+                base, class_kinds = bases[path]
+                _walk_function(program, info.module, info, base, class_kinds,
+                               set(datasets[path]), True, [], ModuleFacts())
+            if (info.returns, info.returns_elts) != before:  # its callers read it anew
+                pending.update(id(c) for c in callers.get(id(info), ()))
+        dirty = program.objects.take_dirty()
+        if not dirty:
             return
+        bases = {}  # the modules' top levels may read the grown facts too
+        pending = _reached_by(order, dirty)
+
+
+def _reached_by(order: list[FunctionInfo], dirty: set) -> set[int]:
+    """The functions to walk again after facts grew: those whose parameters or class grew,
+    and the functions that name a class whose attributes grew (they build its objects)."""
+    grown_classes = tuple(key[1] for key in dirty if isinstance(key, tuple))
+    return {id(info) for info in order
+            if id(info.node) in dirty or (info.cls is not None and
+                                          (info.module.path, info.cls) in dirty)
+            or (grown_classes and info.module.mentions_words(info.node, grown_classes))}
+
+
+def _may_hold_rank(program: Program, info: FunctionInfo) -> bool:
+    """A function that may put a rank value into an object's attribute or a parameter: its
+    text names the rank (``rank``, ``is_main_process``, ``is_global_zero``...), it is a spawn
+    target, or a parameter or its class's attribute already holds one."""
+    objects = program.objects
+    if objects.param_taints(info.node) or info.node.name in program.spawn_targets:
+        return True
+    if info.cls is not None and objects.class_attrs(info.module.path, info.cls):
+        return True
+    return info.module.mentions_words(info.node, RANK_WORDS)
+
+
+def _resolved_callees(program: Program) -> set[int]:
+    """The functions some resolved call reaches (a function's or a file's top level): their
+    results are read, so they are summarised."""
+    found = {id(c) for info in program.functions.values() for c in callees(program, info)}
+    for module in program.modules:
+        for node in module.own_nodes(module.tree):
+            if isinstance(node, ast.Call):
+                callee = program.resolve(node, module, None)
+                if callee is not None:
+                    found.add(id(callee))
+    return found
 
 
 def _passes_values(program: Program, info: FunctionInfo) -> bool:
@@ -175,8 +262,10 @@ def _file_rules(module: ParsedModule, functions: list[FunctionInfo],
     scopes: list[ast.AST] = [module.tree] + [info.node for info in functions]
     scopes += [n for n in module.nodes() if isinstance(
         n, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(n) not in known]
+    samplers = module.mentions_words(module.tree, ("distributedsampler",))
     for scope in scopes:
-        drafts += missing_set_epoch.check(scope, module, set_epoch_functions)
+        if samplers:  # the rule is about a DistributedSampler the file names
+            drafts += missing_set_epoch.check(scope, module, set_epoch_functions)
         if facts.uneven_loops and not isinstance(scope, ast.Module):
             drafts += dtype_divergence.check(scope, module, facts.uneven_loops)
     draws = {name: seed_collision.draws(cls, module) for name, cls in datasets.items()}
@@ -193,12 +282,16 @@ def _finding(module: ParsedModule, draft: Draft) -> LintFinding:
                        cond, draft.message, draft.fix)
 
 
-def lint_modules(modules: list[ParsedModule]) -> list[LintFinding]:
-    """The findings of the parsed files, sorted by file and line, ignore comments applied."""
-    program = Program(modules)
+def lint_modules(modules: list[ParsedModule],
+                 context: list[ParsedModule] | None = None) -> list[LintFinding]:
+    """The findings of the parsed files, sorted by file and line, ignore comments applied.
+    ``context``: project modules the files import, read for what their functions do (their
+    collectives, what they return), never reported on."""
+    context = [m for m in context or [] if m not in modules]
+    program = Program(modules + context, {m.path for m in context})
     summarise_collectives(program)
     by_module = _module_functions(program)
-    datasets = {m.path: dataset_classes(m) for m in modules}
+    datasets = {m.path: dataset_classes(m) for m in program.modules}
     _summarise_returns(program, datasets)
     set_epoch_functions = _set_epoch_functions(program)
     wraps = reentrant_checkpoint.ddp_wraps(modules)
@@ -231,9 +324,13 @@ def _module_findings(module: ParsedModule, drafts: list[Draft]) -> list[LintFind
     return out
 
 
-def lint_files(paths: list[Path]) -> list[LintFinding]:
+def lint_files(paths: list[Path], follow: bool = True,
+               project: Path | None = None) -> list[LintFinding]:
     """Lint files and directories; a UserError (exit 2) for a missing or unreadable one.
-    A file that is not valid Python is one ``syntax_error`` finding; the others are linted."""
+    A file that is not valid Python is one ``syntax_error`` finding; the others are linted.
+    ``follow``: read the project modules the files import (lint/project.py) for what their
+    functions do; ``project``: the project's directory (default: the working directory, where
+    the files lie under it)."""
     modules: list[ParsedModule] = []
     broken: list[LintFinding] = []
     for path, shown in python_files(paths):
@@ -241,8 +338,14 @@ def lint_files(paths: list[Path]) -> list[LintFinding]:
             modules.append(parse_module(path, shown))
         except UnparsableSource as e:
             broken.append(syntax_error(e))
+    context: list[ParsedModule] = []
+    if follow:
+        reader = ProjectReader([p.resolve() for p in paths if p.is_dir()])
+        if project is not None:
+            reader.cwd = project.resolve()
+        context = reader.follow([(m, m.file) for m in modules if m.file is not None])
     try:
-        findings = lint_modules(modules)
+        findings = lint_modules(modules, context)
     except RecursionError:
         raise UserError("the code is nested too deeply to lint (Python's recursion limit); "
                         "lint the files one by one to find which", 2) from None

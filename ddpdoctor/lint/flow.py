@@ -5,7 +5,7 @@ and the facts the file-wide rules need (seeds, loaders, splits)."""
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ddpdoctor.lint.attributes import carried, class_of
@@ -17,12 +17,22 @@ from ddpdoctor.lint.rules import Draft, rank_dependent_model, unused_parameters
 from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
 from ddpdoctor.lint.state_checks import StateChecks
 from ddpdoctor.lint.summaries import Program, SiteScanner
-from ddpdoctor.lint.taint import Env, Taint, TaintEval, TaintKind, key_of, stronger
+from ddpdoctor.lint.taint_eval import BuiltObject, TaintEval
+from ddpdoctor.lint.taint import Env, Taint, TaintKind, key_of, \
+    stronger
 from ddpdoctor.lint.uniformity import device_move, is_device, same_iteration, strip_wrappers
 
+WRAP_WORDS = ("distributeddataparallel", "fullyshardeddataparallel", "auto_model")
 MUTATORS = frozenset({"append", "extend", "update", "add", "insert", "setdefault",
                       "appendleft", "__setitem__"})
 LOADER_WORDS = ("loader", "batches")
+
+
+# what a rank finds on its disk, or an error it caught: a condition on it decides the branch
+# it guards (a collective there, a jump) but does not taint what the branch assigns: a resumed
+# run's start epoch read from the checkpoint it found, a fallback set in an ``except``, are
+# the same on every rank of a job whose ranks see the same files and the same libraries
+SETUP_KINDS = frozenset({TaintKind.FILESYSTEM, TaintKind.EXCEPTION})
 
 
 @dataclass
@@ -42,6 +52,7 @@ class Control:
     taint: Taint
     line: int
     depth: int  # how many blocks were open when it began
+    jumps_only: bool = False  # decides where the rank jumps, not what it assigns
 
 
 @dataclass
@@ -74,11 +85,17 @@ class DataFlow(StateChecks):
     nested_defs: bool = True  # walk functions defined inside (False at a module's top level)
     passthrough: bool = False  # every return hands back the same argument
     ddp_seen: bool = False  # this walk has met the model wrapped in DDP (a wrap, a DDP param)
+    summary: bool = False  # a summary's walk: parameters are followed to the return value
+    catching: int = 0  # how many try blocks with handlers the statement is in
+    returns_elts: list[Taint | None] | None = None  # a tuple return's items ([]: mixed)
+    single_process: bool = False  # on the side of a test that runs without a process group
 
     # -- helpers ------------------------------------------------------------------------------
     def mark_before_ddp(self, stmts: list[ast.stmt]) -> None:
         """A scope that wraps a model in DDP itself: a backward before the wrap is a plain
         autograd backward (no gradient all-reduce yet)."""
+        if not self.module.mentions_words(self.module.tree, WRAP_WORDS):
+            return
         for stmt in stmts:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue
@@ -88,12 +105,21 @@ class DataFlow(StateChecks):
                     return
 
     def taint_of(self, node: ast.expr | None) -> Taint | None:
-        return TaintEval(self.module, self.env, self._returns, self._uniform_call,
+        return TaintEval(self.module, self.env, self._callee, self._uniform_call,
                          self._world_split).of(node)
 
-    def _returns(self, call: ast.Call) -> Taint | None:
+    def _callee(self, call: ast.Call) -> object:
+        """The linted function ``call`` reaches, or the linted class it builds, or None."""
         callee = self.program.resolve(call, self.module, self.cls)
-        return callee.returns if callee is not None else None
+        if callee is not None:
+            return callee
+        cls = self.program.resolve_class(call, self.module)
+        if cls is None:
+            return None
+        state: Taint | None = None
+        for t in self.program.objects.class_attrs(self.module.path, cls.name).values():
+            state = stronger(state, t)
+        return BuiltObject(cls, replace(state, state=True) if state is not None else None)
 
     def _uniform_call(self, call: ast.Call) -> bool:
         return uniform_result(call, self.module, self.env.kinds)
@@ -106,10 +132,7 @@ class DataFlow(StateChecks):
         """The collectives ``stmts`` issue, in order, in the current grad/no_sync state
         (a DDP model they build themselves counts as one)."""
         kinds = self.env.kinds
-        built = {key: found for stmt in stmts for node in ast.walk(stmt)
-                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-                 for found in [call_kinds(node.value, self.module)] if found
-                 for key in map(key_of, node.targets) if key is not None}
+        built = {key: found for stmt in stmts for key, found in self.built_by(stmt)}
         if built:
             kinds = {**kinds, **built}
         if self.env.before_ddp:
@@ -117,12 +140,28 @@ class DataFlow(StateChecks):
         return SiteScanner(self.program, self.module, kinds, self.cls).scan(
             stmts, self.no_grad, self.no_sync)
 
-    def control_taint(self) -> Taint | None:
-        """The strongest condition the current statement runs under (an implicit flow)."""
+    def built_by(self, stmt: ast.stmt) -> list[tuple[str, frozenset[str]]]:
+        """The objects lint knows (call_kinds) a statement assigns to names, kept per statement
+        on the file."""
+        cache = self.module.__dict__.setdefault("_built_by", {})
+        found = cache.get(id(stmt))
+        if found is None:
+            found = cache[id(stmt)] = [
+                (key, kinds) for node in [stmt, *own(stmt)]
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                for kinds in [call_kinds(node.value, self.module)] if kinds
+                for key in map(key_of, node.targets) if key is not None]
+        return found
+
+    def control_taint(self, flag: bool = False) -> Taint | None:
+        """The strongest condition the current statement runs under (an implicit flow);
+        ``flag``: a True/False constant is assigned, which records what happened (a file found,
+        an error caught), so those conditions count too."""
         result: Taint | None = None
         for c in self.control:
-            result = stronger(result, c.taint)
-        return result
+            if not c.jumps_only and (flag or c.taint.kind not in SETUP_KINDS):
+                result = stronger(result, c.taint)
+        return result.as_implicit() if result is not None else None
 
     def emit(self, draft: Draft | None) -> None:
         if draft is not None and not self.quiet:
@@ -164,7 +203,8 @@ class DataFlow(StateChecks):
         self.calls_in(stmt.value)
         if any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in stmt.targets):
             self.model_change(stmt.lineno, "requires_grad")
-        t = stronger(self.taint_of(stmt.value), self.control_taint())
+        flag = isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, bool)
+        t = stronger(self.taint_of(stmt.value), self.control_taint(flag))
         for target in stmt.targets:
             self.assign(target, t, stmt.value)
             if not self.quiet:
@@ -202,12 +242,13 @@ class DataFlow(StateChecks):
         if isinstance(target, (ast.Tuple, ast.List)):
             values = value.elts if isinstance(value, (ast.Tuple, ast.List)) and \
                 len(value.elts) == len(target.elts) else None
+            items = self.unpacked(value, len(target.elts), t) if values is None else []
             for i, elt in enumerate(target.elts):
                 if values is not None:
                     sub = stronger(self.taint_of(values[i]), self.control_taint())
                     self.assign(elt, sub, values[i])
                 else:
-                    self.assign(elt, t, None)
+                    self.assign(elt, items[i], None)
             if isinstance(value, ast.Call) and values is None:
                 self.unpack_kinds(target, value)
             return
@@ -236,6 +277,24 @@ class DataFlow(StateChecks):
             self.new_object(key)
         if value is not None:
             self.track_tensor(key, value)
+
+    def unpacked(self, value: ast.expr | None, n: int, whole: Taint | None) \
+            -> list[Taint | None]:
+        """The taint of each of ``n`` names a value is unpacked into: item by item for a
+        linted function that returns tuples of that length; else each takes the whole's
+        taint, which then passes through what lint cannot follow item by item."""
+        if isinstance(value, ast.Call):
+            callee = self.program.resolve(value, self.module, self.cls)
+            elts = callee.returns_elts if callee is not None else None
+            if elts and len(elts) == n:
+                evaluate = TaintEval(self.module, self.env, self._callee, self._uniform_call,
+                                     self._world_split)
+                control = self.control_taint()
+                return [stronger(evaluate.user_result(value, callee, e), control) for e in elts]
+        if whole is None or not whole.definite() or value is None:
+            return [whole] * n
+        what = f"an item of `{ast.unparse(value)[:40]}`"
+        return [whole.unseen_through(what)] * n
 
     @staticmethod
     def object_state(key: str, t: Taint | None) -> Taint | None:
@@ -361,7 +420,7 @@ class DataFlow(StateChecks):
             self.emit(unused_parameters.check(cls, ddp, self.module))
 
     def model_change(self, line: int, what: str) -> None:
-        rank = next((c for c in reversed(self.control) if c.taint.kind == TaintKind.RANK), None)
+        rank = next((c for c in reversed(self.control) if c.taint.is_rank()), None)
         if rank is not None:
             self.emit(rank_dependent_model.check(line, what, rank.line))
 

@@ -24,12 +24,18 @@ class ParsedModule:
         lines: its source lines (for conditions, ignore comments).
         aliases: local name -> the qualified name it was imported as
             (``dist`` -> ``torch.distributed``, ``DDP`` -> ``torch.nn.parallel.DistributedDataParallel``).
+        file: the file it was read from (None for source text).
+        import_files: the dotted names of the project's modules it imports (a relative import
+            gets one of its own), each with its file (lint/project.py fills it).
     """
 
     path: str
     tree: ast.Module
     lines: list[str]
     aliases: dict[str, str] = field(default_factory=dict)
+    file: Path | None = None  # the file itself, where it was read from one
+    import_files: dict[str, Path] = field(default_factory=dict)  # project module -> its file
+    imports: list[tuple[str, int, list[tuple[str, str]]]] = field(default_factory=list)
 
     def line(self, lineno: int) -> str:
         """Source line ``lineno`` (1-based), stripped; empty when out of range."""
@@ -50,6 +56,12 @@ class ParsedModule:
             return walk(scope)
         return order[span[0]:span[1]]
 
+    def span(self, scope: ast.AST) -> tuple[int, int] | None:
+        """Where a function's or class's nodes begin and end in ``nodes()`` (None: the file,
+        or a node that is no scope)."""
+        self.nodes()
+        return None if scope is self.tree else self.__dict__["_spans"].get(id(scope))
+
     def own_nodes(self, scope: ast.AST) -> list[ast.AST]:
         """The nodes of a function's (or the file's) own body: nested functions, classes and
         lambdas left out, the scope itself too."""
@@ -64,8 +76,28 @@ class ParsedModule:
         cached = self.__dict__.get("_buffer_classes")
         if cached is None:
             cached = {node.name for node in self.nodes() if isinstance(node, ast.ClassDef)
-                      and any(w in ast.unparse(node) for w in BUFFER_WORDS)}
+                      and mentions(self.nodes(node), BUFFER_WORDS)}
             self.__dict__["_buffer_classes"] = cached
+        return cached
+
+    def mentions_words(self, node: ast.AST, words: tuple[str, ...]) -> bool:
+        """True when the source lines of ``node`` hold one of ``words`` (lower-cased)."""
+        if node is self.tree:
+            answers = self.__dict__.setdefault("_mentions", {})
+            if words not in answers:
+                text = "\n".join(self.lines).lower()
+                answers[words] = any(w in text for w in words)
+            return answers[words]
+        start, end = getattr(node, "lineno", 1), getattr(node, "end_lineno", None)
+        text = "\n".join(self.lines[start - 1:end]).lower()
+        return any(w in text for w in words)
+
+    def packages(self) -> set[str]:
+        """The top-level packages the file imports (``lightning``, ``accelerate``)."""
+        cached = self.__dict__.get("_packages")
+        if cached is None:
+            cached = {v.split(".", 1)[0] for v in self.aliases.values()}
+            self.__dict__["_packages"] = cached
         return cached
 
     def classes(self) -> dict[str, ast.ClassDef]:
@@ -94,6 +126,17 @@ class ParsedModule:
             return None
         parts.append(self.aliases.get(node.id, node.id))
         return ".".join(reversed(parts))
+
+
+def mentions(nodes: list[ast.AST], words: tuple[str, ...]) -> bool:
+    """True when a name, attribute or string among ``nodes`` contains one of ``words`` (what
+    ``ast.unparse(...)`` text would show, without writing the text)."""
+    for n in nodes:
+        text = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) \
+            else n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else None
+        if text is not None and any(w in text for w in words):
+            return True
+    return False
 
 
 def walk(node: ast.AST) -> list[ast.AST]:
@@ -161,10 +204,23 @@ def preorder(tree: ast.AST) -> tuple[list[ast.AST], dict[int, tuple[int, int]]]:
     return order, spans
 
 
-def _collect_aliases(tree: ast.Module) -> dict[str, str]:
+def _collect_imports(nodes: list[ast.AST]) -> list[tuple[str, int, list[tuple[str, str]]]]:
+    """Every import of the file: (module, level, the names taken from it with their local
+    names)."""
+    out: list[tuple[str, int, list[tuple[str, str]]]] = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out += [(a.name, 0, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append((node.module or "", node.level,
+                        [(a.name, a.asname or a.name) for a in node.names if a.name != "*"]))
+    return out
+
+
+def _collect_aliases(nodes: list[ast.AST]) -> dict[str, str]:
     """Every import of the file, at any depth (imports inside functions count too)."""
     aliases: dict[str, str] = {}
-    for node in walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.asname:
@@ -204,7 +260,9 @@ def parse_module(path: Path, shown: str) -> ParsedModule:
         raise UserError(f"cannot read {shown} ({e.__class__.__name__}); give Python files or "
                         "directories that hold them", 2) from None
     try:
-        return parse_source(decode_source(data), shown)
+        module = parse_source(decode_source(data), shown)
+        module.file = path.resolve()
+        return module
     except RecursionError:
         raise UnparsableSource(shown, 1, "nested too deeply for Python's parser") from None
     except SyntaxError as e:
@@ -218,4 +276,8 @@ def parse_source(text: str, shown: str) -> ParsedModule:
     with warnings.catch_warnings():  # the user's invalid escapes are not lint's to report
         warnings.simplefilter("ignore")
         tree = ast.parse(text, filename=shown)
-    return ParsedModule(shown, tree, text.splitlines(), _collect_aliases(tree))
+    module = ParsedModule(shown, tree, text.splitlines())
+    imports = [n for n in module.nodes() if isinstance(n, (ast.Import, ast.ImportFrom))]
+    module.aliases = _collect_aliases(imports)
+    module.imports = _collect_imports(imports)
+    return module

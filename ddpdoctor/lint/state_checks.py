@@ -9,7 +9,7 @@ import ast
 
 from ddpdoctor.lint.collectives import dist_op, receiver_name
 from ddpdoctor.lint.rules import collective_shape, framework_state, replica_drift
-from ddpdoctor.lint.taint import Taint, TaintKind, key_of, stronger
+from ddpdoctor.lint.taint import Taint, key_of, stronger
 from ddpdoctor.lint.uniformity import device_move
 
 SIZED = "sized"  # a kinds label: a tensor whose shape (in env.shapes) is known
@@ -87,7 +87,7 @@ class StateChecks:
     # -- framework state ------------------------------------------------------------------------
     def rank_control(self) -> int | None:
         """The line of the innermost rank-dependent condition the statement runs under."""
-        found = next((c for c in reversed(self.control) if c.taint.kind == TaintKind.RANK), None)
+        found = next((c for c in reversed(self.control) if c.taint.is_rank()), None)
         return found.line if found is not None else None
 
     def check_assign_target(self, target: ast.expr, line: int) -> None:

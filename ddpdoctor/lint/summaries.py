@@ -4,11 +4,15 @@ return a value that differs between ranks (a fixpoint over the calls between the
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from ddpdoctor.lint import hidden_collectives
 from ddpdoctor.lint.attributes import ObjectFacts
 from ddpdoctor.lint.collectives import Site, call_kinds, classify
 from ddpdoctor.lint.module import ParsedModule
+from ddpdoctor.lint.known_calls import bound_arguments
 from ddpdoctor.lint.taint import Taint, key_of
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
@@ -24,20 +28,26 @@ RANK_DECORATORS = ("rank_zero_only", "on_main_process", "on_local_main_process",
 
 @dataclass
 class FunctionInfo:
-    """A function (or method) defined in a linted file."""
+    """A function (or method) defined in a linted file, or in a project module it imports."""
 
     node: FunctionNode
     module: ParsedModule
     cls: str | None
     site: Site | None = None  # the first collective it issues, directly or through calls
     returns: Taint | None = None  # the taint of what it returns
+    nested: bool = False  # defined inside another function (walked with it)
+    returns_elts: list[Taint | None] | None = None  # item by item, for tuple returns
+    switches: frozenset[str] = frozenset()  # parameters that must be true for its collectives
 
 
 @dataclass
 class Program:
-    """Every function of the linted files, found by name, with its summary."""
+    """Every function of the linted files and of the project modules they import, found by
+    name, with its summary. ``context`` holds the paths of the modules read for their
+    summaries only (no finding is reported in them)."""
 
     modules: list[ParsedModule]
+    context: set[str] = field(default_factory=set)
     functions: dict[tuple[str, str], FunctionInfo] = field(default_factory=dict)
     by_node: dict[int, FunctionInfo] = field(default_factory=dict)
     top_level: dict[str, list[FunctionInfo]] = field(default_factory=dict)
@@ -46,25 +56,80 @@ class Program:
     calls: dict[int, list[FunctionInfo]] = field(default_factory=dict)  # id(info) -> callees
     monitors: dict[str, str] = field(default_factory=dict)  # metric key -> the callback
     objects: ObjectFacts = field(default_factory=ObjectFacts)  # taint in attributes, params
+    by_file: dict[Path, ParsedModule] = field(default_factory=dict)
 
     def resolve(self, call: ast.Call, module: ParsedModule, cls: str | None) -> FunctionInfo | None:
-        """The linted function a call reaches: ``f()`` or ``self.m()``; None when unknown."""
+        """The linted function a call reaches: ``f()``, ``self.m()``, a function of a project
+        module it imports (``helpers.f()``, ``from .dist import f``), a function defined
+        inside another; None when unknown."""
         func = call.func
         if isinstance(func, ast.Name):
             own = self.functions.get((module.path, func.id))
             if own is not None:
                 return own
             imported = module.aliases.get(func.id)
-            if imported is not None and imported.rsplit(".", 1)[-1] in self.top_level:
-                return self.top_level[imported.rsplit(".", 1)[-1]][0]
-            return None
+            if imported is not None:
+                found = self._imported(imported, module)
+                if isinstance(found, FunctionInfo):
+                    return found
+                if found is None and imported.rsplit(".", 1)[-1] in self.top_level and \
+                        not module.import_files:
+                    return self.top_level[imported.rsplit(".", 1)[-1]][0]
+                return None
+            return self.functions.get((module.path, f"<nested>.{func.id}"))
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
                 func.value.id in ("self", "cls") and cls is not None:
             return self.functions.get((module.path, f"{cls}.{func.attr}"))
+        if isinstance(func, ast.Attribute) and module.import_files:
+            found = self._imported(module.qualified(func) or "", module)
+            return found if isinstance(found, FunctionInfo) else None
         return None
+
+    def _imported(self, qualified: str, module: ParsedModule) -> FunctionInfo | ast.ClassDef \
+            | None:
+        """What a dotted name means in a project module ``module`` imports: a function, a
+        class, a class's method (``pkg.mod.Class.method``)."""
+        parts = qualified.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            file = module.import_files.get(".".join(parts[:cut]))
+            if file is None:
+                continue
+            target = self.by_file.get(file)
+            if target is None:
+                return None
+            rest = parts[cut:]
+            if len(rest) == 1:
+                found = self.functions.get((target.path, rest[0]))
+                return found if found is not None else target.classes().get(rest[0])
+            if len(rest) == 2:
+                return self.functions.get((target.path, f"{rest[0]}.{rest[1]}"))
+            return None
+        return None
+
+    def resolve_class(self, call: ast.Call, module: ParsedModule) -> ast.ClassDef | None:
+        """The linted class a call builds (``TrainState(...)``, an imported project class)."""
+        name = module.qualified(call.func) or ""
+        own = module.classes().get(name)
+        if own is not None or not module.import_files:
+            return own
+        found = self._imported(name, module)
+        return found if isinstance(found, ast.ClassDef) else None
+
+    def class_module(self, cls: ast.ClassDef, module: ParsedModule) -> ParsedModule:
+        """The module that defines ``cls`` (``module`` or a project module it imports)."""
+        if module.classes().get(cls.name) is cls:
+            return module
+        for file in module.import_files.values():
+            target = self.by_file.get(file)
+            if target is not None and target.classes().get(cls.name) is cls:
+                return target
+        return module
 
 
 def _index(program: Program) -> None:
+    for module in program.modules:
+        if module.file is not None:
+            program.by_file.setdefault(module.file, module)
     for module in program.modules:
         for node in module.tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -72,30 +137,52 @@ def _index(program: Program) -> None:
                 program.functions[(module.path, node.name)] = info
                 program.top_level.setdefault(node.name, []).append(info)
                 program.by_node[id(node)] = info
+                _index_nested(program, module, node)
             elif isinstance(node, ast.ClassDef):
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         info = FunctionInfo(item, module, node.name)
                         program.functions[(module.path, f"{node.name}.{item.name}")] = info
                         program.by_node[id(item)] = info
-        for node in module.nodes():
-            if isinstance(node, ast.arg) and ddp_annotation(node, module):
-                program.ddp_modules.add(module.path)  # def train(model: DDP, ...)
-            if isinstance(node, ast.Call):
-                name = module.qualified(node.func) or ""
-                if any(n in name for n in DDP_MARKERS):
-                    program.ddp_modules.add(module.path)
-                if name.endswith(MONITORING):
-                    for k in node.keywords:
-                        if k.arg == "monitor" and isinstance(k.value, ast.Constant) and \
-                                isinstance(k.value.value, str):
-                            program.monitors[k.value.value] = name.rsplit(".", 1)[-1]
-                if name.endswith((".spawn", "start_processes")) and node.args and \
-                        isinstance(node.args[0], ast.Name):
-                    program.spawn_targets.add(node.args[0].id)
-                if name.endswith(".run") and "Parallel" in ast.unparse(node.func) and \
-                        node.args and isinstance(node.args[0], ast.Name):
-                    program.spawn_targets.add(node.args[0].id)
+                        _index_nested(program, module, item)
+        if module.path in program.context:
+            continue
+        _index_calls(program, module)
+
+
+def _index_nested(program: Program, module: ParsedModule, outer: FunctionNode) -> None:
+    """Functions defined inside ``outer`` (a helper closure), by their own name."""
+    for node in module.own_nodes(outer):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            info = FunctionInfo(node, module, None, nested=True)
+            program.functions.setdefault((module.path, f"<nested>.{node.name}"), info)
+            program.by_node[id(node)] = info
+
+
+def _index_calls(program: Program, module: ParsedModule) -> None:
+    """What the file's calls say of the job: a DDP wrap, a monitored metric, a spawn target."""
+    for node in module.nodes():
+        if isinstance(node, ast.arg) and ddp_annotation(node, module):
+            program.ddp_modules.add(module.path)  # def train(model: DDP, ...)
+        if isinstance(node, ast.Call):
+            name = module.qualified(node.func) or ""
+            if any(n in name for n in DDP_MARKERS):
+                program.ddp_modules.add(module.path)
+            if name.endswith(MONITORING):
+                for k in node.keywords:
+                    if k.arg == "monitor" and isinstance(k.value, ast.Constant) and \
+                            isinstance(k.value.value, str):
+                        program.monitors[k.value.value] = name.rsplit(".", 1)[-1]
+            if name.endswith((".spawn", "start_processes")) and node.args and \
+                    isinstance(node.args[0], ast.Name):
+                program.spawn_targets.add(node.args[0].id)
+            if name.endswith("Process"):  # Process(target=run, args=(rank, ...))
+                program.spawn_targets.update(
+                    k.value.id for k in node.keywords
+                    if k.arg == "target" and isinstance(k.value, ast.Name))
+            if name.endswith(".run") and "Parallel" in ast.unparse(node.func) and \
+                    node.args and isinstance(node.args[0], ast.Name):
+                program.spawn_targets.add(node.args[0].id)
 
 
 def ddp_annotation(arg: ast.arg, module: ParsedModule) -> bool:
@@ -114,14 +201,33 @@ def static_kinds(node: FunctionNode | ast.Module | ast.ClassDef, module: ParsedM
         for arg in node.args.args:
             if arg.arg in MODEL_PARAMS:
                 kinds[arg.arg] = frozenset({"ddp"})
-    for stmt in module.nodes(node):
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
-            found = call_kinds(stmt.value, module)
-            for target in stmt.targets:
-                key = key_of(target)
-                if found and key is not None:
-                    kinds[key] = kinds.get(key, frozenset()) | found
+    for stmt, found in _assigned_kinds(module, node):
+        for target in stmt.targets:
+            key = key_of(target)
+            if key is not None:
+                kinds[key] = kinds.get(key, frozenset()) | found
     return kinds
+
+
+def _assigned_kinds(module: ParsedModule, scope: ast.AST) -> list[tuple[ast.Assign, frozenset[str]]]:
+    """The assignments of a call's result under ``scope`` whose result is an object lint
+    knows (call_kinds), found once per file and sliced by scope."""
+    table = module.__dict__.get("_assigned_kinds")
+    if table is None:
+        order = module.nodes()
+        table = ([], [])
+        for i, n in enumerate(order):
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+                found = call_kinds(n.value, module)
+                if found:
+                    table[0].append(i)
+                    table[1].append((n, found))
+        module.__dict__["_assigned_kinds"] = table
+    span = module.span(scope)
+    if span is None:
+        return list(table[1])
+    lo, hi = bisect_left(table[0], span[0]), bisect_left(table[0], span[1])
+    return table[1][lo:hi]
 
 
 def with_flags(items: list[ast.withitem], module: ParsedModule, no_grad: bool,
@@ -182,27 +288,13 @@ class SiteScanner:
         return self.calls([stmt], no_grad, no_sync)
 
     def calls(self, nodes: list[ast.AST], no_grad: bool, no_sync: bool) -> list[Site]:
-        found: list[ast.Call] = []
-        stack = list(nodes)
-        while stack:
-            node = stack.pop()
-            if isinstance(node, NESTED_SCOPES):
-                continue
-            if isinstance(node, ast.Call):
-                found.append(node)
-            for name in node._fields:
-                value = getattr(node, name, None)
-                if isinstance(value, ast.AST):
-                    stack.append(value)
-                elif isinstance(value, list):
-                    stack.extend(v for v in value if isinstance(v, ast.AST))
-        found.sort(key=lambda c: (c.end_lineno or 0, c.end_col_offset or 0))
         sites = []
-        for call in found:
+        for call in calls_under(nodes, self.module):
             site = self.site_of(call, no_grad, no_sync)
             if site is not None:
                 sites.append(site)
         return sites
+
 
     def site_of(self, call: ast.Call, no_grad: bool, no_sync: bool) -> Site | None:
         site = classify(call, self.module, self.kinds, no_grad, no_sync,
@@ -210,11 +302,38 @@ class SiteScanner:
         if site is not None:
             return site
         callee = self.program.resolve(call, self.module, self.cls)
-        if callee is not None and callee.site is not None:
+        if callee is not None and callee.site is not None and \
+                not switched_off(call, callee):
             name = callee.node.name
             return Site(f"{name}() (which calls {callee.site.name.split(' (')[0]})",
-                        call.lineno, f"{name}()")
+                        call.lineno, f"{name}()", certain=callee.site.certain)
         return None
+
+
+def calls_under(nodes: list[ast.AST], module: ParsedModule) -> list[ast.Call]:
+    """The calls under ``nodes`` (nested functions, classes and lambdas aside), in the order
+    they complete; kept per node on the file (the walk asks for the same statements often)."""
+    cache = module.__dict__.setdefault("_calls_under", {})
+    if len(nodes) == 1 and id(nodes[0]) in cache:
+        return cache[id(nodes[0])]
+    found: list[ast.Call] = []
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, NESTED_SCOPES):
+            continue
+        if isinstance(node, ast.Call):
+            found.append(node)
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, ast.AST))
+    found.sort(key=lambda c: (c.end_lineno or 0, c.end_col_offset or 0))
+    if len(nodes) == 1:
+        cache[id(nodes[0])] = found
+    return found
 
 
 def summarise_collectives(program: Program) -> None:
@@ -236,8 +355,56 @@ def summarise_collectives(program: Program) -> None:
                               static_kinds(info.node, info.module, has_ddp), info.cls)
         sites = scanner.scan(info.node.body, no_grad_decorated(info.node, info.module))
         if sites:
-            info.site = sites[0]
+            info.site = next((site for site in sites if site.certain), sites[0])
+            info.switches = switches(scanner, info)
             work.extend(c for c in callers.get(id(info), ()) if c.site is None)
+
+
+def switches(scanner: SiteScanner, info: FunctionInfo) -> frozenset[str]:
+    """The parameters every collective of the function sits under (``if synchronize:
+    barrier()``): a call that passes them false issues none."""
+    params = {a.arg for a in [*info.node.args.posonlyargs, *info.node.args.args,
+                              *info.node.args.kwonlyargs]}
+    guards: set[str] = set()
+
+    def unguarded(stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out = []
+        for stmt in stmts:
+            if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Name) and \
+                    stmt.test.id in params and not stmt.orelse:
+                if scanner.scan(stmt.body):
+                    guards.add(stmt.test.id)
+                continue
+            out.append(stmt)
+        return out
+
+    rest = unguarded(info.node.body)
+    if not guards or scanner.scan(rest):
+        return frozenset()
+    return frozenset(guards)
+
+
+def switched_off(call: ast.Call, callee: FunctionInfo) -> bool:
+    """True when the call passes false (a false constant, or nothing where the default is
+    one) to a parameter every collective of the callee needs true."""
+    if not callee.switches:
+        return False
+    bound = bound_arguments(call, callee.node, callee.cls is not None)
+    defaults = _defaults(callee.node)
+    for name in callee.switches:
+        value = bound.get(name, defaults.get(name))
+        if isinstance(value, ast.Constant) and not value.value:
+            return True
+    return False
+
+
+def _defaults(node: FunctionNode) -> dict[str, ast.expr]:
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    out = {a.arg: d for a, d in zip(positional[len(positional) - len(args.defaults):],
+                                    args.defaults)}
+    out.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    return out
 
 
 def callees(program: Program, info: FunctionInfo) -> list[FunctionInfo]:
@@ -295,3 +462,23 @@ def rank_decorator(node: FunctionNode) -> ast.expr | None:
         if text.endswith(RANK_DECORATORS):
             return dec
     return None
+
+
+def summarise_framework_method(module: ParsedModule, qualname: str) -> tuple[str, bool] | None:
+    """A framework's method read as the user's code is (lint/hidden_collectives.py): the first
+    collective it reaches ("" for none), and whether it reaches one on every call (a collective
+    at its top level, not under a condition or in a loop); None when it is not there."""
+    program = Program([module])
+    summarise_collectives(program)
+    info = program.functions.get((module.path, qualname))
+    if info is None:
+        return None
+    if info.site is None:
+        return "", False
+    scanner = SiteScanner(program, module, static_kinds(info.node, module, False), info.cls)
+    top = [s for s in info.node.body if not isinstance(s, (ast.If, ast.Try, ast.For, ast.While,
+                                                            ast.Match))]
+    return info.site.name.split(" (")[0], bool(scanner.scan(top))
+
+
+hidden_collectives.summarise_method = summarise_framework_method

@@ -4,18 +4,20 @@ between ranks and which collectives each path issues, and asking the rules at ea
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ddpdoctor.lint.object_flow import seed_objects
 from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, receiver_name
 from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
 from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
     lock_across_collective, rank_dependent_loop, recv_before_send
-from ddpdoctor.lint.module import own
+from ddpdoctor.lint.walk_shapes import cond_key, ends_in_jump, hands_back_argument, \
+    iterator_end, merge_items, single_side, told_rank
 from ddpdoctor.lint.summaries import MODEL_PARAMS, FunctionInfo, ddp_annotation, \
     no_grad_decorated, rank_decorator, with_flags
 from ddpdoctor.lint.uniformity import benign_handler, strip_wrappers
-from ddpdoctor.lint.taint import RANK_NAMES, WORLD_NAMES, Env, Taint, TaintKind, key_of, \
+from ddpdoctor.lint.taint_eval import RANK_NAMES, WORLD_NAMES
+from ddpdoctor.lint.taint import Env, Taint, TaintKind, key_of, \
     stronger
 
 __all__ = ["FunctionWalker", "ModuleFacts"]
@@ -40,21 +42,28 @@ class FunctionWalker(DataFlow):
             self.emit(conditional_collective.check(t, dec.lineno, self.sites(node.body), []))
             self.control.append(Control(t, dec.lineno, 0))
         self.block(node.body)
-        if info is not None:
-            info.returns = stronger(info.returns, self.returns) if self.quiet else info.returns
+        if info is not None and self.summary:
+            info.returns = stronger(info.returns, self.returns)
+            info.returns_elts = merge_items(info.returns_elts, self.returns_elts)
 
     def seed_params(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
         spawned = node.name in self.program.spawn_targets
         has_ddp = self.module.path in self.program.ddp_modules
+        told = told_rank(node, self.module)
         for i, arg in enumerate(args):
             self.env.uniform.discard(arg.arg)
             self.env.kinds.pop(arg.arg, None)
             self.env.taints.pop(arg.arg, None)
-            if arg.arg in RANK_NAMES or (spawned and i == 0):
+            if arg.arg in RANK_NAMES or (spawned and i == 0) or arg.arg in told:
                 self.env.taints[arg.arg] = Taint(TaintKind.RANK, node.lineno)
             elif arg.arg in WORLD_NAMES:
                 self.env.taints[arg.arg] = Taint(TaintKind.WORLD, node.lineno)
+            if self.summary and not (i == 0 and arg.arg in ("self", "cls")):
+                mine = frozenset({arg.arg})
+                t = self.env.taints.get(arg.arg)
+                self.env.taints[arg.arg] = Taint(TaintKind.PARAM, node.lineno, params=mine) \
+                    if t is None else replace(t, params=mine)
             if (has_ddp and arg.arg in MODEL_PARAMS) or ddp_annotation(arg, self.module):
                 self.env.kinds[arg.arg] = frozenset({"ddp"})
                 self.ddp_seen = True
@@ -112,7 +121,9 @@ class FunctionWalker(DataFlow):
             frame = self.frames[-1]
             rest = frame.stmts[frame.index + 1:]
             skip_rule = False  # a jump with no collective of its own: the skip rule reports
-            if ends_in_jump(stmt.body) and not ends_in_jump(stmt.orelse):
+            if self.ends_job(stmt.body) or self.ends_job(stmt.orelse):
+                skip_rule = True  # that side ends the job: the launcher stops every rank
+            elif ends_in_jump(stmt.body) and not ends_in_jump(stmt.orelse):
                 orelse += self.sites(rest)  # the other path goes on past the if
                 skip_rule = not body
             elif ends_in_jump(stmt.orelse) and not ends_in_jump(stmt.body):
@@ -124,21 +135,29 @@ class FunctionWalker(DataFlow):
                 self.emit(conditional_collective.check(t, stmt.lineno, body, orelse, membership))
         raw = self.taint_of(stmt.test)
         single = raw is not None and raw.kind == TaintKind.WORLD  # if world_size > 1: ...
-        self.branches(t, stmt.lineno, [stmt.body, stmt.orelse], single_process_side=single)
+        alone = single_side(stmt.test, self.taint_of) if single else None
+        self.branches(t, stmt.lineno, [stmt.body, stmt.orelse], single_process_side=single,
+                      alone=alone)
 
     def branches(self, t: Taint | None, line: int, bodies: list[list[ast.stmt]],
-                 loop: bool = False, single_process_side: bool = False) -> None:
+                 loop: bool = False, single_process_side: bool = False,
+                 alone: int | None = None) -> None:
         """Walk each body from the same state and join them. ``single_process_side``: the
         condition tests the world size, so one side runs where there is one rank only, and
-        what the other side made uniform (a reduce) is uniform after the join."""
+        what the other side made uniform (a reduce) is uniform after the join. ``alone``: the
+        index of the body that runs in a single process (no process group): what it returns
+        or skips no other rank waits for."""
         if t is not None:
             self.control.append(Control(t, line, len(self.frames)))
         start = self.env
         merged: Env | None = None
         reduced: set[str] = set()
-        for body in bodies:
+        for i, body in enumerate(bodies):
             self.env = start.copy()
+            saved = self.single_process
+            self.single_process = saved or i == alone
             self.block(body, loop)
+            self.single_process = saved
             reduced |= self.env.uniform
             merged = self.env if merged is None else merged.merge(self.env)
         if merged is not None and single_process_side:
@@ -256,15 +275,30 @@ class FunctionWalker(DataFlow):
 
     visit_AsyncWith = visit_With
 
+    def ends_job(self, stmts: list[ast.stmt]) -> bool:
+        """A block that ends in a ``raise`` no ``try`` of this function catches: the error ends
+        the rank, and the launcher (torchrun, mp.spawn) the job; no rank is left waiting."""
+        return bool(stmts) and isinstance(stmts[-1], ast.Raise) and not self.catching
+
     def visit_Try(self, stmt: ast.Try) -> None:
         start = self.env.copy()
-        self.block(stmt.body)
+        self.catching += bool(stmt.handlers)
+        try:
+            self.block(stmt.body)
+        finally:
+            self.catching -= bool(stmt.handlers)
         after_body = self.env
         merged = after_body
         for handler in stmt.handlers:
             self.env = start.merge(after_body)
             if benign_handler(handler):  # every rank takes it alike: no divergence
+                end = iterator_end(handler, stmt.body)
+                if end is not None:  # but where it ends this rank's iterator, it jumps alone
+                    self.control.append(Control(Taint(TaintKind.SHARD, end), handler.lineno,
+                                                len(self.frames), jumps_only=True))
                 self.block(handler.body)
+                if end is not None:
+                    self.control.pop()
                 merged = merged.merge(self.env)
                 continue
             t = Taint(TaintKind.EXCEPTION, handler.lineno)
@@ -282,12 +316,34 @@ class FunctionWalker(DataFlow):
 
     # -- jumps ----------------------------------------------------------------------------------
     def visit_Return(self, stmt: ast.Return) -> None:
+        if self.single_process:  # one process, no group: its value is every rank's
+            if stmt.value is not None:
+                self.calls_in(stmt.value)
+            return
         if stmt.value is not None:
             self.calls_in(stmt.value)
             self.returns = stronger(self.returns, self.taint_of(stmt.value))
         if not self.passthrough:  # which value comes back depends on the path taken
             self.returns = stronger(self.returns, self.control_taint())
+        if self.summary:
+            self.tuple_return(stmt.value)
         self.jump(stmt, "return")
+
+    def tuple_return(self, value: ast.expr | None) -> None:
+        """Item by item, what a function that returns tuples of one length returns
+        (``return use_ddp, rank, device``): unpacking its result gives each name its own."""
+        if not isinstance(value, ast.Tuple) or any(isinstance(e, ast.Starred)
+                                                   for e in value.elts):
+            self.returns_elts = []
+            return
+        control = None if self.passthrough else self.control_taint()
+        items = [stronger(self.taint_of(e), control) for e in value.elts]
+        if self.returns_elts is None:
+            self.returns_elts = items
+        elif len(self.returns_elts) == len(items):
+            self.returns_elts = [stronger(a, b) for a, b in zip(self.returns_elts, items)]
+        else:
+            self.returns_elts = []
 
     def visit_Raise(self, stmt: ast.Raise) -> None:
         self.jump(stmt, "raise")
@@ -299,7 +355,7 @@ class FunctionWalker(DataFlow):
         self.jump(stmt, "continue")
 
     def jump(self, stmt: ast.stmt, word: str) -> None:
-        if self.quiet:
+        if self.quiet or self.single_process:
             return
         loop_at = max((i for i, f in enumerate(self.frames) if f.loop), default=-1)
         scope = loop_at if word in ("break", "continue") else 0
@@ -308,8 +364,8 @@ class FunctionWalker(DataFlow):
         control = next((c for c in reversed(self.control) if c.depth > scope), None)
         if control is None:
             return
-        if word == "raise" and control.taint.kind == TaintKind.EXCEPTION:
-            return  # an error re-raised: the rank fails, and the launcher ends the job
+        if word == "raise" and (control.taint.kind == TaintKind.EXCEPTION or not self.catching):
+            return  # an error no try here catches: the rank fails, the launcher ends the job
         skipped = []
         if word == "break":
             skipped = self.sites(self.frames[loop_at].stmts)
@@ -358,41 +414,3 @@ class FunctionWalker(DataFlow):
 
     def sigs(self, stmts: list[ast.stmt]) -> list[str]:
         return [s.sig for s in self.sites(stmts) if not s.p2p]
-
-
-def hands_back_argument(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """True when every ``return`` hands back the same argument, bare or in a length-preserving
-    wrapper (``return tqdm(it) if ... else it``, a progress-bar helper): the paths differ in
-    the wrapper only, so the result is the argument whichever path is taken."""
-    params = {a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
-    bases: set[str] = set()
-    for n in own(node):
-        if isinstance(n, ast.Return):
-            base = strip_wrappers(n.value) if n.value is not None else None
-            if not isinstance(base, ast.Name) or base.id not in params:
-                return False
-            bases.add(base.id)
-    return len(bases) == 1
-
-
-def ends_in_jump(stmts: list[ast.stmt]) -> bool:
-    """True when a block ends in continue, break, return or raise."""
-    return bool(stmts) and isinstance(stmts[-1], (ast.Continue, ast.Break, ast.Return, ast.Raise))
-
-
-def cond_key(test: ast.expr) -> tuple[str, bool] | None:
-    """A condition as (what it tests, polarity): ``rank == 0`` and ``rank in (-1, 0)`` test
-    ``rank`` positively, ``rank != 0``, ``rank > 0``, ``rank not in (-1, 0)`` negatively (the
-    loose reading that pairs "the others wait first, rank 0 after" idioms)."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = cond_key(test.operand)
-        return (inner[0], not inner[1]) if inner else None
-    if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        op = type(test.ops[0])
-        left = ast.dump(test.left)
-        if op in (ast.Eq, ast.In, ast.Is, ast.LtE, ast.Lt):
-            return left, True
-        return left, False
-    if isinstance(test, (ast.Name, ast.Attribute, ast.Call)):
-        return ast.dump(test), True
-    return None

@@ -19,16 +19,16 @@ ROOT = Path(__file__).resolve().parents[2]
 BUG_NAMES = [bug.name for bug in CATALOGUE]
 # Jobs that hang on purpose (a mode of the job, or the example's bug): the errors lint must
 # find there, as (file relative to the repository, line). Any other error is a false one.
+# (the jobs whose culprit raises, collectives.py BUG=raise and restart_once.py, are not here: an
+# error no try catches ends the rank, and the launcher the job; the run names it rank_failed)
 DELIBERATE = {
     ("examples/train_hang.py", 37),  # the example's bug: all_reduce under rank == 0
     ("tests/integration/jobs/collectives.py", 26),  # BUG=shape: a longer tensor on the culprit
     ("tests/integration/jobs/collectives.py", 31),  # BUG=op: a broadcast on the culprit only
-    ("tests/integration/jobs/collectives.py", 34),  # BUG=raise on the culprit
     ("tests/integration/jobs/collectives.py", 41),  # BUG=barrier_rank0
     ("tests/integration/jobs/collectives.py", 44),  # BUG=barrier_node1
     ("tests/integration/jobs/collectives.py", 51),  # BUG=conditional
     ("tests/integration/jobs/rank0_barrier.py", 21),  # the hang this job exists for
-    ("tests/integration/jobs/restart_once.py", 25),  # rank 1 fails in attempt 0 on purpose
     ("tests/integration/jobs/data_train.py", 142),  # BUG=uneven_split/uneven_iterable loaders
     ("tests/integration/jobs/ddp_torch_bucket_hang.py", 26),  # rank 1 takes one step fewer
     ("tests/integration/jobs/new_group_on_one_rank.py", 28),  # new_group on rank 0 only

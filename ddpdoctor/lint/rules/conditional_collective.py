@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ddpdoctor.lint.collectives import Site
-from ddpdoctor.lint.rules import Draft, because, severity_of
+from ddpdoctor.lint.rules import Draft, because, considered, severity_of
 from ddpdoctor.lint.taint import Taint, TaintKind
 
 RANK_KIND = "rank_dependent_collective"
@@ -39,20 +39,20 @@ def check(taint: Taint, cond_line: int, taken: list[Site], other: list[Site],
     collective that differs is flagged (an error when the rank decides, else a warning).
     Under a membership test (``if rank in members:``), collectives on an explicit group are
     taken to be that group's, which only its members call."""
-    a = [s for s in taken if not s.p2p and not (membership and s.grouped)]
-    b = [s for s in other if not s.p2p and not (membership and s.grouped)]
+    a = [s for s in considered(taken, taint) if not (membership and s.grouped)]
+    b = [s for s in considered(other, taint) if not (membership and s.grouped)]
     if [s.sig for s in a] == [s.sig for s in b] or _per_group(a, b):
         return None
     if a and b and sorted(s.sig for s in a) == sorted(s.sig for s in b):
         first = next(x for x, y in zip(a, b) if x.sig != y.sig)
         second = next(y for x, y in zip(a, b) if x.sig != y.sig)
-        return Draft(ORDER_KIND, severity_of(taint), first.line, first.name.split(" (")[0],
+        return Draft(ORDER_KIND, severity_of(taint, first), first.line, first.name.split(" (")[0],
                      cond_line, ORDER_MESSAGE.format(cond=cond_line, what=first.sig,
                                                      other=second.sig), ORDER_FIX)
     index = next((i for i, (x, y) in enumerate(zip(a, b)) if x.sig != y.sig), min(len(a), len(b)))
     site = a[index] if index < len(a) else b[index]
     kind = RANK_KIND if taint.kind == TaintKind.RANK else OTHER_KIND
     short = site.name.split(" (")[0]
-    return Draft(kind, severity_of(taint), site.line, short, cond_line,
+    return Draft(kind, severity_of(taint, site), site.line, short, cond_line,
                  MESSAGE.format(what=site.name, cond=cond_line, why=because(taint)),
                  FIX.format(what=short))

@@ -4,7 +4,7 @@ collectives the other ranks go on to issue."""
 from __future__ import annotations
 
 from ddpdoctor.lint.collectives import Site
-from ddpdoctor.lint.rules import Draft, because, severity_of
+from ddpdoctor.lint.rules import Draft, because, considered, severity_of
 from ddpdoctor.lint.taint import Taint, TaintKind
 
 RANK_KIND = "rank_dependent_skip"
@@ -19,13 +19,13 @@ def check(jump: str, line: int, taint: Taint, cond_line: int, before: list[Site]
           skipped: list[Site]) -> Draft | None:
     """Rule: a jump under a divergent condition must not skip collectives that the path
     without the jump issues, unless the jump's own branch issues the same ones first."""
-    skipped = [s for s in skipped if not s.p2p]
+    skipped = considered(skipped, taint)
     if not skipped:
         return None
     if [s.sig for s in before if not s.p2p] == [s.sig for s in skipped]:
         return None
     kind = RANK_KIND if taint.kind == TaintKind.RANK else OTHER_KIND
     first = skipped[0]
-    return Draft(kind, severity_of(taint), line, first.name.split(" (")[0], cond_line,
+    return Draft(kind, severity_of(taint, first), line, first.name.split(" (")[0], cond_line,
                  MESSAGE.format(jump=jump, cond=cond_line, what=first.name, line=first.line,
                                 why=because(taint)), FIX)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ddpdoctor.lint.collectives import Site
-from ddpdoctor.lint.rules import Draft, because, severity_of
+from ddpdoctor.lint.rules import Draft, because, considered, severity_of
 from ddpdoctor.lint.taint import Taint, TaintKind
 
 RANK_KIND = "rank_dependent_loop"
@@ -17,10 +17,10 @@ FIX = ("give every rank the same number of iterations (DistributedSampler with d
 def check(taint: Taint, cond_line: int, body: list[Site]) -> Draft | None:
     """Rule: a loop bounded by a value that differs between ranks must not issue collectives
     (outside ``Join``): the ranks would run them a different number of times."""
-    sites = [s for s in body if not s.p2p]
+    sites = considered(body, taint)
     if not sites:
         return None
     site = sites[0]
     kind = RANK_KIND if taint.kind == TaintKind.RANK else OTHER_KIND
-    return Draft(kind, severity_of(taint), site.line, site.name.split(" (")[0], cond_line,
+    return Draft(kind, severity_of(taint, site), site.line, site.name.split(" (")[0], cond_line,
                  MESSAGE.format(cond=cond_line, why=because(taint), what=site.name), FIX)

@@ -1,0 +1,7 @@
+"""Infrastructure to implement and train NNPs"""
+
+# Add imports here
+from .modelforge import *
+
+
+from ._version import __version__

@@ -1,0 +1,3 @@
+"""Algorithmic Efficiency."""
+
+__version__ = '0.0.1'
