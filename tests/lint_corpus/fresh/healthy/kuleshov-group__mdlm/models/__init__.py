@@ -1,0 +1,4 @@
+from . import dit
+from . import dimamba
+from . import ema
+from . import autoregressive

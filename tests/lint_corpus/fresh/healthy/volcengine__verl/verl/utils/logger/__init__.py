@@ -1,0 +1,32 @@
+# Copyright 2024 Bytedance Ltd. and/or its affiliates
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+
+from .aggregate_logger import (
+    DecoratorLoggerBase,
+    LocalLogger,
+    log_with_rank,
+    print_rank_0,
+    print_with_rank,
+    print_with_rank_and_timer,
+)
+
+__all__ = [
+    "LocalLogger",
+    "DecoratorLoggerBase",
+    "print_rank_0",
+    "print_with_rank",
+    "print_with_rank_and_timer",
+    "log_with_rank",
+]
