@@ -21,16 +21,16 @@ def lead(d: RecordedDecision) -> str:
 
 
 def why(d: RecordedDecision, culprits: tuple[int, ...], rule: str) -> str:
-    """The mechanism, in one sentence: where the ranks decided, and where that took them."""
+    """The mechanism, in one sentence, without repeating the sides the lead gives: where
+    the decision took the ranks, and why these ranks are named."""
     parted = ""
     if d.parted_at is not None:
         file, line, source = d.parted_at
-        parted = (f"; that value then drove `{source}` at {file.rsplit('/', 1)[-1]}:{line}, "
-                  "where their collectives went apart")
+        parted = (f"The value it set drove `{source}` at {file.rsplit('/', 1)[-1]}:{line}, "
+                  "where the ranks' collectives went apart. ")
     who = ranks_text(culprits)
-    return (f"At {d.where} `{d.source}` the ranks took different ways ({d.text()}){parted}. "
-            f"{who.capitalize()} {'is' if len(culprits) == 1 else 'are'} named because "
-            f"{RULES.get(rule, rule)}.")
+    return (f"{parted}{who[0].upper()}{who[1:]} {'is' if len(culprits) == 1 else 'are'} "
+            f"named because {RULES.get(rule, rule)}.")
 
 
 def fix(d: RecordedDecision, rule: str, collective: str = "") -> str:
