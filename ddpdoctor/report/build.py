@@ -14,6 +14,7 @@ from ddpdoctor.analysis.model import JobView
 from ddpdoctor.rundir.lint_results import read_lint_results
 from ddpdoctor.report import schema
 from ddpdoctor.report.lint_match import mark_lint_seen
+from ddpdoctor.report.shown_state import JobPeers
 from ddpdoctor.trace.layout import HEADER_SIZE
 from ddpdoctor.trace.reader import TraceError, read_header
 
@@ -23,7 +24,8 @@ def infer_outcome(job: JobView) -> str:
     live view of a job that still runs with nothing wrong so far: running."""
     if job.outcome in schema.OUTCOMES:
         return job.outcome
-    states = {schema.rank_state(r, job) for r in job.ranks.values()}
+    peers = JobPeers(job)
+    states = {schema.rank_state(r, job, peers) for r in job.ranks.values()}
     if "hung" in states:
         return "hung"
     if states & {"failed", "killed"}:
