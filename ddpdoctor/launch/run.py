@@ -102,7 +102,7 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
             proc = start_job(argv, job_env(run_dir, run_id, config, argv), log)
             supervisor = Supervisor(config, run_dir, proc, report_path, console, started,
                                     max_restarts=max_restarts(argv))
-            supervisor.open_nodes(nodes, secret)
+            supervisor.nodes.open(nodes, secret)  # none for a one-node job
             status = _run_with_ui(supervisor, run_dir) if config.ui else supervisor.run()
             return _judged(status, supervisor, config)
     except KeyboardInterrupt:

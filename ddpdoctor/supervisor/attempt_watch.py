@@ -13,12 +13,11 @@ from typing import Any, Protocol
 from ddpdoctor.analysis.causal.verdict import MISMATCH_SETTLE_S
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.config import RunConfig
-from ddpdoctor.supervisor.capture import capture_ranks
+from ddpdoctor.supervisor.capture import capture_pids, capture_ranks
 from ddpdoctor.supervisor.events import EventLog, Say
 from ddpdoctor.supervisor.live_state import LiveStateWriter, WatchFacts
 from ddpdoctor.supervisor.os_wait import sample_idle
 from ddpdoctor.supervisor.progress import ProgressTracker
-from ddpdoctor.supervisor.stacks import capture_stacks
 from ddpdoctor.supervisor.watch import LiveJob
 from ddpdoctor.trace import layout as L
 
@@ -233,9 +232,8 @@ class AttemptWatch:
         from ddpdoctor.analysis.causal.verdict import Straggling, judge
 
         live = self.live.local_ranks()
-        pids = [live[r].header.pid for r in found.ranks if r in live]
-        capture_stacks(pids, self.run_dir / "stacks")
-        self.log("stacks", why="straggler", pids=pids)
+        capture_pids(self.run_dir, [live[r].header.pid for r in found.ranks if r in live],
+                     "straggler", self.log)
         self._remote_stacks(list(found.ranks))
         try:
             again = judge(self._job_view(), self.config.hang_timeout)
@@ -248,10 +246,8 @@ class AttemptWatch:
         """Stacks of the ranks others wait on, taken before the verdict."""
         self._stacks_early = True
         live = self.live.local_ranks()
-        pids = [live[r].header.pid for r in ranks if r in live and not live[r].gone]
-        if pids:
-            capture_stacks(pids, self.run_dir / "stacks")
-            self.log("stacks", why="absent", pids=pids)
+        capture_pids(self.run_dir, [live[r].header.pid for r in ranks
+                                    if r in live and not live[r].gone], "absent", self.log)
         self._remote_stacks(list(ranks))
 
     def _remote_stacks(self, ranks: list[int] | None) -> None:

@@ -15,7 +15,6 @@ from typing import Any
 from ddpdoctor.report.attempts import attempt_entry, describe_attempts, with_attempts
 from ddpdoctor.rundir.attempts import attempt_dir, make_attempt_dir
 from ddpdoctor.rundir.layout import RUN_FILE, read_run_file, write_json_atomic
-from ddpdoctor.supervisor.attempt_watch import AttemptWatch
 
 REPORT = "report.json"
 
@@ -42,15 +41,17 @@ class Attempts:
     def run_dir_of(self, attempt: int) -> Path:
         return make_attempt_dir(self.base_dir, attempt)
 
-    def next_started(self, watch: AttemptWatch) -> bool:
-        """Did torchrun start the attempt after ``watch``'s (its ranks made its dir)?"""
-        return watch.attempt < self.max_restarts and \
-            (attempt_dir(self.base_dir, watch.attempt + 1) / "traces").is_dir()
+    def next_started(self, attempt: int) -> bool:
+        """Did torchrun start the attempt after ``attempt`` (its ranks made its dir)?"""
+        return attempt < self.max_restarts and \
+            (attempt_dir(self.base_dir, attempt + 1) / "traces").is_dir()
 
-    def restart_expected(self, watch: AttemptWatch, hang_timeout: float) -> bool:
-        """A rank of ``watch``'s attempt failed, a restart remains and is not overdue."""
-        return (watch.attempt < self.max_restarts and watch.failure_seen_at is not None and
-                time.monotonic() - watch.failure_seen_at < hang_timeout)
+    def restart_expected(self, attempt: int, failed_at: float | None,
+                         hang_timeout: float) -> bool:
+        """A rank of ``attempt`` failed (at ``failed_at``, monotonic), a restart remains and
+        is not overdue."""
+        return (attempt < self.max_restarts and failed_at is not None and
+                time.monotonic() - failed_at < hang_timeout)
 
     def ended(self, attempt: int, report: dict[str, Any]) -> None:
         """Attempt ``attempt`` ended with ``report``: its line in the top-level report."""

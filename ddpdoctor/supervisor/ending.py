@@ -81,8 +81,7 @@ class Ending:
         if self.nodes.follow_end(watch, code):
             return code  # node 0 wrote the job's report
         self.nodes.wait_done()
-        self._finish(watch, RunFacts(RunEnd.ENDED, self.config.command, code, code),
-                     live=False)
+        self._finish(watch, self._facts(watch, RunEnd.ENDED, code, code), live=False)
         return code
 
     def ends_by_itself(self, watch: AttemptWatch) -> bool:
@@ -111,7 +110,8 @@ class Ending:
         built = self._build(watch, end, None, live=True)
         # the report as at the verdict, at once (the stop takes seconds; --on-hang wait
         # leaves the job running), then once more when the job is over
-        at_verdict = finish_report(built, self._facts(watch, end, over=False), watch.run_dir)
+        at_verdict = finish_report(built, self._facts(watch, end, signum=verdict.signum,
+                                                      over=False), watch.run_dir)
         self._save(self._path(watch), at_verdict, watch)
         stop = interrupted or self.config.on_hang == OnHang.STOP
         self.nodes.publish_verdict(verdict.reason, verdict.message, stop,

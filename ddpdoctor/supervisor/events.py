@@ -12,8 +12,7 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.markup import escape
 
-Log = Callable[..., None]  # log(event, **fields)
-Say = Callable[..., None]  # say(text, style="")
+Say = Callable[..., None]  # say(text, style=""): Voice.say
 
 
 class EventLog:

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 from rich.console import Console
 
 from ddpdoctor.config import RunConfig
-from ddpdoctor.proc.control import JobTree
+from ddpdoctor.proc.control import JobTree, stop_job
 from ddpdoctor.proc.signals import ENDING_SIGNALS, OutputWatch, describe, say_to_stderr, \
     signal_of
 from ddpdoctor.redact import redact_argv
@@ -26,8 +26,6 @@ from ddpdoctor.supervisor.attempt_watch import AttemptWatch, Verdict
 from ddpdoctor.supervisor.attempts import REPORT, Attempts
 from ddpdoctor.supervisor.ending import POLL_SECONDS, Ending, StopRequest
 from ddpdoctor.supervisor.events import Voice
-from ddpdoctor.supervisor.node_secret import NodeSecret
-from ddpdoctor.supervisor.node_store import NodeSetup
 from ddpdoctor.supervisor.nodes import Nodes
 
 # While every rank of a one-node job runs and none waits, the loop looks 4 times a second
@@ -84,10 +82,6 @@ class Supervisor:
         """Where the job's report was written (None: it could not be)."""
         return self.ending.written
 
-    def open_nodes(self, setup: NodeSetup | None, secret: NodeSecret | None = None) -> None:
-        """Join the other nodes' supervisors (nothing for a one-node job)."""
-        self.nodes.open(setup, secret)
-
     def request_stop(self, signum: int = signal.SIGINT) -> None:
         """Ask the loop to end the run as interrupted by ``signum`` (the first asker's
         signal stands); safe from a signal handler or another thread."""
@@ -102,7 +96,12 @@ class Supervisor:
         except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP (proc.signals.Interrupted)
             verdict = Verdict("interrupt", describe(signal_of(e)), signal_of(e))
         with self._finishing():
-            return self._end(verdict)
+            try:
+                return self._end(verdict)
+            except BaseException:
+                if self.proc.poll() is None:  # a bug of the ending leaves no job behind
+                    stop_job(self.proc, self.tree)
+                raise
 
     def _end(self, verdict: Verdict | None) -> int:
         """The ending a verdict (or the job's own end) calls for."""
@@ -176,13 +175,14 @@ class Supervisor:
     def _check(self) -> Verdict | None:
         """One look: the attempts, the process tree, progress, processes, the nodes, then
         the traces."""
-        if self.attempts is not None and self.attempts.next_started(self.watch):
+        if self.attempts is not None and self.attempts.next_started(self.watch.attempt):
             self._next_attempt()
             return None
         verdict = self._look()
         if verdict is not None and verdict.reason != "interrupt" and \
                 self.attempts is not None and \
-                self.attempts.restart_expected(self.watch, self.config.hang_timeout):
+                self.attempts.restart_expected(self.watch.attempt, self.watch.failure_seen_at,
+                                               self.config.hang_timeout):
             return None  # torchrun stops this attempt's ranks and starts the next one
         return verdict
 
@@ -226,7 +226,7 @@ class Supervisor:
         """The job ended: every attempt torchrun started since the last look (one may have
         begun and ended between two looks, e.g. while a failure was captured) is followed
         in turn, so that the job's report is its last attempt's and lists them all."""
-        while self.attempts is not None and self.attempts.next_started(self.watch):
+        while self.attempts is not None and self.attempts.next_started(self.watch.attempt):
             self._next_attempt()
 
 

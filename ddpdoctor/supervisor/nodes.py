@@ -17,15 +17,13 @@ from ddpdoctor.analysis.model import JobView
 from ddpdoctor.config import RunConfig
 from ddpdoctor.host import host_name
 from ddpdoctor.supervisor.attempt_watch import AttemptWatch
-from ddpdoctor.supervisor.capture import capture_ranks
-from ddpdoctor.supervisor.events import Say
+from ddpdoctor.supervisor.capture import capture_pids, capture_ranks
 from ddpdoctor.supervisor.node_auth import Seal, new_session
 from ddpdoctor.supervisor.node_channel import Hub
 from ddpdoctor.supervisor.node_follower import NodeFollower
 from ddpdoctor.supervisor.node_leader import NodeLeader
 from ddpdoctor.supervisor.node_secret import INSECURE_WARNING, NodeSecret
 from ddpdoctor.supervisor.node_store import NodeSetup, open_hub, this_node_id
-from ddpdoctor.supervisor.stacks import capture_stacks
 from ddpdoctor.trace.world import world_size
 
 STACKS_WAIT_S = 15.0  # py-spy on the other nodes, then their copy
@@ -41,7 +39,8 @@ class Nodes:
         run_dir_of: attempt -> the run dir the other nodes' copies of it go into.
     """
 
-    def __init__(self, config: RunConfig, say: Say, current: Callable[[], AttemptWatch],
+    def __init__(self, config: RunConfig, say: Callable[..., None],
+                 current: Callable[[], AttemptWatch],
                  run_dir_of: Callable[[int], Path]) -> None:
         self.config = config
         self.say = say
@@ -153,10 +152,8 @@ class Nodes:
             if ranks is None:  # node 0's verdict: the dumps and connections too
                 capture_ranks(watch.run_dir, live, "node 0 asked", watch.log)
             else:
-                pids = [p.header.pid for r, p in live.items() if r in ranks]
-                if pids:
-                    capture_stacks(pids, watch.run_dir / "stacks")
-                    watch.log("stacks", why="node 0 asked", pids=pids)
+                capture_pids(watch.run_dir, [p.header.pid for r, p in live.items()
+                                             if r in ranks], "node 0 asked", watch.log)
             f.answered(n)
 
     def check_membership(self, watch: AttemptWatch, final: bool = False) -> None:
