@@ -1,6 +1,7 @@
 """Ending: how a supervised job (or one attempt of it) ends: the report built, finished
-(report/finished.py) and written once, the job stopped (or left to run), the summary printed.
-Which outcome and which exit status is report/outcome.py's policy."""
+(report/finished.py) and written once per ending (a verdict's at once, then once the job is
+over), the job stopped (or left to run), the summary printed.  Which outcome and which exit
+status is report/outcome.py's policy."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
-
-from rich.console import Console
 
 from ddpdoctor.config import OnHang, RunConfig
 from ddpdoctor.proc.control import JobTree, StopResult, stop_job
@@ -58,12 +57,11 @@ class Ending:
     """
 
     def __init__(self, config: RunConfig, proc: subprocess.Popen, tree: JobTree,
-                 console: Console, voice: Voice, nodes: Nodes, stop: StopRequest,
-                 report_path: Path, attempts: Attempts | None, started_ns: int) -> None:
+                 voice: Voice, nodes: Nodes, stop: StopRequest, report_path: Path,
+                 attempts: Attempts | None, started_ns: int) -> None:
         self.config = config
         self.proc = proc
         self.tree = tree
-        self.console = console
         self.voice = voice
         self.nodes = nodes
         self.stop_request = stop
@@ -232,7 +230,7 @@ class Ending:
         if self.voice.quiet:
             return
         try:
-            print_summary(report, path, self.console)
+            print_summary(report, path, self.voice.console)
         except Exception as e:  # noqa: BLE001 - the report on disk is what matters
             say_to_stderr(f"ddpdoctor: could not print the summary ({e}); see {path}")
 

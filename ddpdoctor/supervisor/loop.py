@@ -61,8 +61,8 @@ class Supervisor:
         self.attempts = Attempts(run_dir, max_restarts) if max_restarts > 0 else None
         self.nodes = Nodes(config, self.voice.say, lambda: self.watch,
                            self.attempts.run_dir_of if self.attempts else lambda _: run_dir)
-        self.ending = Ending(config, proc, self.tree, console, self.voice, self.nodes,
-                             self.stop, report_path, self.attempts, started_ns)
+        self.ending = Ending(config, proc, self.tree, self.voice, self.nodes, self.stop,
+                             report_path, self.attempts, started_ns)
         self.watch = self._watch_of(0)
         self._due = {"tree": 0.0, "progress": 0.0, "processes": 0.0}  # monotonic times
 
