@@ -34,9 +34,8 @@ FAKE_PID0 = 3_900_000  # above pid_max's default: no real process has these pids
 def write_job(run_dir: Path, ranks: int, publish: bool, hz: float) -> None:
     """The writer: rank traces stepping at ``hz`` collectives a second, and the supervisor's
     live view of them (published to live.json when ``publish``)."""
-    from ddpdoctor.config import RunConfig
-    from ddpdoctor.supervisor.attempt_watch import AttemptWatch
-    from ddpdoctor.supervisor.live_state import LiveStateWriter
+    from ddpdoctor.supervisor.live_state import LiveStateWriter, WatchFacts
+    from ddpdoctor.supervisor.watch import LiveJob
     from ddpdoctor.trace import layout as L
     from ddpdoctor.trace.writer import TraceWriter
 
@@ -49,8 +48,8 @@ def write_job(run_dir: Path, ranks: int, publish: bool, hz: float) -> None:
         w.meta("group", index=0, name="0", ranks=list(range(ranks)), size=ranks, default=True)
         w.set_state(L.RankState.COMPUTING)
         writers.append(w)
-    watch = AttemptWatch(RunConfig(command=("train.py",)), run_dir, started_ns=time.time_ns())
-    live = watch.live
+    live = LiveJob(run_dir)
+    facts = WatchFacts(("train.py",), time.time_ns(), 60.0)
     state = LiveStateWriter(run_dir)
     text = b"4x4||float32|/job/train.py:42"
     seq, opened = 0, [None] * ranks
@@ -66,7 +65,7 @@ def write_job(run_dir: Path, ranks: int, publish: bool, hz: float) -> None:
         seq += 1
         live.poll()
         if publish:
-            state.publish(live, watch.facts())
+            state.publish(live, facts)
         next_step += 1.0 / hz
         time.sleep(max(0.0, next_step - time.monotonic()))
 

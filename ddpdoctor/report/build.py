@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -14,7 +15,6 @@ from ddpdoctor.analysis.model import JobView
 from ddpdoctor.rundir.lint_results import read_lint_results
 from ddpdoctor.report import schema
 from ddpdoctor.report.lint_match import mark_lint_seen
-from ddpdoctor.report.shown_state import JobPeers
 from ddpdoctor.trace.layout import HEADER_SIZE
 from ddpdoctor.trace.reader import TraceError, read_header
 
@@ -24,8 +24,7 @@ def infer_outcome(job: JobView) -> str:
     live view of a job that still runs with nothing wrong so far: running."""
     if job.outcome in schema.OUTCOMES:
         return job.outcome
-    peers = JobPeers(job)
-    states = {schema.rank_state(r, job, peers) for r in job.ranks.values()}
+    states = set(schema.shown_states(job))
     if "hung" in states:
         return "hung"
     if states & {"failed", "killed"}:
@@ -96,6 +95,15 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+def fallback_report(outcome: str, error: BaseException, world_size: int,
+                    started_ns: int) -> dict[str, Any]:
+    """The report when the analysis failed: what is known beats none."""
+    return {"schema": schema.SCHEMA, "outcome": outcome, "command": [],
+            "world_size": world_size, "started_at": schema.iso(started_ns),
+            "ended_at": schema.iso(time.time_ns()), "ranks": [], "findings": [],
+            "problems": [f"analysis failed: {type(error).__name__}: {error}"]}
 
 
 def _report(job: JobView, findings: list[Any], waits: list[Any]) -> dict[str, Any]:

@@ -5,7 +5,6 @@ stopped, the nodes, the attempt, an interruption)."""
 from __future__ import annotations
 
 import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ from ddpdoctor.proc.signals import OUTPUT_CLOSED
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.report.console import NEVER_INITIALIZED, NO_ACTIVITY
 from ddpdoctor.report.outcome import RunEnd, final_outcome
-from ddpdoctor.report.schema import SCHEMA, iso
 from ddpdoctor.rundir.layout import free_bytes
 
 FULL_BELOW_BYTES = 1 << 20  # a rank's trace needs more than this
@@ -75,14 +73,6 @@ def finish_report(built: dict[str, Any], facts: RunFacts, run_dir: Path) -> dict
     if facts.attempt is not None:
         report["attempt"] = facts.attempt
     return report
-
-
-def fallback_report(outcome: str, error: BaseException, world_size: int,
-                    started_ns: int) -> dict[str, Any]:
-    """The report when the analysis failed: what is known beats none."""
-    return {"schema": SCHEMA, "outcome": outcome, "command": [], "world_size": world_size,
-            "started_at": iso(started_ns), "ended_at": iso(time.time_ns()), "ranks": [],
-            "findings": [], "problems": [f"analysis failed: {type(error).__name__}: {error}"]}
 
 
 def _interrupted_note(signum: int) -> str:

@@ -113,6 +113,12 @@ def rank_state(run: RankRun, job: JobView, peers: JobPeers | None = None) -> str
         in_init=s.mark == "init", job_hung=job.outcome == "hung")
 
 
+def shown_states(job: JobView) -> list[str]:
+    """Every rank's shown state (rank_state), the peers found once for them all."""
+    peers = JobPeers(job)
+    return [rank_state(run, job, peers) for run in job.ranks.values()]
+
+
 def _exit_code(run: RankRun) -> int | None:
     if run.returncode is not None:
         return run.returncode

@@ -15,9 +15,9 @@ from typing import Any
 from ddpdoctor.config import OnHang, RunConfig
 from ddpdoctor.proc.control import JobTree, StopResult, stop_job
 from ddpdoctor.proc.signals import say_to_stderr, signal_of
-from ddpdoctor.report.build import build_report
+from ddpdoctor.report.build import build_report, fallback_report
 from ddpdoctor.report.console import print_summary
-from ddpdoctor.report.finished import RunFacts, fallback_report, finish_report
+from ddpdoctor.report.finished import RunFacts, finish_report
 from ddpdoctor.report.outcome import EXIT_HUNG, RunEnd, exit_status, recorded_outcome
 from ddpdoctor.rundir.layout import write_json_atomic
 from ddpdoctor.supervisor.attempt_watch import AttemptWatch, Verdict

@@ -19,7 +19,6 @@ from ddpdoctor.host import host_name
 from ddpdoctor.supervisor.attempt_watch import AttemptWatch
 from ddpdoctor.supervisor.capture import capture_pids, capture_ranks
 from ddpdoctor.supervisor.node_auth import Seal, new_session
-from ddpdoctor.supervisor.node_channel import Hub
 from ddpdoctor.supervisor.node_follower import NodeFollower
 from ddpdoctor.supervisor.node_leader import NodeLeader
 from ddpdoctor.supervisor.node_secret import INSECURE_WARNING, NodeSecret
@@ -85,10 +84,10 @@ class Nodes:
             except Exception:  # noqa: BLE001 - the port is taken: another node leads
                 hub = None
             if hub is not None:
-                self._lead(setup, lambda: hub, lost_after)
+                self._lead(setup, seal, lost_after, hub)
                 return
         elif lead:
-            self._lead(setup, lambda: open_hub(setup, seal, self._store_refused), lost_after)
+            self._lead(setup, seal, lost_after)  # the channel opens in the leader's thread
             return
         self.follower = NodeFollower(setup, this_node_id(setup), self._where, lost_after,
                                      secret.value, self._log)
@@ -96,9 +95,12 @@ class Nodes:
         self.say(f"following node 0 through {setup.address}: it decides and "
                  "writes the job's one report")
 
-    def _lead(self, setup: NodeSetup, open_hub: Callable[[], Hub],
-              lost_after: float) -> None:
-        self.leader = NodeLeader(open_hub, self.run_dir_of, self.say, self._log, lost_after,
+    def _lead(self, setup: NodeSetup, seal: Seal, lost_after: float,
+              hub: Any = None) -> None:
+        """Node 0: the leader, on ``hub`` when this node already bound the port."""
+        self.leader = NodeLeader(lambda: hub if hub is not None else
+                                 open_hub(setup, seal, self._store_refused),
+                                 self.run_dir_of, self.say, self._log, lost_after,
                                  expected=max(0, setup.min_nodes - 1))
         self.leader.start()
         self.address = setup.address
