@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpdoctor.frameworks.framework import Environ, Framework, Modules
+from ddpdoctor.frameworks.framework import Environ, Framework, FrameworkMethod, Modules
 
 PACKAGES = ("accelerate",)
 OPERATIONS = frozenset({"gather", "gather_object", "reduce", "broadcast",
@@ -17,6 +17,20 @@ NOT_DDP_PLUGINS = frozenset({"fsdp_plugin", "deepspeed_plugin", "deepspeed_plugi
                              "megatron_lm_plugin"})
 STATIC_GRAPH = ("Accelerator(kwargs_handlers=[DistributedDataParallelKwargs("
                 "static_graph=True)])")
+
+
+
+def _method(name: str, collective: str, always: bool) -> FrameworkMethod:
+    return FrameworkMethod("accelerate", "accelerate.accelerator", ACCELERATOR, name, "1.15.0",
+                           collective, always)
+
+
+HIDDEN = (
+    _method("save_state", "wait_for_everyone (FSDP, DeepSpeed: their sharded saves)", False),
+    _method("get_state_dict", "the gather of a DeepSpeed ZeRO-3 or FSDP state dict", False),
+    _method("save_model", "get_state_dict (DeepSpeed ZeRO-3, FSDP: a gather)", False),
+    _method("main_process_first", "wait_for_everyone", True),
+    _method("local_main_process_first", "wait_for_everyone", True))
 
 
 def seeds_alike(modules: Modules, environ: Environ) -> bool:
@@ -36,6 +50,7 @@ FRAMEWORK = Framework(
     backward_receivers=("accelerator",),
     rank_attrs=frozenset({"is_main_process", "is_local_main_process", "process_index",
                           "local_process_index", "is_last_process"}),
+    hidden=HIDDEN, receiver_words=("accelerator",),
     seeds_alike=seeds_alike,
     seed_fix=(
         "accelerate's `set_seed(seed)` seeds every rank alike (identical initial model); "

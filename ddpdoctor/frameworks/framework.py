@@ -14,6 +14,29 @@ def never(modules: Modules, environ: Environ) -> bool:
 
 
 @dataclass(frozen=True)
+class FrameworkMethod:
+    """A framework method that issues (or may issue) a collective the user never wrote:
+    lint reads the installed source (lint/hidden_collectives.py), else this record.
+
+    Args:
+        package: the distribution whose installed source is read (``lightning``).
+        module: the module that defines the class (``lightning.pytorch.trainer.trainer``).
+        cls: the class (``Trainer``); method: the method (``save_checkpoint``).
+        version: the version the record was read from.
+        collective: what the method issues, per the record.
+        always: every call issues it (False: some configurations only).
+    """
+
+    package: str
+    module: str
+    cls: str
+    method: str
+    version: str
+    collective: str
+    always: bool
+
+
+@dataclass(frozen=True)
 class Framework:
     """One framework.
 
@@ -31,6 +54,9 @@ class Framework:
     rank_calls, world_calls: qualified calls that return this rank, the world size (lint).
     rank_attrs: attributes that hold the rank or a test of it (``trainer.is_global_zero``)
         (lint).
+    hidden: its methods that issue collectives the user never wrote (lint).
+    receiver_words: words of a receiver's name that may be one of its objects (``trainer``,
+        ``engine``), whose methods ``hidden`` names (lint).
     seeds_alike: does this framework drive the process (``sys.modules``, ``os.environ``)
         and seed every rank alike on purpose, for an identical initial model (runtime)?
     seed_fix: the fix a seed collision it made calls for (analysis/detectors/seeds.py).
@@ -47,5 +73,7 @@ class Framework:
     rank_calls: frozenset[str] = frozenset()
     world_calls: frozenset[str] = frozenset()
     rank_attrs: frozenset[str] = frozenset()
+    hidden: tuple[FrameworkMethod, ...] = ()
+    receiver_words: tuple[str, ...] = ()
     seeds_alike: Callable[[Modules, Environ], bool] = never
     seed_fix: str = ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Iterator, Mapping
 
 from ddpdoctor.frameworks import accelerate, deepspeed, fsdp, ignite, lightning, transformers
-from ddpdoctor.frameworks.framework import Environ, Framework, Modules
+from ddpdoctor.frameworks.framework import Environ, Framework, FrameworkMethod, Modules
 
 # in the order a process that uses several is said to be driven by (the Trainer wraps
 # accelerate; Lightning may run beside either)
@@ -68,6 +68,20 @@ def world_calls() -> frozenset[str]:
 
 def rank_attrs() -> frozenset[str]:
     return frozenset(a for f in ALL for a in f.rank_attrs)
+
+
+def hidden_methods() -> tuple[FrameworkMethod, ...]:
+    """Every framework method known to issue collectives the user never wrote."""
+    return tuple(m for f in ALL for m in f.hidden)
+
+
+def receiver_frameworks() -> dict[str, tuple[str, ...]]:
+    """A word of a receiver's name -> the packages whose object it may be."""
+    out: dict[str, tuple[str, ...]] = {}
+    for f in ALL:
+        for word in f.receiver_words:
+            out[word] = out.get(word, ()) + f.packages
+    return out
 
 
 def seeding_framework(modules: Modules, environ: Environ) -> str | None:

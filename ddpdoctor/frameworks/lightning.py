@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpdoctor.frameworks.framework import Environ, Framework, Modules
+from ddpdoctor.frameworks.framework import Environ, Framework, FrameworkMethod, Modules
 
 PACKAGES = ("lightning", "pytorch_lightning", "lightning_fabric")
 
@@ -53,6 +53,11 @@ FRAMEWORK = Framework(
                                "reduce_boolean_decision"}),
     backward_receivers=("fabric",),
     rank_attrs=frozenset({"is_global_zero"}),
+    hidden=tuple(FrameworkMethod(package, f"{module}.trainer.trainer", TRAINER,
+                                 "save_checkpoint", "2.6.6", "strategy.barrier", True)
+                 for package, module in (("lightning", "lightning.pytorch"),
+                                         ("pytorch_lightning", "pytorch_lightning"))),
+    receiver_words=("trainer",),
     seeds_alike=seeds_alike,
     seed_fix=(
         "Lightning's `seed_everything(seed)` seeds every rank alike on purpose (identical "

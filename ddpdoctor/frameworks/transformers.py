@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpdoctor.frameworks.framework import Environ, Framework, Modules
+from ddpdoctor.frameworks.framework import Environ, Framework, FrameworkMethod, Modules
 
 BUILDER = "from_pretrained"  # Net.from_pretrained(name) is a Net
 
@@ -16,6 +16,10 @@ FRAMEWORK = Framework(
     "transformers", ("transformers",), pip="transformers",
     receiver_methods={"trainer": frozenset({"evaluate", "predict", "train"})},
     rank_attrs=frozenset({"is_world_process_zero", "is_local_process_zero"}),
+    hidden=(FrameworkMethod("transformers", "transformers.trainer", "Trainer", "save_model",
+                            "5.25.0", "the gather of a DeepSpeed ZeRO-3 or FSDP state dict",
+                            False),),
+    receiver_words=("trainer",),
     seeds_alike=seeds_alike,
     seed_fix=(
         "The Trainer seeds every rank alike on purpose (`TrainingArguments(seed=...)` -> "

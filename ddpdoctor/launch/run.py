@@ -25,7 +25,7 @@ from ddpdoctor.rundir.command import prune_before_run
 from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.rundir.runs import hold_live
 from ddpdoctor.redact import redact_argv
-from ddpdoctor.report.fail_on import status_under_fail_on
+from ddpdoctor.report.outcome import status_under_fail_on
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
 from ddpdoctor.supervisor.node_secret import node_secret

@@ -1,14 +1,17 @@
 """The outcome policy of a supervised run: for each way a run (or one attempt of it) ends,
-the outcome its report names and the exit status ddpdoctor returns (CONTRACT: exit status)."""
+the outcome its report names and the exit status ddpdoctor returns, ``--fail-on`` included
+(CONTRACT: exit status)."""
 
 from __future__ import annotations
 
 import enum
 from typing import Any, Iterable
 
+from ddpdoctor.config import FailOn
 from ddpdoctor.proc.signals import exit_status as signal_exit_status
 
 EXIT_HUNG = 124  # ddpdoctor stopped a hung job
+EXIT_FOUND = 1  # the job exited 0, but a finding of the --fail-on severity was named
 
 
 class RunEnd(str, enum.Enum):
@@ -69,3 +72,21 @@ def exit_status(end: RunEnd, job_exit_code: int | None = None, signum: int = 0) 
     if end in (RunEnd.HUNG, RunEnd.NODE0_SILENT):
         return EXIT_HUNG
     return job_exit_code if job_exit_code is not None else 1
+
+
+def status_under_fail_on(status: int, report: dict[str, Any] | None,
+                         fail_on: FailOn) -> tuple[int, str | None]:
+    """`run --fail-on` (for CI): the exit status, and the notice that says why it is not the
+    job's: 1 when the job itself exited 0 (``status`` 0) but the report names a finding of
+    ``fail_on``'s severity or worse; any other status (the job's own non-zero one, 124,
+    128+N) stands."""
+    if status != 0 or fail_on is FailOn.NEVER or not isinstance(report, dict):
+        return status, None
+    for number, f in enumerate(report.get("findings") or [], start=1):
+        if isinstance(f, dict) and fail_on.fails(f.get("severity")):
+            severity = str(f.get("severity"))
+            return EXIT_FOUND, (f"exit {EXIT_FOUND} (--fail-on {fail_on.value}): the job "
+                                f"exited 0, but finding {number} is "
+                                f"{'an' if severity == 'error' else 'a'} {severity} "
+                                f"({f.get('kind')})")
+    return status, None
