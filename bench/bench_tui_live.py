@@ -23,7 +23,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +34,7 @@ FAKE_PID0 = 3_900_000  # above pid_max's default: no real process has these pids
 def write_job(run_dir: Path, ranks: int, publish: bool, hz: float) -> None:
     """The writer: rank traces stepping at ``hz`` collectives a second, and the supervisor's
     live view of them (published to live.json when ``publish``)."""
-    from ddpdoctor.supervisor.live_state import LiveStateWriter
+    from ddpdoctor.supervisor.live_state import LiveStateWriter, WatchFacts
     from ddpdoctor.supervisor.watch import LiveJob
     from ddpdoctor.trace import layout as L
     from ddpdoctor.trace.writer import TraceWriter
@@ -50,10 +49,7 @@ def write_job(run_dir: Path, ranks: int, publish: bool, hz: float) -> None:
         w.set_state(L.RankState.COMPUTING)
         writers.append(w)
     live = LiveJob(run_dir)
-    sup = SimpleNamespace(live=live, run_dir=run_dir, config=SimpleNamespace(hang_timeout=60.0,
-                                                            command=["train.py"]),
-                          started_ns=time.time_ns(), _warned_mismatch=False,
-                          _stragglers_said=set(), _failure_seen_at=None)
+    facts = WatchFacts(("train.py",), time.time_ns(), 60.0)
     state = LiveStateWriter(run_dir)
     text = b"4x4||float32|/job/train.py:42"
     seq, opened = 0, [None] * ranks
@@ -69,7 +65,7 @@ def write_job(run_dir: Path, ranks: int, publish: bool, hz: float) -> None:
         seq += 1
         live.poll()
         if publish:
-            state.publish(sup)
+            state.publish(live, facts)
         next_step += 1.0 / hz
         time.sleep(max(0.0, next_step - time.monotonic()))
 

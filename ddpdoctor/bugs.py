@@ -24,6 +24,7 @@ from rich.table import Table
 
 from ddpdoctor.catalogue import CATALOGUE, FINDING_KINDS, Bug, Launch  # noqa: F401 (API)
 from ddpdoctor.errors import UserError
+from ddpdoctor.frameworks import known
 from ddpdoctor.proc.signals import interrupts_raised, signal_of
 
 ENV_SAMPLE_BUGS = "DDPDOCTOR_SAMPLE_BUGS"
@@ -67,8 +68,7 @@ def _torchrun() -> list[str]:
 
 # the frameworks of the catalogued framework bugs (module -> package): not ddpdoctor's
 # dependencies; the test extras install them (pip install -e ".[test]")
-FRAMEWORKS = {"lightning": "lightning", "accelerate": "accelerate",
-              "ignite": "pytorch-ignite", "transformers": "transformers"}
+FRAMEWORKS = known.install_names()
 
 
 def _check_framework(bug: Bug, script: Path) -> None:

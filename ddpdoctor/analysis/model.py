@@ -10,9 +10,10 @@ from ddpdoctor.config import wait_bound
 from ddpdoctor.kinds import FindingKind, Severity  # noqa: F401 (analysis's names for them)
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace
-from ddpdoctor.trace.record import CallRecord
+from ddpdoctor.trace.record import CallRecord, as_int
 
 NS = 1_000_000_000
+SEVERITIES = frozenset(s.value for s in Severity)
 # exit statuses of a rank whose launcher signalled it after its program had returned
 CUT_SHORT = (-15, -2, -9, -1)  # SIGTERM, SIGINT, SIGKILL, SIGHUP
 K = TypeVar("K", bound=Hashable)
@@ -108,6 +109,24 @@ class Finding:
                 "severity": self.severity.value, "ranks": list(self.ranks),
                 "seq": self.seq, "summary": self.summary, "detail": self.detail,
                 "fix": self.fix, "evidence": self.evidence, "caused_by": self.caused_by}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
+        """A finding as ``to_dict`` wrote it (a report's ``findings[i]``), read forgivingly:
+        a field of the wrong type reads as unknown, an unknown severity as info."""
+        def text(key: str) -> str:
+            value = data.get(key)
+            return value if isinstance(value, str) else ""
+
+        ranks, evidence = data.get("ranks"), data.get("evidence")
+        severity = text("severity")
+        return cls(text("kind") or "finding",
+                   Severity(severity) if severity in SEVERITIES else Severity.INFO,
+                   tuple(r for r in map(as_int, ranks) if r is not None)
+                   if isinstance(ranks, list) else (),
+                   as_int(data.get("seq")), text("summary"), text("detail"), text("fix"),
+                   evidence if isinstance(evidence, dict) else {},
+                   as_int(data.get("caused_by")))
 
 
 Call = CallRecord  # the analysis's name for the one record type of an event (trace/record.py)

@@ -10,6 +10,7 @@ from pathlib import Path
 import ddpdoctor
 from ddpdoctor.config import RunConfig
 from ddpdoctor.errors import UserError
+from ddpdoctor.rundir.attempts import ATTEMPTS_ENV, max_restarts
 from ddpdoctor.runtime.supervisor_watch import ON_HANG_ENV, SUPERVISOR_PID_ENV
 from ddpdoctor.trace import fr_files
 
@@ -56,8 +57,11 @@ def job_argv(config: RunConfig) -> list[str]:
     return cmd
 
 
-def job_env(run_dir: Path, run_id: str, config: RunConfig) -> dict[str, str]:
-    """The job's environment: the bootstrap first on PYTHONPATH and ddpdoctor's variables."""
+def job_env(run_dir: Path, run_id: str, config: RunConfig,
+            argv: list[str] | None = None) -> dict[str, str]:
+    """The job's environment: the bootstrap first on PYTHONPATH and ddpdoctor's variables;
+    when ``argv`` (the job's) may restart its ranks (torchrun --max-restarts), they are told
+    to write under their attempt's dir (a job without restarts keeps the plain layout)."""
     env = dict(os.environ)
     paths = [str(BOOTSTRAP_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
@@ -70,4 +74,6 @@ def job_env(run_dir: Path, run_id: str, config: RunConfig) -> dict[str, str]:
     env[SUPERVISOR_PID_ENV] = str(os.getpid())
     if not any(name in env for name in fr_files.BUFFER_ENVS):  # the user's size wins
         env[fr_files.BUFFER_ENVS[0]] = fr_files.DEFAULT_BUFFER_SIZE
+    if argv is not None and max_restarts(argv) > 0:
+        env[ATTEMPTS_ENV] = "1"
     return env

@@ -15,17 +15,17 @@ from rich.markup import escape
 import ddpdoctor
 from ddpdoctor.config import RunConfig
 from ddpdoctor.errors import UserError
-from ddpdoctor.launch.attempts import make_supervisor, restarts_env
 from ddpdoctor.launch.command import job_argv, job_env
 from ddpdoctor.launch.torch_range import torch_notice
 from ddpdoctor.lint.prerun import lint_before_run
 from ddpdoctor.proc.control import become_subreaper, start_job, stop_job
 from ddpdoctor.proc.signals import interrupts_raised, say_to_stderr, signal_of
+from ddpdoctor.rundir.attempts import max_restarts
 from ddpdoctor.rundir.command import prune_before_run
 from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.rundir.runs import hold_live
 from ddpdoctor.redact import redact_argv
-from ddpdoctor.report.fail_on import status_under_fail_on
+from ddpdoctor.report.outcome import status_under_fail_on
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
 from ddpdoctor.supervisor.node_secret import node_secret
@@ -99,10 +99,10 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     try:
         with interrupts_raised():
             become_subreaper()  # orphans of the job come back here, not to init
-            proc = start_job(argv, restarts_env(argv, job_env(run_dir, run_id, config)), log)
-            supervisor = make_supervisor(argv, config, run_dir, proc, report_path, console,
-                                         started)
-            supervisor.open_nodes(nodes, secret)
+            proc = start_job(argv, job_env(run_dir, run_id, config, argv), log)
+            supervisor = Supervisor(config, run_dir, proc, report_path, console, started,
+                                    max_restarts=max_restarts(argv))
+            supervisor.nodes.open(nodes, secret)  # none for a one-node job
             status = _run_with_ui(supervisor, run_dir) if config.ui else supervisor.run()
             return _judged(status, supervisor, config)
     except KeyboardInterrupt:
@@ -139,7 +139,7 @@ def _run_with_ui(supervisor: Supervisor, run_dir: Path) -> int:
         print(f"ddpdoctor: the UI is not available ({e}); supervising without it",
               file=sys.stderr)
     finally:
-        supervisor.quiet = False
+        supervisor.voice.quiet = False
     if thread.is_alive():
         say_to_stderr("ddpdoctor: UI closed; still supervising the job (Ctrl-C stops it)")
     try:

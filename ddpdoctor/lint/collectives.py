@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from ddpdoctor.frameworks import accelerate, fsdp, ignite, known, lightning
 from ddpdoctor.lint.hidden_collectives import hidden_collective
 from ddpdoctor.lint.module import BUFFER_WORDS, ParsedModule, mentions, walk
 from ddpdoctor.lint.taint import key_of
@@ -18,8 +19,7 @@ DIST_COLLECTIVES = frozenset({
     "new_subgroups_by_enumeration", "init_process_group", "destroy_process_group",
     "all_reduce_coalesced", "all_gather_coalesced", "_all_gather_base", "_reduce_scatter_base",
     "init_device_mesh"})
-FSDP_OPTIM_STATE = frozenset({"optim_state_dict", "full_optim_state_dict",
-                              "sharded_optim_state_dict", "scatter_full_optim_state_dict"})
+FSDP_OPTIM_STATE = fsdp.OPTIM_STATE
 DIST_P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv",
                       "send_object_list", "recv_object_list"})
 MODULE_COLLECTIVES: dict[str, frozenset[str]] = {
@@ -31,23 +31,13 @@ MODULE_COLLECTIVES: dict[str, frozenset[str]] = {
     "torch.distributed.nn.functional": frozenset({"all_reduce", "all_gather", "broadcast",
                                                   "reduce", "all_to_all", "gather", "scatter",
                                                   "reduce_scatter"}),
-    "ignite.distributed": frozenset({"all_reduce", "all_gather", "broadcast", "barrier",
-                                     "new_group", "auto_model"}),
-    "accelerate.utils": frozenset({"gather", "gather_object", "reduce", "broadcast",
-                                   "broadcast_object_list", "pad_across_processes",
-                                   "wait_for_everyone"}),
-    "accelerate.utils.operations": frozenset({"gather", "gather_object", "reduce", "broadcast",
-                                              "broadcast_object_list",
-                                              "pad_across_processes"}),
     # torch's distributed checkpoint: every rank saves and loads its shards together
     "torch.distributed.checkpoint": frozenset({"save", "load", "save_state_dict",
                                                "load_state_dict", "async_save"}),
     "torch.distributed.checkpoint.state_dict": frozenset({
         "get_model_state_dict", "get_optimizer_state_dict", "get_state_dict",
         "set_model_state_dict", "set_optimizer_state_dict", "set_state_dict"}),
-    # FSDP's optimizer state dicts gather (or scatter) the sharded state across ranks
-    **{f"torch.distributed.fsdp{mid}.FullyShardedDataParallel": FSDP_OPTIM_STATE
-       for mid in ("", ".fully_sharded_data_parallel")},
+    **known.collectives(),  # the frameworks' (ddpdoctor/frameworks/), FSDP's among them
 }
 # calls whose argument 0 is the same on every rank afterwards
 IN_PLACE_UNIFORM = frozenset({"all_reduce", "broadcast", "all_gather", "all_gather_object",
@@ -55,28 +45,17 @@ IN_PLACE_UNIFORM = frozenset({"all_reduce", "broadcast", "all_gather", "all_gath
 DDP_WRAPPERS = frozenset({
     "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.parallel.distributed.DistributedDataParallel",
-    "torch.nn.DistributedDataParallel", "ddpdoctor.DistributedDataParallel",
-    "torch.distributed.fsdp.FullyShardedDataParallel",
-    "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
-    "ignite.distributed.auto_model"})
+    "torch.nn.DistributedDataParallel", "ddpdoctor.DistributedDataParallel"}) | \
+    known.ddp_wrappers()
 SYNC_BATCHNORM = ("SyncBatchNorm.convert_sync_batchnorm", "SyncBatchNorm")
 
 # methods that are collectives on a receiver whose last name contains the key
-RECEIVER_METHODS: dict[str, frozenset[str]] = {
-    "accelerator": frozenset({"gather", "gather_for_metrics", "reduce", "wait_for_everyone",
-                              "pad_across_processes", "prepare", "prepare_model"}),
-    "fabric": frozenset({"all_gather", "all_reduce", "barrier", "broadcast", "setup"}),
-    "strategy": frozenset({"barrier", "broadcast", "reduce", "all_gather",
-                           "reduce_boolean_decision"}),
-    "trainer": frozenset({"evaluate", "predict", "validate", "test", "fit", "train"}),
-}
-UNIFORM_RESULT_METHODS = frozenset({"gather", "gather_for_metrics", "reduce", "all_gather",
-                                    "all_reduce", "broadcast", "pad_across_processes",
-                                    "reduce_boolean_decision", "compute"})
+RECEIVER_METHODS: dict[str, frozenset[str]] = known.receiver_methods()
+UNIFORM_RESULT_METHODS = known.uniform_results() | {"compute"}  # (compute: a metric's)
 ANY_RECEIVER = frozenset({"consolidate_state_dict", "full_tensor"})  # (DTensor: an all-gather)
-LIGHTNING_SELF = frozenset({"all_gather"})
-LOG_METHODS = frozenset({"log", "log_dict"})
-BACKWARD_RECEIVERS = ("accelerator", "fabric")
+LIGHTNING_SELF = lightning.SELF_COLLECTIVES
+LOG_METHODS = lightning.LOG_METHODS
+BACKWARD_RECEIVERS = known.backward_receivers()
 P2P_NAMES = DIST_P2P
 BEFORE_DDP = "<before ddp>"  # a kinds key: the scope has not wrapped its model in DDP yet
 
@@ -131,7 +110,7 @@ def dist_op(call: ast.Call, module: ParsedModule) -> str | None:
 def is_ddp_wrap(call: ast.Call, module: ParsedModule) -> bool:
     name = module.qualified(call.func) or ""
     return name in DDP_WRAPPERS or name.endswith(("DistributedDataParallel",
-                                                  "FullyShardedDataParallel"))
+                                                  fsdp.WRAPPER_NAME))
 
 
 def is_sync_batchnorm(call: ast.Call, module: ParsedModule) -> bool:
@@ -193,7 +172,7 @@ def classify(call: ast.Call, module: ParsedModule, kinds: dict[str, frozenset[st
         models = [labels for labels in kinds.values() if "ddp" in labels]
         grouped = bool(models) and all("grouped" in labels for labels in models)
         return Site("backward (DDP's gradient all-reduce)", line, "backward", grouped=grouped)
-    if method == "manual_backward" and rname == "self":
+    if method == lightning.MANUAL_BACKWARD and rname == "self":
         return Site("manual_backward (DDP's gradient all-reduce)", line, "backward")
     if method in ANY_RECEIVER:
         return Site(method, line, method)
@@ -223,7 +202,7 @@ def classify(call: ast.Call, module: ParsedModule, kinds: dict[str, frozenset[st
 
 def _sync_dist(call: ast.Call) -> bool:
     for k in call.keywords:
-        if k.arg == "sync_dist":
+        if k.arg == lightning.SYNC_KEYWORD:
             return not (isinstance(k.value, ast.Constant) and not k.value.value)
     return False
 
@@ -258,15 +237,15 @@ def call_kinds(call: ast.Call, module: ParsedModule) -> frozenset[str]:
         return frozenset(found)
     if has_buffers(call, module):
         return frozenset({"buffers", "model"})
-    if last in ("DataLoader", "auto_dataloader"):
+    if last in ("DataLoader", ignite.AUTO_DATALOADER):
         return frozenset({"loader"})
     if last == "DistributedSampler":
         return frozenset({"sampler"})
-    if last == "Accelerator":
+    if last == accelerate.ACCELERATOR:
         return frozenset({"accelerator"})
-    if last in ("create_supervised_evaluator", "create_supervised_trainer") and any(
+    if last in ignite.EVALUATOR_BUILDERS and any(
             k.arg == "metrics" for k in call.keywords):
         return frozenset({"evaluator"})
-    if name.startswith(("torchmetrics.", "ignite.metrics.")):
+    if name.startswith(("torchmetrics.", *ignite.METRIC_MODULES)):
         return frozenset({"metric"})
     return frozenset()

@@ -7,28 +7,29 @@ import ast
 from dataclasses import dataclass
 from enum import Enum
 
+from ddpdoctor.frameworks import accelerate, ignite, lightning, transformers
 from ddpdoctor.lint.module import ParsedModule
 
 # calls that return the module itself: DDP(Encoder().to(device)) wraps an Encoder
 SAME_MODULE = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train",
                          "to_empty", "requires_grad_"})
 # classmethods that build an instance of their class: Net.load_from_checkpoint(path) is a Net
-BUILDERS = frozenset({"load_from_checkpoint", "from_pretrained"})
-LIGHTNING = frozenset({"lightning", "pytorch_lightning", "lightning_fabric"})
+BUILDERS = frozenset({lightning.BUILDER, transformers.BUILDER})
+LIGHTNING = frozenset(lightning.PACKAGES)
+ACCELERATE = frozenset(accelerate.PACKAGES)
 # the words without which a file cannot name a wrap (a quick skip)
-WRAP_WORDS = ("DistributedDataParallel", "auto_model", "Trainer", "Fabric", "Accelerator")
-# Accelerator(...) arguments that make it shard (FSDP, DeepSpeed, Megatron) instead of DDP
-NOT_DDP_PLUGINS = frozenset({"fsdp_plugin", "deepspeed_plugin", "deepspeed_plugins",
-                             "megatron_lm_plugin"})
+WRAP_WORDS = ("DistributedDataParallel", ignite.AUTO_MODEL.rsplit(".", 1)[-1],
+              lightning.TRAINER, lightning.FABRIC, accelerate.ACCELERATOR)
+NOT_DDP_PLUGINS = accelerate.NOT_DDP_PLUGINS
 
 
 class Wrapper(str, Enum):
     """What put a module under DDP; its value is how that wrapper is given static_graph."""
 
     DDP = "DDP(..., static_graph=True)"
-    LIGHTNING = "Trainer(strategy=DDPStrategy(static_graph=True))"
-    FABRIC = "Fabric(strategy=DDPStrategy(static_graph=True))"
-    ACCELERATE = "Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(static_graph=True)])"
+    LIGHTNING = lightning.TRAINER_STATIC_GRAPH
+    FABRIC = lightning.FABRIC_STATIC_GRAPH
+    ACCELERATE = accelerate.STATIC_GRAPH
 
 
 @dataclass(frozen=True)
@@ -159,8 +160,7 @@ def static_graph(call: ast.Call) -> bool:
 def _ddp_call(call: ast.Call, module: ParsedModule) -> bool:
     """DDP itself (FSDP marks no variable ready: the rule is DDP's), or ignite's auto_model."""
     name = module.qualified(call.func) or ""
-    return name.rsplit(".", 1)[-1] == "DistributedDataParallel" or \
-        name == "ignite.distributed.auto_model"
+    return name.rsplit(".", 1)[-1] == "DistributedDataParallel" or name == ignite.AUTO_MODEL
 
 
 def _count(node: ast.expr, module: ParsedModule) -> int:
@@ -192,7 +192,8 @@ def lightning_ddp(trainer: ast.Call, module: ParsedModule) -> bool:
             return False  # a strategy the source does not show
         strategy = strategies[0]
         if isinstance(strategy, ast.Call):
-            return _framework(module.qualified(strategy.func), LIGHTNING, "DDPStrategy") and \
+            return _framework(module.qualified(strategy.func), LIGHTNING,
+                              lightning.DDP_STRATEGY) and \
                 not static_graph(strategy)
         if not isinstance(strategy, ast.Constant) or not isinstance(strategy.value, str):
             return False
@@ -220,8 +221,7 @@ def accelerate_ddp(accelerator: ast.Call, module: ParsedModule) -> bool:
                 items = handlers.elts if isinstance(handlers, (ast.List, ast.Tuple)) else []
                 for handler in (h for item in items for h in _values(item, module)):
                     if isinstance(handler, ast.Call) and static_graph(handler) and _framework(
-                            module.qualified(handler.func), frozenset({"accelerate"}),
-                            "DistributedDataParallelKwargs"):
+                            module.qualified(handler.func), ACCELERATE, accelerate.DDP_KWARGS):
                         return False
     return True
 
@@ -242,24 +242,24 @@ def _wrapped_arguments(call: ast.Call, module: ParsedModule) -> tuple[list[ast.e
     if not isinstance(call.func, ast.Attribute):
         return [], Wrapper.DDP
     method, receiver = call.func.attr, call.func.value
-    if method == "fit":
-        trainers = _built_by(receiver, module, LIGHTNING, "Trainer")
+    if method in lightning.TRAINER_METHODS:
+        trainers = _built_by(receiver, module, LIGHTNING, lightning.TRAINER)
         if not any(lightning_ddp(t, module) for t in trainers):
             return [], Wrapper.LIGHTNING
         return call.args[:1] + [k.value for k in call.keywords if k.arg == "model"], \
             Wrapper.LIGHTNING
-    if method in ("setup", "setup_module"):
-        fabrics = _built_by(receiver, module, LIGHTNING, "Fabric")
+    if method in lightning.FABRIC_METHODS:
+        fabrics = _built_by(receiver, module, LIGHTNING, lightning.FABRIC)
         if not any(lightning_ddp(f, module) for f in fabrics):
             return [], Wrapper.FABRIC
         return call.args[:1] + [k.value for k in call.keywords if k.arg == "module"], \
             Wrapper.FABRIC
-    if method in ("prepare", "prepare_model"):
-        accelerators = _built_by(receiver, module, frozenset({"accelerate"}), "Accelerator")
+    if method in accelerate.PREPARE_METHODS:
+        accelerators = _built_by(receiver, module, ACCELERATE, accelerate.ACCELERATOR)
         if not any(accelerate_ddp(a, module) for a in accelerators):
             return [], Wrapper.ACCELERATE
-        if method == "prepare_model" and any(
-                k.arg == "evaluation_mode" and not (isinstance(k.value, ast.Constant)
+        if method == accelerate.PREPARE_MODEL and any(
+                k.arg == accelerate.EVALUATION_KEYWORD and not (isinstance(k.value, ast.Constant)
                                                     and not k.value.value)
                 for k in call.keywords):
             return [], Wrapper.ACCELERATE  # an evaluation model is not wrapped

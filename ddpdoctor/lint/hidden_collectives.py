@@ -18,29 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ddpdoctor.frameworks import known
+from ddpdoctor.frameworks.framework import FrameworkMethod
 from ddpdoctor.lint.module import ParsedModule, parse_module
-
-
-@dataclass(frozen=True)
-class FrameworkMethod:
-    """A framework method that is (or may be) a collective, and the table's word on it.
-
-    Args:
-        package: the distribution whose installed source is read (``lightning``).
-        module: the module that defines the class (``lightning.pytorch.trainer.trainer``).
-        cls: the class (``Trainer``); method: the method (``save_checkpoint``).
-        version: the version the table's entry was read from.
-        collective: what the method issues, per the table.
-        always: per the table, every call issues it (False: some configurations only).
-    """
-
-    package: str
-    module: str
-    cls: str
-    method: str
-    version: str
-    collective: str
-    always: bool
 
 
 @dataclass(frozen=True)
@@ -52,40 +32,10 @@ class HiddenCollective:
     source: str  # "lightning 2.6.6 (installed)" or "deepspeed 0.19.0 (table)"
 
 
-TABLE: tuple[FrameworkMethod, ...] = (
-    FrameworkMethod("lightning", "lightning.pytorch.trainer.trainer", "Trainer",
-                    "save_checkpoint", "2.6.6", "strategy.barrier", True),
-    FrameworkMethod("pytorch_lightning", "pytorch_lightning.trainer.trainer", "Trainer",
-                    "save_checkpoint", "2.6.6", "strategy.barrier", True),
-    FrameworkMethod("accelerate", "accelerate.accelerator", "Accelerator", "save_state",
-                    "1.15.0", "wait_for_everyone (FSDP, DeepSpeed: their sharded saves)",
-                    False),
-    FrameworkMethod("accelerate", "accelerate.accelerator", "Accelerator", "get_state_dict",
-                    "1.15.0", "the gather of a DeepSpeed ZeRO-3 or FSDP state dict", False),
-    FrameworkMethod("accelerate", "accelerate.accelerator", "Accelerator", "save_model",
-                    "1.15.0", "get_state_dict (DeepSpeed ZeRO-3, FSDP: a gather)", False),
-    FrameworkMethod("accelerate", "accelerate.accelerator", "Accelerator",
-                    "main_process_first", "1.15.0", "wait_for_everyone", True),
-    FrameworkMethod("accelerate", "accelerate.accelerator", "Accelerator",
-                    "local_main_process_first", "1.15.0", "wait_for_everyone", True),
-    FrameworkMethod("transformers", "transformers.trainer", "Trainer", "save_model", "5.25.0",
-                    "the gather of a DeepSpeed ZeRO-3 or FSDP state dict", False),
-    FrameworkMethod("deepspeed", "deepspeed.runtime.engine", "DeepSpeedEngine",
-                    "save_checkpoint", "0.19.0", "barrier (and ZeRO's state gathers)", True),
-    FrameworkMethod("deepspeed", "deepspeed.runtime.engine", "DeepSpeedEngine",
-                    "load_checkpoint", "0.19.0", "barrier", True),
-    FrameworkMethod("deepspeed", "deepspeed.runtime.engine", "DeepSpeedEngine", "backward",
-                    "0.19.0", "the gradient all-reduce", True),
-    FrameworkMethod("deepspeed", "deepspeed.runtime.engine", "DeepSpeedEngine", "step",
-                    "0.19.0", "the optimizer step's all-reduce (overflow check)", True),
-)
-
+# the frameworks' records (ddpdoctor/frameworks/): read when the installed source is not
+TABLE: tuple[FrameworkMethod, ...] = known.hidden_methods()
 # receivers by what user code calls them, and the frameworks each may be
-RECEIVER_FRAMEWORKS: dict[str, tuple[str, ...]] = {
-    "trainer": ("lightning", "pytorch_lightning", "transformers"),
-    "accelerator": ("accelerate",),
-    "engine": ("deepspeed",),
-}
+RECEIVER_FRAMEWORKS: dict[str, tuple[str, ...]] = known.receiver_frameworks()
 _READ: dict[tuple[str, str, str], HiddenCollective | None] = {}
 
 

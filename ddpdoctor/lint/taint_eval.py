@@ -9,6 +9,7 @@ import ast
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from ddpdoctor.frameworks import known
 from ddpdoctor.lint.known_calls import LOAD_CALLS, bound_arguments, known_call, short, splits
 from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.taint import Env, Taint, TaintKind, key_of, stronger
@@ -22,16 +23,12 @@ WORLD_ENV_VARS = frozenset({"WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_NTASKS",
                             "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
 RANK_CALLS = frozenset({
     "torch.distributed.get_rank", "torch.distributed.get_node_local_rank",
-    "torch.distributed.get_global_rank", "torch.distributed.get_group_rank",
-    "ignite.distributed.get_rank", "ignite.distributed.get_local_rank",
-    "ignite.distributed.get_node_rank"})
-WORLD_CALLS = frozenset({"torch.distributed.get_world_size", "ignite.distributed.get_world_size",
-                         "torch.distributed.is_initialized", "torch.distributed.is_available",
-                         "ignite.distributed.get_nproc_per_node"})
-RANK_ATTRS = frozenset({"rank", "local_rank", "global_rank", "node_rank", "is_global_zero",
-                        "is_main_process", "is_local_main_process", "process_index",
-                        "local_process_index", "is_world_process_zero",
-                        "is_local_process_zero", "is_last_process"})
+    "torch.distributed.get_global_rank", "torch.distributed.get_group_rank"}) | \
+    known.rank_calls()  # and the frameworks' (ddpdoctor/frameworks/)
+WORLD_CALLS = frozenset({"torch.distributed.get_world_size",
+                         "torch.distributed.is_initialized",
+                         "torch.distributed.is_available"}) | known.world_calls()
+RANK_ATTRS = frozenset({"rank", "local_rank", "global_rank", "node_rank"}) | known.rank_attrs()
 RANK_METHODS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "rank"})
 WORLD_METHODS = frozenset({"get_world_size", "get_global_size", "get_local_size"})
 WORLD_ATTRS = frozenset({"world_size", "num_processes", "num_replicas"})

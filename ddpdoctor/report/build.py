@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,7 +24,7 @@ def infer_outcome(job: JobView) -> str:
     live view of a job that still runs with nothing wrong so far: running."""
     if job.outcome in schema.OUTCOMES:
         return job.outcome
-    states = {schema.rank_state(r, job) for r in job.ranks.values()}
+    states = set(schema.shown_states(job))
     if "hung" in states:
         return "hung"
     if states & {"failed", "killed"}:
@@ -94,6 +95,15 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+def fallback_report(outcome: str, error: BaseException, world_size: int,
+                    started_ns: int) -> dict[str, Any]:
+    """The report when the analysis failed: what is known beats none."""
+    return {"schema": schema.SCHEMA, "outcome": outcome, "command": [],
+            "world_size": world_size, "started_at": schema.iso(started_ns),
+            "ended_at": schema.iso(time.time_ns()), "ranks": [], "findings": [],
+            "problems": [f"analysis failed: {type(error).__name__}: {error}"]}
 
 
 def _report(job: JobView, findings: list[Any], waits: list[Any]) -> dict[str, Any]:

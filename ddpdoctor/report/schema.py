@@ -44,7 +44,7 @@ from ddpdoctor.analysis.causal.state import StateKind
 from ddpdoctor.analysis.align.clocks import host_now
 from ddpdoctor.analysis.model import NS, Call, Finding, JobView, RankRun
 from ddpdoctor.redact import redact_argv
-from ddpdoctor.report.shown_state import IN_CALL, ShownFacts, shown_state
+from ddpdoctor.report.shown_state import JobPeers, rank_shown_state
 from ddpdoctor.report.transports import transports
 from ddpdoctor.trace import layout as L
 
@@ -101,51 +101,22 @@ def _membership(job: JobView) -> dict[str, Any]:
     return {"membership": events} if events else {}
 
 
-def rank_state(run: RankRun, job: JobView) -> str:
+def rank_state(run: RankRun, job: JobView, peers: JobPeers | None = None) -> str:
     """The rank's state as the report shows it: the causal model's state of the rank, shown
-    by the one rule the live view uses too (report/shown_state.py)."""
+    by the one function the live view uses too (report/shown_state.py).  ``peers`` is
+    shared by the ranks of one view."""
     s = state_of(run, job)
-    call = s.call if s.kind == StateKind.BLOCKED else None
-    return shown_state(ShownFacts(
-        s.kind, killed=s.death is not None and s.death.signal is not None and not run.fault,
-        waited_ns=host_now(job, run.rank) - s.since_ns if s.kind in IN_CALL and
-        s.since_ns is not None else 0,
-        peers_behind=_peers_behind(run, job, call) if s.kind in IN_CALL else False,
-        p2p=call is not None and call.kind == L.RecordKind.P2P,
-        job_hung=job.outcome == "hung"), job.hang_timeout)
+    return rank_shown_state(
+        s.kind, s.call if s.kind == StateKind.BLOCKED else None, s.since_ns,
+        host_now(job, run.rank), peers or JobPeers(job), job.hang_timeout,
+        killed=s.death is not None and s.death.signal is not None and not run.fault,
+        in_init=s.mark == "init", job_hung=job.outcome == "hung")
 
 
-def _peers_behind(run: RankRun, job: JobView, call: Call | None) -> bool:
-    """Has a peer not reached the rank's call yet: a member of the collective's group whose
-    last call on it is older (or who has no trace), or, in init_process_group, a rank of
-    the world that has not entered it.  Each group's lowest seq is found once per view."""
-    if call is None:
-        if not any(m.op == "init" and m.open for m in run.marks):
-            return False  # new_group: shown as inside its call
-        return not _all_arrived(job)
-    return _lowest_seq(job, call.group) < call.seq
-
-
-def _lowest_seq(job: JobView, group: str) -> int:
-    """The lowest last seq the members of ``group`` reached (-1: one has none)."""
-    cache = job.__dict__.setdefault("_lowest_seqs", {})
-    if group not in cache:
-        lows = []
-        for r in job.group_members(group):
-            last = job.ranks[r].last_call(group) if r in job.ranks else None
-            lows.append(last.seq if last is not None else -1)
-        cache[group] = min(lows, default=-1)
-    return cache[group]
-
-
-def _all_arrived(job: JobView) -> bool:
-    """Has every rank of the world entered init_process_group (inside it, or past it)?"""
-    if "_all_arrived" not in job.__dict__:
-        job.__dict__["_all_arrived"] = all(
-            r in job.ranks and (job.ranks[r].header.state != L.RankState.STARTING or
-                                any(m.op == "init" for m in job.ranks[r].marks))
-            for r in range(job.world_size))
-    return bool(job.__dict__["_all_arrived"])
+def shown_states(job: JobView) -> list[str]:
+    """Every rank's shown state (rank_state), the peers found once for them all."""
+    peers = JobPeers(job)
+    return [rank_state(run, job, peers) for run in job.ranks.values()]
 
 
 def _exit_code(run: RankRun) -> int | None:
@@ -172,11 +143,11 @@ def profile(run: RankRun, now_ns: int) -> dict[str, Any]:
             "collectives": len(calls)}
 
 
-def rank_entry(run: RankRun, job: JobView) -> dict[str, Any]:
+def rank_entry(run: RankRun, job: JobView, peers: JobPeers | None = None) -> dict[str, Any]:
     h = run.header
     calls = _calls(run)
     return {
-        "rank": run.rank, "host": h.host, "pid": h.pid, "state": rank_state(run, job),
+        "rank": run.rank, "host": h.host, "pid": h.pid, "state": rank_state(run, job, peers),
         "exit_code": _exit_code(run), "step": max(h.step, 0),
         "epoch": h.epoch if h.epoch >= 0 else None,
         "last_seq": run.last_seq(),
@@ -203,6 +174,7 @@ def build(job: JobView, findings: list[Finding], outcome: str,
     starts = [r.header.started_ns for r in job.ranks.values()] + [
         t.header.started_ns for t in job.launchers]
     ranks = [job.ranks[r] for r in sorted(job.ranks)]
+    peers = JobPeers(job)
     timeline_len = TIMELINE_LEN if len(ranks) <= MANY_RANKS else TIMELINE_LEN_MANY
     return {
         "schema": SCHEMA,
@@ -212,7 +184,7 @@ def build(job: JobView, findings: list[Finding], outcome: str,
         "started_at": iso(started_ns or job.started_ns or (min(starts) if starts else
                                                           job.now_ns)),
         "ended_at": iso(job.ended_ns or job.now_ns),
-        "ranks": [rank_entry(r, job) for r in ranks],
+        "ranks": [rank_entry(r, job, peers) for r in ranks],
         "findings": [f.to_dict() for f in findings],
         "waits": [w.to_dict() for w in waits or []],
         "exit_code": exit_code,

@@ -1,16 +1,20 @@
-"""A rank's state as report.json and live.json show it: one rule over the causal model's state.
+"""A rank's state as report.json and live.json show it: one function over the causal state.
 
-The report decides it from the causal model's RankState of the rank (facts.state_of); the
-supervisor's live view from what it follows live (supervisor/live_state.py).  Both hand the
-same facts to ``shown_state``, so the live UI and the final report cannot disagree on them.
+``rank_shown_state`` is the one function: the report calls it with the causal model's
+RankState of the rank (facts.state_of) and the job view's peers (``JobPeers``); the
+supervisor's live view with the stand-in it reads from the traces it follows and its own
+peers (supervisor/live_state.py).  So the live UI and the final report cannot disagree on
+the same facts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from ddpdoctor.analysis.causal.state import StateKind
-from ddpdoctor.analysis.model import NS
+from ddpdoctor.analysis.model import NS, Call, JobView
+from ddpdoctor.trace import layout as L
 
 IN_CALL = (StateKind.BLOCKED, StateKind.RENDEZVOUS)
 
@@ -55,3 +59,62 @@ def shown_state(f: ShownFacts, hang_timeout: float) -> str:
     return {StateKind.EXITED: "exited", StateKind.UNREACHABLE: "unreachable",
             StateKind.STOPPED: "stopped", StateKind.OS_BLOCKED: "blocked",
             StateKind.NOT_ARRIVED: "starting"}.get(k, "computing")
+
+
+class Peers(Protocol):
+    """How far a rank's peers have come, as one view of the job tells."""
+
+    def lowest_seq(self, group: str) -> int:
+        """The lowest last seq the members of ``group`` reached (-1: one has none)."""
+        ...
+
+    def all_arrived(self) -> bool:
+        """Has every rank of the world entered init_process_group (inside it, or past it)?"""
+        ...
+
+
+def rank_shown_state(kind: StateKind, call: Call | None, since_ns: int | None, now_ns: int,
+                     peers: Peers, hang_timeout: float, *, killed: bool = False,
+                     in_init: bool = False, job_hung: bool = False) -> str:
+    """A rank's shown state: its causal state ``kind``, the call it is inside (or its
+    rendezvous mark) since ``since_ns``, ``now_ns`` on the rank's own clock, and how far its
+    peers came.  A rank inside a call that a peer of its group has not reached yet is
+    waiting: the rank itself reached the call, so the group's lowest seq below it means a
+    peer is behind; inside init_process_group (``in_init``), a rank of the world that has
+    not entered it is."""
+    waited = now_ns - since_ns if kind in IN_CALL and since_ns is not None else 0
+    behind = False
+    if kind == StateKind.RENDEZVOUS:
+        behind = in_init and not peers.all_arrived()
+    elif kind == StateKind.BLOCKED and call is not None:
+        behind = peers.lowest_seq(call.group) < call.seq
+    return shown_state(ShownFacts(kind, killed=killed, waited_ns=waited, peers_behind=behind,
+                                  p2p=call is not None and call.kind == L.RecordKind.P2P,
+                                  job_hung=job_hung), hang_timeout)
+
+
+class JobPeers:
+    """A job view's peers (each group's lowest seq found once per view)."""
+
+    def __init__(self, job: JobView) -> None:
+        self.job = job
+        self._lowest: dict[str, int] = {}
+        self._all_arrived: bool | None = None
+
+    def lowest_seq(self, group: str) -> int:
+        if group not in self._lowest:
+            lows = []
+            for r in self.job.group_members(group):
+                last = self.job.ranks[r].last_call(group) if r in self.job.ranks else None
+                lows.append(last.seq if last is not None else -1)
+            self._lowest[group] = min(lows, default=-1)
+        return self._lowest[group]
+
+    def all_arrived(self) -> bool:
+        if self._all_arrived is None:
+            job = self.job
+            self._all_arrived = all(
+                r in job.ranks and (job.ranks[r].header.state != L.RankState.STARTING or
+                                    any(m.op == "init" for m in job.ranks[r].marks))
+                for r in range(job.world_size))
+        return self._all_arrived

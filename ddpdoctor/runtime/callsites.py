@@ -16,17 +16,14 @@ import threading
 from types import CodeType, FrameType
 from typing import Iterator
 
+from ddpdoctor.frameworks import known
 from ddpdoctor.trace.origin import origin_of_frames
 
 USER, FRAMEWORK, INTERNAL, TRACED = 0, 1, 2, 3  # TRACED: runs a compiled collective
 
 # Top-level packages whose frames are a "framework site" (a library that calls torch's
-# collectives for the user).
-FRAMEWORKS = frozenset({
-    "lightning", "pytorch_lightning", "lightning_fabric", "accelerate", "ignite",
-    "transformers", "deepspeed", "composer", "fairscale", "torchtune", "torchtitan",
-    "megatron", "colossalai", "trl", "peft", "timm", "torchrec", "torchmetrics",
-})
+# collectives for the user): ddpdoctor/frameworks/.
+FRAMEWORKS = known.packages()
 # Parts of torch that call collectives on the user's behalf (DDP, ZeRO, Join, FSDP, ...).
 _TORCH_FRAMEWORK = ("distributed", "nn", "optim", "utils")
 # ... except the layers every collective passes through, which say nothing.

@@ -9,6 +9,8 @@ import os
 import sys
 from typing import Any
 
+from ddpdoctor.frameworks import known
+
 _MASK = (1 << 64) - 1
 
 
@@ -99,13 +101,5 @@ def rng_fingerprints() -> dict[str, Any]:
 def seeding_framework() -> str | None:
     """The framework that seeds every rank alike on purpose (same initial model), if one
     drives this process: transformers' Trainer (``set_seed(args.seed)``), Lightning
-    (``seed_everything``), accelerate (``set_seed``)."""
-    mods = sys.modules
-    if "transformers.trainer" in mods:
-        return "transformers"
-    if os.environ.get("PL_GLOBAL_SEED") is not None and (
-            "lightning.pytorch" in mods or "pytorch_lightning" in mods or "lightning" in mods):
-        return "lightning"
-    if "accelerate.accelerator" in mods:
-        return "accelerate"
-    return None
+    (``seed_everything``), accelerate (``set_seed``): ddpdoctor/frameworks/."""
+    return known.seeding_framework(sys.modules, os.environ)

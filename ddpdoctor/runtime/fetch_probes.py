@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from ddpdoctor.frameworks import lightning
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.runtime.data_fingerprints import rng_fingerprints, seeding_framework
 
@@ -74,8 +75,8 @@ def rng_fields() -> dict[str, Any]:
     framework = seeding_framework()
     if framework:
         extra["framework"] = framework
-        if framework == "lightning":
-            extra["seed_workers"] = os.environ.get("PL_SEED_WORKERS") == "1"
+        if framework == lightning.FRAMEWORK.name:
+            extra["seed_workers"] = lightning.seeds_workers(os.environ)
     return {**rng_fingerprints(), **extra}
 
 

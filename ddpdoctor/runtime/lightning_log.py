@@ -15,13 +15,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from ddpdoctor.frameworks import lightning
 from ddpdoctor.runtime import callsites
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.runtime.import_hooks import after_import
 
-RESULT_MODULES = ("lightning.pytorch.trainer.connectors.logger_connector.result",
-                  "pytorch_lightning.trainer.connectors.logger_connector.result")
-MODULE_MODULES = ("lightning.pytorch.core.module", "pytorch_lightning.core.module")
+RESULT_MODULES = lightning.RESULT_MODULES
+MODULE_MODULES = lightning.MODULE_MODULES
 MAX_KEYS = 4096  # keys remembered per process, at most
 _sites: dict[str, str] = {}  # logged key -> the user's line that logged it last
 _on = {"log": True}
@@ -57,8 +57,8 @@ def _patch_log(module: Any) -> None:
 def _site_of(metric: Any) -> str | None:
     name = str(getattr(getattr(metric, "meta", None), "name", ""))
     site = _sites.get(name)
-    if site is None and "/dataloader_idx_" in name:  # add_dataloader_idx's suffix
-        site = _sites.get(name.rsplit("/dataloader_idx_", 1)[0])
+    if site is None and lightning.DATALOADER_SUFFIX in name:
+        site = _sites.get(name.rsplit(lightning.DATALOADER_SUFFIX, 1)[0])
     return site
 
 

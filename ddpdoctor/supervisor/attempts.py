@@ -1,129 +1,66 @@
-"""Supervise a job that torchrun may restart: one report per attempt, and one on top."""
+"""Attempts: the supervisor's part in a job that torchrun may restart (``--max-restarts N``):
+which attempt runs, where each writes (RUN_DIR/attempt-K/), and every attempt's report.
+
+A rank failure while restarts remain is torchrun's to handle: no verdict stops the job
+then (unless no new attempt starts within the hang timeout); once the next attempt's dir
+appears, the finished attempt's report is written and the watch moves on.  At the end the
+top-level report is the last attempt's, listing every attempt."""
 
 from __future__ import annotations
 
-import os
 import time
+from pathlib import Path
 from typing import Any
 
 from ddpdoctor.report.attempts import attempt_entry, describe_attempts, with_attempts
-from ddpdoctor.redact import redact_argv
 from ddpdoctor.rundir.attempts import attempt_dir, make_attempt_dir
 from ddpdoctor.rundir.layout import RUN_FILE, read_run_file, write_json_atomic
-from ddpdoctor.supervisor.loop import Supervisor, Verdict
-from ddpdoctor.supervisor.progress import ProgressTracker
-from ddpdoctor.supervisor.watch import LiveJob
 
 REPORT = "report.json"
 
 
-class AttemptSupervisor(Supervisor):
-    """A Supervisor that follows the job from attempt to attempt (RUN_DIR/attempt-K/).
+class Attempts:
+    """The attempts of a job under ``base_dir``: ``max_restarts`` allowed, ``entries`` the
+    report lines of those that ended."""
 
-    A rank failure while restarts remain is torchrun's to handle: no verdict stops the
-    job then (unless no new attempt starts within the hang timeout); once the next
-    attempt's dir appears, the finished attempt's report is written and the watch moves
-    on.  At the end the top-level report is the last attempt's, listing every attempt."""
-
-    def __init__(self, *args: Any, max_restarts: int, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.base_dir = self.run_dir
-        self.top_report_path = self.report_path
+    def __init__(self, base_dir: Path, max_restarts: int) -> None:
+        self.base_dir = base_dir
         self.max_restarts = max_restarts
-        self.attempt = 0
-        self.attempts: list[dict[str, Any]] = []
-        self._enter(0)
+        self.entries: list[dict[str, Any]] = []
 
-    def _enter(self, attempt: int) -> None:
-        """Watch attempt ``attempt``: its dir, its traces, its log, its report."""
-        self.attempt = attempt
-        self.run_dir = make_attempt_dir(self.base_dir, attempt)
-        self.report_path = self.run_dir / REPORT
+    def enter(self, attempt: int) -> Path:
+        """Attempt ``attempt``'s run dir, made, with its run.json (the base's, naming the
+        attempt and where the job's report goes)."""
+        path = make_attempt_dir(self.base_dir, attempt)
         info = read_run_file(self.base_dir)
         if info:
-            info.update(attempt=attempt, report=str(self.report_path))
-            write_json_atomic(self.run_dir / RUN_FILE, info)
-        self.live = LiveJob(self.run_dir)
-        self.progress = ProgressTracker()
-        if self._log_fd is not None:
-            os.close(self._log_fd)
-            self._log_fd = None
-        self._warned_mismatch = False
-        self._failure_seen_at = None
-        self._last_counts = ()
-        self._uneven_said = False
-        self._stacks_early = False
-        self.judged_hung = False
-        self._stragglers_said = set()
-        self._next_judge = 0.0
+            info.update(attempt=attempt, report=str(path / REPORT))
+            write_json_atomic(path / RUN_FILE, info)
+        return path
 
-    def run(self) -> int:
-        code = super().run()
-        self._write_top(self.report)
-        return code
+    def run_dir_of(self, attempt: int) -> Path:
+        return make_attempt_dir(self.base_dir, attempt)
 
-    def _check(self) -> Verdict | None:
-        if self.attempt < self.max_restarts and \
-                (attempt_dir(self.base_dir, self.attempt + 1) / "traces").is_dir():
-            self._next_attempt()
-            return None
-        verdict = super()._check()
-        if verdict is not None and self._restart_expected() and verdict.reason != "interrupt":
-            return None  # torchrun stops this attempt's ranks and starts the next one
-        return verdict
+    def next_started(self, attempt: int) -> bool:
+        """Did torchrun start the attempt after ``attempt`` (its ranks made its dir)?"""
+        return attempt < self.max_restarts and \
+            (attempt_dir(self.base_dir, attempt + 1) / "traces").is_dir()
 
-    def _restart_expected(self) -> bool:
-        """A rank of this attempt failed, a restart remains and is not overdue."""
-        return (self.attempt < self.max_restarts and self._failure_seen_at is not None and
-                time.monotonic() - self._failure_seen_at < self.config.hang_timeout)
+    def restart_expected(self, attempt: int, failed_at: float | None,
+                         hang_timeout: float) -> bool:
+        """A rank of ``attempt`` failed (at ``failed_at``, monotonic), a restart remains and
+        is not overdue."""
+        return (attempt < self.max_restarts and failed_at is not None and
+                time.monotonic() - failed_at < hang_timeout)
 
-    def _next_attempt(self) -> None:
-        """The agent started attempt K+1: report attempt K as failed, then follow K+1."""
-        self.live.poll()
-        for p in self.live.check_processes():
-            self.log("rank_gone", pid=p.header.pid, rank=p.rank, clean=p.exited_clean)
-        if self.progress.by_pid:
-            self.log("progress", ranks=self.progress.event())
-        report = self._write("failed", None, live=False)
-        report["attempt"] = self.attempt
-        report["live"] = False
-        if self.report_path is not None:
-            write_json_atomic(self.report_path, report)
-        self.attempts.append(attempt_entry(self.attempt, report,
-                                           f"attempt-{self.attempt}/{REPORT}"))
-        self.say(f"attempt {self.attempt} {report.get('outcome')}: {_why(report)}; "
-                 f"report {self.report_path}; torchrun restarts the job "
-                 f"(attempt {self.attempt + 1}, at most {self.max_restarts} restarts)", "yellow")
-        self._enter(self.attempt + 1)
-        self.log("start", pid=self.proc.pid, command=redact_argv(self.config.command),
-                 attempt=self.attempt)
+    def ended(self, attempt: int, report: dict[str, Any]) -> None:
+        """Attempt ``attempt`` ended with ``report``: its line in the top-level report."""
+        self.entries.append(attempt_entry(attempt, report, f"attempt-{attempt}/{REPORT}"))
 
-    def _write_top(self, last: dict[str, Any] | None) -> None:
+    def top(self, last: dict[str, Any]) -> dict[str, Any]:
         """The top-level report: the last attempt's, with ``attempt`` and ``attempts``."""
-        if last is None:
-            return
-        last["attempt"] = self.attempt
-        if self.report_path is not None:
-            write_json_atomic(self.report_path, last)
-        entries = self.attempts + [attempt_entry(self.attempt, last,
-                                                 f"attempt-{self.attempt}/{REPORT}")]
-        top = with_attempts(last, entries)
-        try:
-            self.top_report_path.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.top_report_path, top)
-        except OSError as e:
-            self.say(f"cannot write the report to {self.top_report_path}: {e.strerror or e}",
-                     "red")
-            return
-        self.report = top
-        if len(entries) > 1:
-            self.say(f"{describe_attempts(entries)}; report: {self.top_report_path}")
+        return with_attempts(last, self.entries)
 
-
-def _why(report: dict[str, Any]) -> str:
-    """The first root cause of an attempt's report, in one line."""
-    for f in report.get("findings", []):
-        if f.get("severity") == "error" and f.get("caused_by") is None:
-            return str(f.get("summary", f.get("kind", "")))
-    return "no root cause named"
-
+    def summary(self) -> str:
+        """"attempts: 0 failed; 1 completed" when there was more than one, else ""."""
+        return describe_attempts(self.entries) if len(self.entries) > 1 else ""

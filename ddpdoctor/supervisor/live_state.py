@@ -7,6 +7,8 @@ changed: a rank ended or stopped, a mismatch seen, a straggler said, a rank bloc
 state, exit_code, step, epoch, last_seq, current: as in report.json), findings (the
 mismatch the supervisor saw, as report.json writes it), problems.  It is replaced
 atomically (write, then rename), at most every ``every_s`` and only when it changed.
+A rank's state is the report's one function (report/shown_state.rank_shown_state) over
+the stand-in of the causal state that the traces followed live give (``causal_kind``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ddpdoctor.analysis.causal.state import StateKind
 from ddpdoctor.analysis.model import Call
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.report.schema import current_entry, iso
-from ddpdoctor.report.shown_state import IN_CALL, ShownFacts, shown_state
+from ddpdoctor.report.shown_state import rank_shown_state
 from ddpdoctor.rundir.layout import LIVE_STATE_FILE, open_new
 from ddpdoctor.supervisor.watch import LiveJob, LiveRank
 from ddpdoctor.trace import layout as L
@@ -32,11 +34,49 @@ SCHEMA = "ddpdoctor.live/1"
 PUBLISH_EVERY_S = 0.25  # the live UI polls at 4 Hz
 
 
-def lowest_seq(ranks: dict[int, LiveRank], group: str, members: list[int]) -> int:
-    """The lowest seq the members of ``group`` have reached (-1: one has not called it, or
-    has no trace yet)."""
-    return min((ranks[r].hi.get(group, -1) if r in ranks else -1 for r in members),
-               default=-1)
+@dataclass(frozen=True)
+class WatchFacts:
+    """What the supervisor knows of the job beyond the ranks' traces, as live.json shows it.
+
+    command, started_ns, hang_timeout: the run's.  mismatch_seen: a divergence was said
+    (its finding is shown).  stragglers_said: how many straggler notices.  failure_seen: a
+    rank died.  job_hung: the causal model judged the job hung (the supervisor stops it).
+    skews: each other node's clock skew (host -> ns, to time a wait on the rank's own
+    clock).  idle: the pids that the OS said wait idle (pid -> records read when said: no
+    call since, see os_wait)."""
+
+    command: tuple[str, ...]
+    started_ns: int
+    hang_timeout: float
+    mismatch_seen: bool = False
+    stragglers_said: int = 0
+    failure_seen: bool = False
+    job_hung: bool = False
+    skews: dict[str, int] = field(default_factory=dict)
+    idle: dict[int, int] = field(default_factory=dict)
+
+
+class LivePeers:
+    """The peers of the ranks followed live (each group's lowest seq found once a look)."""
+
+    def __init__(self, ranks: dict[int, LiveRank]) -> None:
+        self.ranks = ranks
+        self._lowest: dict[str, int] = {}
+        self._all_arrived: bool | None = None
+
+    def lowest_seq(self, group: str) -> int:
+        if group not in self._lowest:
+            members = next((p.group_ranks[group] for p in self.ranks.values()
+                            if p.group_ranks.get(group)), list(self.ranks))
+            self._lowest[group] = min((self.ranks[r].hi.get(group, -1) if r in self.ranks
+                                       else -1 for r in members), default=-1)
+        return self._lowest[group]
+
+    def all_arrived(self) -> bool:
+        if self._all_arrived is None:
+            self._all_arrived = all(_arrived(self.ranks.get(r))
+                                    for r in range(live_world(self.ranks)))
+        return self._all_arrived
 
 
 def _arrived(p: LiveRank | None) -> bool:
@@ -50,24 +90,7 @@ def live_world(ranks: dict[int, LiveRank]) -> int:
     return world_size((rank, p.header.world_size) for rank, p in ranks.items())
 
 
-def all_arrived(ranks: dict[int, LiveRank], world: int) -> bool:
-    """Has every rank of the world entered init_process_group?"""
-    return all(_arrived(ranks.get(r)) for r in range(world))
-
-
-@dataclass(frozen=True)
-class LiveFacts:
-    """What the supervisor knows of the job beyond a rank's own trace: each other node's
-    clock skew (host -> ns, to time a wait on the rank's own clock), and the pids that the
-    OS said wait idle (pid -> records read when said: no call since, see os_wait)."""
-
-    skews: dict[str, int] = field(default_factory=dict)
-    idle: dict[int, int] = field(default_factory=dict)
-    all_arrived: bool | None = None  # every rank of the world entered init (None: not known)
-    job_hung: bool = False  # the causal model judged the job hung (the supervisor stops it)
-
-
-def causal_kind(p: LiveRank, call: Call | None, facts: LiveFacts) -> tuple[StateKind, bool]:
+def causal_kind(p: LiveRank, call: Call | None, idle: dict[int, int]) -> tuple[StateKind, bool]:
     """The causal model's state kind of a rank from what the supervisor follows live, and
     whether it was killed (ended by a signal without last words)."""
     state = p.header.state
@@ -82,65 +105,32 @@ def causal_kind(p: LiveRank, call: Call | None, facts: LiveFacts) -> tuple[State
     if call is not None:
         return (StateKind.RENDEZVOUS if call.kind == L.RecordKind.MARK else
                 StateKind.BLOCKED), False
-    if facts.idle.get(p.header.pid) == p.read_upto:
+    if idle.get(p.header.pid) == p.read_upto:
         return StateKind.OS_BLOCKED, False
     return (StateKind.NOT_ARRIVED if state == L.RankState.STARTING else
             StateKind.COMPUTING), False
 
 
-def rank_state(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
-               hang_timeout: float, lowest: dict[str, int] | None = None,
-               call: Call | None = None, facts: LiveFacts | None = None) -> str:
-    """The rank's state from what the supervisor follows live, shown by the report's one
-    rule (report/shown_state.py): a rank inside a call that peers of its group have not
-    reached yet is waiting; the rank itself has reached the call, so the group's lowest
-    seq below it means a peer is behind.  ``lowest`` caches each group's lowest seq across
-    the ranks of one look."""
-    facts = facts or LiveFacts()
-    call = call if call is not None else p.oldest_open()
-    kind, killed = causal_kind(p, call, facts)
-    behind = False
-    if kind == StateKind.RENDEZVOUS and call is not None and call.op == "init":
-        behind = not (facts.all_arrived if facts.all_arrived is not None else
-                      all_arrived(ranks, live_world(ranks)))
-    elif kind == StateKind.BLOCKED and call is not None:
-        lowest = {} if lowest is None else lowest
-        if call.group not in lowest:
-            members = p.group_ranks.get(call.group) or list(ranks)
-            lowest[call.group] = lowest_seq(ranks, call.group, members)
-        behind = lowest[call.group] < call.seq
-    here = now_ns + facts.skews.get(str(p.header.host), 0)
-    waited = here - call.t_start if kind in IN_CALL and call is not None else 0
-    return shown_state(ShownFacts(kind, killed=killed, waited_ns=waited, peers_behind=behind,
-                                  p2p=call is not None and call.kind == L.RecordKind.P2P,
-                                  job_hung=facts.job_hung), hang_timeout)
+def rank_state(p: LiveRank, peers: LivePeers, now_ns: int, facts: WatchFacts) -> str:
+    """The rank's shown state from what the supervisor follows live."""
+    call = p.oldest_open()
+    kind, killed = causal_kind(p, call, facts.idle)
+    return rank_shown_state(kind, call, call.t_start if call is not None else None,
+                            now_ns + facts.skews.get(str(p.header.host), 0), peers,
+                            facts.hang_timeout, killed=killed,
+                            in_init=call is not None and call.op == "init",
+                            job_hung=facts.job_hung)
 
 
-def _rank_entry(p: LiveRank, ranks: dict[int, LiveRank], now_ns: int,
-                hang_timeout: float, lowest: dict[str, int],
-                facts: LiveFacts) -> dict[str, Any]:
-    h, call = p.header, p.oldest_open()
+def _rank_entry(p: LiveRank, peers: LivePeers, now_ns: int,
+                facts: WatchFacts) -> dict[str, Any]:
+    h = p.header
     return {"rank": h.rank, "host": h.host, "pid": h.pid,
-            "state": rank_state(p, ranks, now_ns, hang_timeout, lowest, call, facts),
+            "state": rank_state(p, peers, now_ns, facts),
             "exit_code": 0 if h.state == L.RankState.EXITED else h.exit_code,
             "step": max(h.step, 0), "epoch": h.epoch if h.epoch >= 0 else None,
             "last_seq": h.last_seq if h.last_seq >= 0 else None,
-            "current": current_entry(call)}
-
-
-def live_facts(sup: Any, ranks: dict[int, LiveRank]) -> LiveFacts:
-    """The supervisor's facts beyond the traces (see LiveFacts), once per look."""
-    leader = getattr(sup, "leader", None)
-    skews = {v.host: v.skew_ns for v in list(leader.nodes.values())
-             if v.host and v.skew_ns is not None} if leader is not None else {}
-    progress = getattr(sup, "progress", None)
-    idle = {}
-    for pid, said in dict(getattr(sup, "_os_waits", {})).items():
-        prog = progress.by_pid.get(pid) if progress is not None else None
-        if prog is not None and not prog.cpu_busy:
-            idle[pid] = said[1]
-    return LiveFacts(skews, idle, all_arrived(ranks, live_world(ranks)),
-                     bool(getattr(sup, "judged_hung", False)))
+            "current": current_entry(p.oldest_open())}
 
 
 def _blocked_bucket(live: LiveJob) -> int:
@@ -163,49 +153,51 @@ class LiveStateWriter:
         self._last = ""
         self._failed = False
 
-    def publish(self, sup: Any) -> None:
-        """Write the state of supervisor ``sup`` when due and changed; never raises (a
-        live view is a bonus: its failure is noted once in the live problems)."""
+    def due(self) -> bool:
+        """Is a look due (at most every ``every_s``; never again after a failed write)?"""
         now = time.monotonic()
         if now < self._next or self._failed:
-            return
+            return False
         self._next = now + self.every_s
-        self.path = Path(sup.run_dir) / LIVE_STATE_FILE  # a restarted job's attempt dir
+        return True
+
+    def publish(self, live: LiveJob, facts: WatchFacts) -> None:
+        """Write the state of the job when it changed; never raises (a live view is a
+        bonus: its failure is noted once in the live problems)."""
         try:
-            text = json.dumps(self.state(sup), separators=(",", ":"), default=str)
+            text = json.dumps(self.state(live, facts), separators=(",", ":"), default=str)
             if text != self._last:
                 self._write(text)
                 self._last = text
         except (OSError, ValueError, TypeError, AttributeError) as e:
             self._failed = True
-            sup.live.problems.append(f"cannot write {self.path.name}: {e}")
+            live.problems.append(f"cannot write {self.path.name}: {e}")
 
-    def state(self, sup: Any) -> dict[str, Any]:
-        """The live state of supervisor ``sup`` as a dict (no write)."""
-        live: LiveJob = sup.live
+    def state(self, live: LiveJob, facts: WatchFacts) -> dict[str, Any]:
+        """The live state as a dict (no write)."""
         ranks = live.ranks()
         now_ns = time.time_ns()
-        timeout = float(sup.config.hang_timeout)
-        facts = (tuple(sorted(r for r, p in ranks.items() if p.gone)),
-                 tuple(sorted(r for r, p in ranks.items() if p.stop_logged)),
-                 bool(sup._warned_mismatch), len(sup._stragglers_said),
-                 sup._failure_seen_at is not None, _blocked_bucket(live), len(ranks))
-        if facts != self._facts:
-            self._facts = facts
+        changed = (tuple(sorted(r for r, p in ranks.items() if p.gone)),
+                   tuple(sorted(r for r, p in ranks.items() if p.stop_logged)),
+                   facts.mismatch_seen, facts.stragglers_said, facts.failure_seen,
+                   _blocked_bucket(live), len(ranks))
+        if changed != self._facts:
+            self._facts = changed
             self.revision += 1
-        findings, lowest, facts = [], {}, live_facts(sup, ranks)
-        if sup._warned_mismatch:
+        findings = []
+        if facts.mismatch_seen:
             div = live.divergence()
             if div is not None:
                 from ddpdoctor.analysis.causal.mismatch import finding_for
 
                 findings.append(finding_for(div).to_dict())
+        peers = LivePeers(ranks)
         return {
-            "schema": SCHEMA, "supervisor_pid": os.getpid(), "revision": self.revision, "command": redact_argv(sup.config.command),
+            "schema": SCHEMA, "supervisor_pid": os.getpid(), "revision": self.revision,
+            "command": redact_argv(list(facts.command)),
             "world_size": live_world(ranks) or None,
-            "started_at": iso(sup.started_ns), "hang_timeout": timeout,
-            "ranks": [_rank_entry(ranks[r], ranks, now_ns, timeout, lowest, facts)
-                      for r in sorted(ranks)],
+            "started_at": iso(facts.started_ns), "hang_timeout": float(facts.hang_timeout),
+            "ranks": [_rank_entry(ranks[r], peers, now_ns, facts) for r in sorted(ranks)],
             "findings": findings, "problems": list(dict.fromkeys(live.problems)),
         }
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from ddpdoctor.analysis.model import Finding
 from ddpdoctor.report.transports import transport_line
 from ddpdoctor.trace.origin import Origin
 from ddpdoctor.trace.record import NS, CallRecord
@@ -148,35 +149,16 @@ class RankView:
 
 
 @dataclass(frozen=True)
-class FindingView:
-    """One finding: what went wrong, where, and what to change."""
+class FindingView(Finding):
+    """One finding as the UI shows it: the analysis's Finding (what went wrong, where, and
+    what to change), and ``index``, its position in the report's findings (what caused_by
+    points at: the UI lists them by severity)."""
 
-    kind: str
-    severity: str
-    ranks: tuple[int, ...]
-    seq: int | None
-    summary: str
-    detail: str
-    fix: str
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-    index: int | None = None  # its position in the report's findings (what caused_by points at)
-    caused_by: int | None = None  # the index of the root cause this is a consequence of
+    index: int | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], index: int | None = None) -> FindingView:
-        severity = as_str(data.get("severity")) or "info"
-        return cls(
-            kind=as_str(data.get("kind")) or "finding",
-            severity=severity if severity in SEVERITY_ORDER else "info",
-            ranks=tuple(r for r in (as_int(x) for x in as_list(data.get("ranks"))) if r is not None),
-            seq=as_int(data.get("seq")),
-            summary=as_str(data.get("summary")) or "",
-            detail=as_str(data.get("detail")) or "",
-            fix=as_str(data.get("fix")) or "",
-            evidence=as_dict(data.get("evidence")),
-            index=index,
-            caused_by=as_int(data.get("caused_by")),
-        )
+        return replace(super().from_dict(data), index=index)
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,18 @@ test allows one more restart all the same, and asserts the last attempt whicheve
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from ddpdoctor.config import RunConfig
+from ddpdoctor.supervisor.loop import Supervisor
 from tests.conftest import JOBS
 
 pytestmark = pytest.mark.slow
@@ -23,7 +29,21 @@ def torchrun() -> list[str]:
     return [launcher] if launcher else [sys.executable, "-m", "torch.distributed.run"]
 
 
-def test_failed_attempt_then_healthy_restart(doctor):
+def supervised_after_the_end(run_dir: Path, copy: Path, max_restarts: int) -> dict:
+    """The report of a copy of ``run_dir``'s finished job, from a supervisor that starts
+    at attempt 0 and first looks when the job (a process that exited 0) has ended."""
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("report*.json"))
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    sup = Supervisor(RunConfig(command=("torchrun", "restart_once.py")), copy, ended,
+                     copy / "report.json", Console(file=io.StringIO()), 0,
+                     max_restarts=max_restarts)
+    assert sup.run() == 0
+    assert sup.report == json.loads((copy / "report.json").read_text())
+    return sup.report
+
+
+def test_failed_attempt_then_healthy_restart(doctor, tmp_path):
     run = doctor(["run", "--hang-timeout", "60", "--", *torchrun(), "--standalone",
                   "--max-restarts", "2", "--nproc-per-node", "2",
                   str(JOBS / "restart_once.py")])
@@ -49,6 +69,13 @@ def test_failed_attempt_then_healthy_restart(doctor):
     assert [f for f in second["findings"] if f["severity"] == "error"] == []
     assert {r["rank"] for r in second["ranks"]} == {0, 1}
     assert "attempt 0 failed: rank 1 failed" in " ".join(run.stderr.split())
+
+    # the race of #56 replayed: a supervisor that looks for the first time once the job has
+    # ended (every later attempt began and ended between two of its looks) still follows
+    # each attempt in turn, and the job's report is the last one's, listing them all
+    replay = supervised_after_the_end(run.run_dir, tmp_path / "replay", max_restarts=2)
+    assert replay["attempt"] == last and replay["outcome"] == "completed"
+    assert replay["attempts"] == top["attempts"]
 
     # offline: the same attempts and the same root cause
     again = doctor(["analyze", "--json", str(run.run_dir)])

@@ -9,14 +9,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
 import pytest
 
+from ddpdoctor.config import RunConfig
+from ddpdoctor.supervisor.attempt_watch import AttemptWatch
 from ddpdoctor.supervisor.live_state import LiveStateWriter
-from ddpdoctor.supervisor.watch import LiveJob
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.writer import TraceWriter
 from ddpdoctor.tui import source as source_module
@@ -32,7 +32,7 @@ TEXT = b"10||float32|/job/train.py:42"
 
 class Job:
     """Two or more ranks' traces written by the ranks' own TraceWriter, and the supervisor's
-    LiveJob and LiveStateWriter over them, as `ddpdoctor run` has them."""
+    AttemptWatch and LiveStateWriter over them, as `ddpdoctor run` has them."""
 
     def __init__(self, run_dir: Path, world: int = 2) -> None:
         self.run_dir = run_dir
@@ -48,10 +48,8 @@ class Job:
             w.set_state(L.RankState.COMPUTING)
             self.writers.append(w)
         self.open: dict[int, int] = {}
-        self.sup = SimpleNamespace(
-            live=LiveJob(run_dir), run_dir=run_dir, started_ns=time.time_ns(), _warned_mismatch=False,
-            config=SimpleNamespace(hang_timeout=60.0, command=["train.py", "--lr", "1"]),
-            _stragglers_said=set(), _failure_seen_at=None)
+        self.sup = AttemptWatch(RunConfig(command=("train.py", "--lr", "1")), run_dir,
+                                started_ns=time.time_ns())
         self.state = LiveStateWriter(run_dir, every_s=0.0)
 
     def call(self, rank: int, seq: int, returns: bool = True) -> None:
@@ -70,7 +68,7 @@ class Job:
     def tick(self) -> None:
         """One look of the supervisor: poll the traces, publish the live state."""
         self.sup.live.poll()
-        self.state.publish(self.sup)
+        self.state.publish(self.sup.live, self.sup.facts())
 
 
 @pytest.fixture
@@ -172,7 +170,7 @@ def test_a_new_revision_rebuilds_findings_at_most_every_few_seconds(tmp_path: Pa
     source.follower.clock = lambda: now[0]
     source.poll()
     assert len(builds) == 1
-    job.sup._warned_mismatch = True  # what the supervisor's next look may find
+    job.sup.mismatch_seen = True  # what the supervisor's next look may find
     job.tick()
     now[0] += 1.0
     source.poll()

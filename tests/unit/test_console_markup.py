@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import io
-from types import SimpleNamespace
-
 from rich.console import Console
 
-from ddpdoctor.supervisor.loop import Supervisor
+from ddpdoctor.supervisor.events import Voice
 
 GLOO = "Read error [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] x"
 
 
 def test_say_prints_a_gloo_message_with_a_closing_tag_shape_as_is():
     out = io.StringIO()
-    fake = SimpleNamespace(quiet=False, console=Console(file=out, width=300))
-    Supervisor.say(fake, f"rank 1 failed: {GLOO}", "red")  # raised MarkupError before
+    voice = Voice(Console(file=out, width=300))
+    voice.say(f"rank 1 failed: {GLOO}", "red")  # raised MarkupError before
     assert GLOO in out.getvalue()

@@ -253,7 +253,7 @@ def test_a_stalled_connection_to_a_service_outside_the_job_is_not_its_link() -> 
 
 def test_the_supervisor_writes_what_the_analysis_reads(tmp_path: Path) -> None:
     from ddpdoctor.analysis.load.connections import rank_sockets
-    from ddpdoctor.supervisor.connections import capture_connections
+    from ddpdoctor.supervisor.capture import capture_connections
 
     server = socket.create_server(("127.0.0.1", 0))
     client = socket.create_connection(server.getsockname())

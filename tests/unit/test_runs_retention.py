@@ -8,7 +8,7 @@ import pytest
 
 from ddpdoctor.config import FailOn
 from ddpdoctor.errors import UserError
-from ddpdoctor.report.fail_on import status_under_fail_on
+from ddpdoctor.report.outcome import status_under_fail_on
 from ddpdoctor.rundir.retention import parse_age, plan
 from ddpdoctor.rundir.runs import RunEntry
 

@@ -1,7 +1,7 @@
-"""One rule for a rank's shown state: the live view (live.json) and the report agree on the same
-facts.  Each case writes the ranks' traces with the ranks' own TraceWriter (their processes
-real, alive, stopped or killed), then reads them both ways: the supervisor's LiveJob and
-LiveStateWriter, and build_report over the same run dir."""
+"""One function for a rank's shown state: the live view (live.json) and the report agree on the
+same facts.  Each case writes the ranks' traces with the ranks' own TraceWriter (their
+processes real, alive, stopped or killed), then reads them both ways: the supervisor's
+AttemptWatch and its LiveStateWriter, and build_report over the same run dir."""
 
 from __future__ import annotations
 
@@ -11,19 +11,19 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Iterator
 from unittest import mock
 
 import pytest
 
 from ddpdoctor.analysis.causal.state import StateKind
+from ddpdoctor.config import RunConfig
 from ddpdoctor.report.build import build_report
 from ddpdoctor.report.shown_state import ShownFacts, shown_state
+from ddpdoctor.supervisor.attempt_watch import AttemptWatch
 from ddpdoctor.supervisor.live_state import LiveStateWriter
 from ddpdoctor.supervisor.os_wait import sample_idle
-from ddpdoctor.supervisor.progress import ProgressTracker, RankProgress
-from ddpdoctor.supervisor.watch import LiveJob
+from ddpdoctor.supervisor.progress import RankProgress
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.writer import TraceWriter
 
@@ -48,11 +48,8 @@ class Ranks:
             w.meta("group", index=0, name="0", ranks=list(range(world)), size=world,
                    default=True)
             self.writers.append(w)
-        self.sup = SimpleNamespace(
-            live=LiveJob(run_dir), run_dir=run_dir, started_ns=time.time_ns(),
-            _warned_mismatch=False, _stragglers_said=set(), _failure_seen_at=None,
-            config=SimpleNamespace(hang_timeout=TIMEOUT, command=["train.py"]),
-            progress=ProgressTracker(), _os_waits={}, leader=None)
+        self.sup = AttemptWatch(RunConfig(command=("train.py",), hang_timeout=TIMEOUT),
+                                run_dir, started_ns=time.time_ns())
 
     def running(self, *ranks: int) -> None:
         for r in ranks:
@@ -87,7 +84,7 @@ class Ranks:
         for p in live.stopped():
             p.stop_logged = True
             self.log("rank_stopped", pid=p.header.pid, rank=p.rank)
-        state = LiveStateWriter(self.run_dir, every_s=0.0).state(self.sup)
+        state = LiveStateWriter(self.run_dir, every_s=0.0).state(live, self.sup.facts())
         report = build_report(self.run_dir, live=True, hang_timeout=TIMEOUT)
         return ({r["rank"]: r["state"] for r in state["ranks"]},
                 {r["rank"]: r["state"] for r in report["ranks"]})
@@ -177,8 +174,8 @@ def test_an_idle_rank_the_os_says_sleeps_is_blocked(ranks: Ranks) -> None:
     ranks.sup.progress.by_pid[pid] = RankProgress(1, cpu_busy=False)
     ranks.log("progress", ranks=ranks.sup.progress.event())
     time.sleep(0.01)  # the os_wait event after the rank's last call
-    sample_idle(ranks.sup.live, ranks.sup.progress, ranks.log, ranks.sup._os_waits)
-    assert pid in ranks.sup._os_waits
+    sample_idle(ranks.sup.live, ranks.sup.progress, ranks.log, ranks.sup.os_waits)
+    assert pid in ranks.sup.os_waits
     agree(ranks, {0: "computing", 1: "blocked"})
 
 

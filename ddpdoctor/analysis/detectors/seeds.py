@@ -26,6 +26,7 @@ from typing import Any
 
 from ddpdoctor.analysis.align.epochs import rank_list
 from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity
+from ddpdoctor.frameworks import known
 
 GENERATORS = ("torch", "numpy", "python")
 NAMES = {"torch": "torch", "numpy": "numpy.random", "python": "python random"}
@@ -35,26 +36,6 @@ FIX = ("Seed each rank differently once the model is built: e.g. "
        "parameters, so the model stays identical). For DataLoader workers, give the loader "
        "a per-rank generator: `DataLoader(..., generator=torch.Generator()"
        ".manual_seed(seed + rank))`.")
-FRAMEWORK_FIX = {
-    "transformers": (
-        "The Trainer seeds every rank alike on purpose (`TrainingArguments(seed=...)` -> "
-        "`set_seed`), so the model starts identical; equal dropout on different data is by "
-        "design. Keep data randomness per rank: augment in DataLoader workers "
-        "(`dataloader_num_workers > 0`: the Trainer seeds each worker with the rank) or "
-        "from a generator seeded with `args.seed + args.process_index`; "
-        "`TrainingArguments(data_seed=...)` seeds the sampler only."),
-    "lightning": (
-        "Lightning's `seed_everything(seed)` seeds every rank alike on purpose (identical "
-        "initial model); equal dropout on different data is by design. Use "
-        "`seed_everything(seed, workers=True)` so each DataLoader worker gets a seed "
-        "derived from the rank too, and draw main-process augmentations from a generator "
-        "seeded with `seed + self.global_rank`."),
-    "accelerate": (
-        "accelerate's `set_seed(seed)` seeds every rank alike (identical initial model); "
-        "equal dropout on different data is harmless. For per-rank randomness call "
-        "`set_seed(seed, device_specific=True)` after building the model, and give "
-        "augmenting DataLoaders a generator seeded with `seed + accelerator.process_index`."),
-}
 
 
 @dataclass
@@ -176,8 +157,7 @@ def collisions(job: JobView) -> Collisions:
     _main_collisions(by_rank, out)
     out.workers = _worker_collisions(job)
     frameworks = {m.get("framework") for per in by_rank.values() for m in per.values()}
-    out.framework = next((f for f in ("transformers", "lightning", "accelerate")
-                          if f in frameworks), None)
+    out.framework = next((f.name for f in known.ALL if f.name in frameworks), None)
     return out
 
 
@@ -240,7 +220,7 @@ def detect(job: JobView) -> list[Finding]:
                 "while training should differ per rank, or every rank applies the same "
                 "dropout masks and augmentations.")
     detail = text[:1].upper() + text[1:] + "." + note
-    fix = FRAMEWORK_FIX.get(c.framework or "", FIX)
+    fix = known.seed_fix(c.framework) or FIX  # the framework's own (ddpdoctor/frameworks/)
     severity = Severity.INFO if by_design else Severity.WARNING
     return [Finding(FindingKind.SEED_COLLISION, severity, tuple(who), None, summary, detail, fix,
                     evidence)]
