@@ -155,6 +155,8 @@ class RankRun:
     cpu_busy: bool | None = None  # live: CPU time advanced in the last sampling window
     stop_ns: int | None = None  # when ddpdoctor stopped this rank's node (its own clock)
     flow: Any = None  # its recorded control flow (load/flow.py RankFlow), None on Python < 3.12
+    # its child processes' stacks (DataLoader workers), as (pid, frames innermost first)
+    children: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
 
     @property
     def pid(self) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from ddpdoctor.proc.sockets import SOCKETS_FILE, NamespaceTables, SocketCapture, capture
+from ddpdoctor.proc.table import descendants, scan
 from ddpdoctor.rundir.layout import write_bytes_atomic, write_json_atomic
 from ddpdoctor.supervisor.stacks import capture_stacks
 from ddpdoctor.supervisor.watch import LiveRank
@@ -33,7 +34,9 @@ def capture_ranks(run_dir: Path, ranks: dict[int, LiveRank], why: str,
     asked = request_dumps(run_dir)
     logged_connections(pids, run_dir, log)
     capture_stacks(pids, run_dir / "stacks")
-    log("stacks", why=why, pids=pids, seconds=round(time.monotonic() - t0, 3))
+    children = capture_children(pids, run_dir / "stacks")
+    log("stacks", why=why, pids=pids, children=sorted(children),
+        seconds=round(time.monotonic() - t0, 3))
     missing = wait_for_dumps(run_dir, grouped, asked)
     log("flight_recorder", ranks=sorted(set(grouped) - set(missing)), missing=missing,
         seconds=round(time.monotonic() - t0, 3))
@@ -44,7 +47,25 @@ def capture_pids(run_dir: Path, pids: list[int], why: str, log: Callable[..., No
     ask), and a ``stacks`` event."""
     if pids:
         capture_stacks(pids, run_dir / "stacks")
-        log("stacks", why=why, pids=pids)
+        children = capture_children(pids, run_dir / "stacks")
+        log("stacks", why=why, pids=pids, children=sorted(children))
+
+
+MAX_CHILDREN = 32  # a rank's child processes whose stacks are taken (its DataLoader workers)
+
+
+def capture_children(pids: list[int], stacks_dir: Path) -> dict[int, int]:
+    """The stacks of the ranks' child processes (DataLoader workers, a subprocess it waits
+    on), each marked with its rank's pid: a rank held in its loader waits on one of them.
+    Returns child pid -> rank pid."""
+    table = scan()
+    parents: dict[int, int] = {}
+    for pid in pids:
+        for child in sorted(descendants(table, [pid]))[:MAX_CHILDREN]:
+            parents.setdefault(child, pid)
+    if parents:
+        capture_stacks(sorted(parents), stacks_dir, parents)
+    return parents
 
 
 def logged_connections(pids: list[int], run_dir: Path, log: Callable[..., None]) -> None:

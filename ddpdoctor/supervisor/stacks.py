@@ -83,14 +83,18 @@ def dump_stack(pid: int, exe: str | None) -> dict[str, Any]:
                         for t in threads if isinstance(t, dict)]}
 
 
-def capture_stacks(pids: list[int], stacks_dir: Path) -> dict[int, dict[str, Any]]:
-    """Dump every pid in parallel; each result is also written to stacks/pid-<pid>.json."""
+def capture_stacks(pids: list[int], stacks_dir: Path,
+                   parents: dict[int, int] | None = None) -> dict[int, dict[str, Any]]:
+    """Dump every pid in parallel; each result is also written to stacks/pid-<pid>.json
+    (with ``parent``, the rank a child process belongs to, where ``parents`` says)."""
     exe = py_spy_path()
     results: dict[int, dict[str, Any]] = {}
     if not pids:
         return results
     with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(pids))) as pool:
         for pid, result in zip(pids, pool.map(lambda p: dump_stack(p, exe), pids)):
+            if parents and pid in parents:
+                result["parent"] = parents[pid]
             results[pid] = result
             try:
                 write_json_atomic(stacks_dir / f"pid-{pid}.json", result)

@@ -23,7 +23,7 @@ from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.explain import decision_text as T
 from ddpdoctor.analysis.explain.loops import current_loop, skipped_source
 from ddpdoctor.analysis.explain.recorded import RecordedDecision, body_span, recorded_decision
-from ddpdoctor.analysis.load.frames import user_frames
+from ddpdoctor.analysis.load.frames import INTERNAL_PARTS, user_frames
 from ddpdoctor.analysis.load.user_source import source_line, split_callsite
 from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity
 from ddpdoctor.trace.meta_line import traceback_frames
@@ -138,6 +138,37 @@ def _working(f: Finding, states: dict[int, RankState]) -> bool:
     return bool(f.ranks) and all(r in states and states[r].kind in WORKING for r in f.ranks)
 
 
+def _held_child(run: object) -> tuple[int, str, int, str] | None:
+    """(pid, file, line, function) of the innermost user frame of the first child process
+    (a DataLoader worker) whose stack has one: where a rank's loader waits."""
+    for pid, frames in getattr(run, "children", []):
+        for frame in frames:
+            name = str(frame.get("filename") or "")
+            if name and not any(part in name for part in INTERNAL_PARTS) and \
+                    type(frame.get("line")) is int:
+                return pid, name, frame["line"], str(frame.get("name") or "")
+    return None
+
+
+def with_worker(f: Finding, job: JobView) -> Finding:
+    """A working culprit that waits on its own child process (a DataLoader worker stuck in
+    one call): the worker's line, from its stack."""
+    for r in f.ranks:
+        held = _held_child(job.ranks.get(r))
+        if held is None:
+            continue
+        pid, file, line, function = held
+        source = source_line(f"{file}:{line}")
+        text = (f"rank {r} waits on its child process {pid} (a DataLoader worker), held at "
+                f"{file.rsplit('/', 1)[-1]}:{line}" + (f" `{source}`" if source else "") +
+                (f" in {function}" if function else ""))
+        return replace(f, summary=f"{f.summary}; {text}", detail=f"{f.detail}\n{text}.",
+                       evidence={**f.evidence, "worker": {
+                           "rank": r, "pid": pid, "file": file, "line": line,
+                           "source": source, "function": function}})
+    return f
+
+
 def with_loop(f: Finding, job: JobView, states: dict[int, RankState]) -> Finding:
     """A working culprit's loop, from its record: where it turns and what it reads."""
     loops = {}
@@ -197,7 +228,7 @@ def with_recorded_decisions(findings: list[Finding], job: JobView,
         if f.kind not in DECIDED:
             continue
         if _working(f, states):
-            out[i] = with_loop(f, job, states)
+            out[i] = with_worker(with_loop(f, job, states), job)
             continue
         chosen = _relevant(job, f, states)
         if chosen is not None:

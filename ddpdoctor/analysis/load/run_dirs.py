@@ -300,10 +300,35 @@ def _load_dir(run_dir: Path, ranks: dict[int, RankRun], problems: list[str],
             add_reducer_call(run)
         ranks[trace.header.rank] = run
         mine.append(run)
+    if stacks:
+        _attach_children(run_dir, mine, stack_files)
     if is_attempt_dir(run_dir):  # torchrun's agent (the launcher) spans the attempts
         launchers += [t for t in _read_traces(run_dir.parent, problems, tail)
                       if t.header.rank < 0]
     return mine, launchers
+
+
+MAX_CHILD_STACKS = 256  # stack files of the ranks' child processes read from one run dir
+
+
+def _attach_children(run_dir: Path, runs: list[RankRun], stack_files: set[str]) -> None:
+    """The stacks of the ranks' child processes (DataLoader workers, a subprocess) the
+    supervisor took beside theirs, each file naming its rank's pid as ``parent``."""
+    by_pid = {run.pid: run for run in runs}
+    own = {f"pid-{pid}.json" for pid in by_pid}
+    names = sorted(n for n in stack_files if n.startswith("pid-") and n.endswith(".json")
+                   and n.count(".") == 1 and n not in own)[:MAX_CHILD_STACKS]
+    for name in names:
+        path = run_dir / "stacks" / name
+        try:
+            data = json.loads(path.read_bytes()[:MAX_STACK_BYTES])
+        except (OSError, ValueError, RecursionError):
+            continue
+        parent = data.get("parent") if isinstance(data, dict) else None
+        run = by_pid.get(parent) if type(parent) is int else None
+        frames = data.get("frames")
+        if run is not None and isinstance(frames, list) and type(data.get("pid")) is int:
+            run.children.append((data["pid"], [f for f in frames if isinstance(f, dict)]))
 
 
 def _ended(ranks: dict[int, RankRun], sup_events: list[dict[str, Any]]) -> int | None:
