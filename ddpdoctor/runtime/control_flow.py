@@ -129,6 +129,8 @@ class FlowRecorder:
     def _first(self, code: types.CodeType, off: int, dest: int,
                key: tuple[int, int, int]) -> None:
         """The first event of ``key`` in this segment: its site named, its values noted."""
+        if len(self.seg) == 1:
+            self.started = time.time_ns()  # the segment's first event
         known = self.keys.get(key)
         if known is None:
             site = self._site(code, off)
@@ -194,7 +196,8 @@ class FlowRecorder:
         """A collective of ``group`` at ``seq`` begins on this thread: the segment ends."""
         if not self.on or threading.get_ident() != self.main:
             return
-        self._write(group, seq)
+        if self.seg or self.silenced:  # (between a DDP's buckets nothing of the user's ran)
+            self._write(group, seq)
         self.opening = (group, seq)
         self.number += 1
         if len(sys.modules) != self.modules_seen:
@@ -253,7 +256,6 @@ class FlowRecorder:
                        self.number, seq, text)
         if group >= 0:
             seg.clear()
-            self.started = now
 
     def _reenable(self) -> None:
         now = time.monotonic_ns()
