@@ -190,7 +190,7 @@ def _show(report: dict[str, Any], path: Path, ui: bool) -> None:
 
         run_ui(path)
         return
-    from rich.console import Console
+    from ddpdoctor.terminal_text import SafeConsole as Console
 
     from ddpdoctor.report.console import print_summary
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -30,6 +29,8 @@ from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
 from ddpdoctor.supervisor.node_secret import node_secret
 from ddpdoctor.supervisor.node_store import node_setup
+from ddpdoctor.terminal_text import SafeConsole, say
+from ddpdoctor.rundir.safe_path import open_append
 
 
 def _check_report_path(path: Path) -> None:
@@ -41,7 +42,7 @@ def _check_report_path(path: Path) -> None:
                         "is not writable")
 
 
-class RunConsole(Console):
+class RunConsole(SafeConsole):
     """ddpdoctor's console during a run: when its reader closes it (`| head`, a killed
     `| tee`: EPIPE) or its terminal hangs up (EIO), it falls silent instead of exiting
     (rich's default) or raising; the supervisor sees the closed output, or gets SIGHUP,
@@ -93,8 +94,7 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     lint_before_run(list(config.command), run_dir, console)  # notices; the job starts anyway
     log: IO[bytes] | None = None
     if config.ui:
-        log = open(run_dir / "job.log", "ab", buffering=0,  # noqa: SIM115
-                   opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o600))
+        log = os.fdopen(open_append(run_dir / "job.log"), "ab", buffering=0)
     proc = None
     try:
         with interrupts_raised():
@@ -136,8 +136,7 @@ def _run_with_ui(supervisor: Supervisor, run_dir: Path) -> int:
     except KeyboardInterrupt as e:  # SIGTERM or SIGHUP while the UI ran: the same ending
         supervisor.request_stop(signal_of(e))
     except ImportError as e:
-        print(f"ddpdoctor: the UI is not available ({e}); supervising without it",
-              file=sys.stderr)
+        say(f"ddpdoctor: the UI is not available ({e}); supervising without it")
     finally:
         supervisor.quiet = False
     if thread.is_alive():

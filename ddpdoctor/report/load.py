@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ddpdoctor.errors import UserError
+from ddpdoctor.rundir.bounded import BadInput, load_json_file
 from ddpdoctor.report.lint_match import mark_lint_seen
 from ddpdoctor.report.schema import SCHEMA
 
@@ -31,24 +31,17 @@ def validate(data: Any, path: Path) -> dict[str, Any]:
 
 
 def load_report(path: Path) -> dict[str, Any]:
-    """Read ``path`` as a report; every problem is a UserError with a one-line message."""
+    """Read ``path`` as a report; every problem is a UserError with a one-line message (exit
+    2): a regular file only (a link at the name the user gave is followed), its size checked
+    before reading, its JSON's nesting and numbers bounded (rundir.bounded)."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_REPORT_BYTES + 1)
+        data = load_json_file(path, MAX_REPORT_BYTES, follow=True)
     except FileNotFoundError:
         raise UserError(f"no such file: {path}") from None
     except IsADirectoryError:
         raise UserError(f"{path} is a directory, not a report.json") from None
+    except BadInput as e:
+        raise UserError(f"{e}: not a report") from None
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror or e}") from None
-    if len(raw) > MAX_REPORT_BYTES:
-        raise UserError(f"{path} is larger than {MAX_REPORT_BYTES >> 20} MiB: not a report")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not UTF-8 text: not a report") from None
-    except RecursionError:
-        raise UserError(f"{path} is nested too deeply: not a report") from None
-    except ValueError as e:
-        raise UserError(f"{path} is not valid JSON (truncated or damaged: {e})") from None
     return validate(data, path)

@@ -13,6 +13,7 @@ from ddpdoctor.rundir.layout import RUN_FILE, read_run_file, write_json_atomic
 from ddpdoctor.supervisor.loop import Supervisor, Verdict
 from ddpdoctor.supervisor.progress import ProgressTracker
 from ddpdoctor.supervisor.watch import LiveJob
+from ddpdoctor.rundir.safe_path import PARENT_MODE, make_dirs
 
 REPORT = "report.json"
 
@@ -109,7 +110,7 @@ class AttemptSupervisor(Supervisor):
                                                  f"attempt-{self.attempt}/{REPORT}")]
         top = with_attempts(last, entries)
         try:
-            self.top_report_path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.top_report_path.parent, PARENT_MODE)
             write_json_atomic(self.top_report_path, top)
         except OSError as e:
             self.say(f"cannot write the report to {self.top_report_path}: {e.strerror or e}",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ddpdoctor.proc.sockets import SOCKETS_FILE, NamespaceTables, SocketCapture, capture
 from ddpdoctor.rundir.layout import write_json_atomic
+from ddpdoctor.rundir.safe_path import make_dirs
 
 
 def capture_connections(pids: list[int], stacks_dir: Path) -> dict[int, SocketCapture]:
@@ -20,7 +21,7 @@ def capture_connections(pids: list[int], stacks_dir: Path) -> dict[int, SocketCa
     for pid in pids:
         found = results[pid] = capture(pid, tables)
         try:
-            stacks_dir.mkdir(parents=True, exist_ok=True)
+            make_dirs(stacks_dir)
             write_json_atomic(stacks_dir / SOCKETS_FILE.format(pid=pid), found.to_dict())
         except OSError:
             continue  # the run dir is not writable: the stacks' capture says so

@@ -19,6 +19,7 @@ from ddpdoctor.redact import redact_argv
 from ddpdoctor.supervisor.connections import capture_connections
 from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
 from ddpdoctor.supervisor.stacks import capture_stacks
+from ddpdoctor.rundir.safe_path import PARENT_MODE, make_dirs
 
 EXIT_HUNG = 124
 POLL_SECONDS = 0.1
@@ -81,7 +82,7 @@ class JobEnding:
         if not report["ranks"]:
             report.setdefault("notes", []).append(no_activity_note(self.run_dir))
         try:
-            self.report_path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.report_path.parent, PARENT_MODE)
             write_json_atomic(self.report_path, report)
             self.log("report", path=str(self.report_path))
         except OSError as e:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ddpdoctor.rundir.layout import write_bytes_atomic
 from ddpdoctor.trace import fr_files
+from ddpdoctor.rundir.safe_path import make_dirs
 
 WAIT_S = 2.0  # ranks poll every 0.5 s; a dump of a few thousand entries takes milliseconds
 
@@ -14,7 +15,7 @@ WAIT_S = 2.0  # ranks poll every 0.5 s; a dump of a few thousand entries takes m
 def request_dumps(run_dir: Path) -> float:
     """Touch the request file every rank watches; returns the request's time."""
     path = fr_files.request_path(run_dir)
-    path.parent.mkdir(mode=0o700, exist_ok=True)
+    make_dirs(path.parent)
     write_bytes_atomic(path, f"{time.time_ns()}\n".encode())
     return path.stat().st_mtime
 

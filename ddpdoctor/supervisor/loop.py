@@ -30,6 +30,7 @@ from ddpdoctor.supervisor.stacks import capture_stacks
 from ddpdoctor.supervisor.watch import LiveJob
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.world import world_size
+from ddpdoctor.rundir.safe_path import open_append
 
 # While every rank of a one-node job runs and none waits, the loop looks 4 times a second
 # instead of 10: on a machine whose cores the ranks fill, each look takes a core from a rank
@@ -86,8 +87,7 @@ class Supervisor(JobEnding, NodesMixin):
         fields.update(event=event, t=time.time_ns())
         try:
             if self._log_fd is None:
-                self._log_fd = os.open(self.run_dir / "supervisor.jsonl",
-                                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                self._log_fd = open_append(self.run_dir / "supervisor.jsonl")
             os.write(self._log_fd, (json.dumps(fields, default=str) + "\n").encode())
         except OSError as e:
             self.live.problems.append(f"cannot write supervisor.jsonl: {e.strerror or e}")

@@ -24,6 +24,7 @@ from ddpdoctor.rundir.nodes import NODE_FILE, node_dir
 from ddpdoctor.supervisor.node_channel import Hub, Peer, Received
 from ddpdoctor.supervisor.node_messages import NodeReport, RankProgress, node_name
 from ddpdoctor.trace.sync import apply_delta
+from ddpdoctor.rundir.safe_path import make_dirs
 
 TICK_S = 0.1
 BEAT_S = 1.0  # node 0's beat to every node (a node silent for lost_after_s is lost)
@@ -226,7 +227,7 @@ class NodeLeader:
             self._write_node(view, mirror)
 
     def _write_node(self, view: NodeView, mirror: Path, lost: bool | None = None) -> None:
-        mirror.mkdir(parents=True, exist_ok=True)
+        make_dirs(mirror)
         view.written_skew = view.skew_ns
         write_json_atomic(mirror / NODE_FILE, {
             "node": view.node, "host": view.host, "clock_skew_ns": view.skew_ns,

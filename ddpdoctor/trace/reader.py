@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
+from ddpdoctor.rundir.bounded import open_regular, read_file
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.meta_line import parse_meta_line
 from ddpdoctor.trace.origin import Origin
@@ -153,6 +154,22 @@ def read_header(buf: bytes | mmap.mmap, path: Path) -> TraceHeader:
     )
 
 
+def read_header_file(path: Path) -> TraceHeader:
+    """The header of the trace at ``path``, read alone (a regular file only: BadInput, exit
+    2, for a FIFO, a device or a link; TraceError when it is no trace)."""
+    try:
+        fd = open_regular(path)
+    except OSError as e:
+        raise TraceError(f"{path}: {e.strerror or e}") from None
+    try:
+        head = os.read(fd, L.HEADER_SIZE)
+    except OSError as e:
+        raise TraceError(f"{path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    return read_header(head, path)
+
+
 def read_loader_counts(buf: bytes | mmap.mmap) -> tuple[LoaderCount, ...]:
     """The header's loader-progress slots that hold a count (none in a shorter header)."""
     if len(buf) < L.HEADER_USED:
@@ -235,8 +252,7 @@ def read_meta(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     events: list[dict[str, Any]] = []
     problems: list[str] = []
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_META_BYTES)
+        data = read_file(path, MAX_META_BYTES, head=True)  # a regular file, never a FIFO
     except FileNotFoundError:
         return events, problems
     except OSError as e:
@@ -287,7 +303,7 @@ class TraceFile:
 
     def __init__(self, ring_path: Path):
         self.path = ring_path
-        fd = os.open(ring_path, os.O_RDONLY)
+        fd = open_regular(ring_path)  # BadInput (exit 2) for a FIFO, a device, a link
         try:
             st = os.fstat(fd)
             if st.st_size < L.HEADER_SIZE:
@@ -331,13 +347,19 @@ def read_trace(ring_path: Path, last: int | None = None) -> RankTrace:
     """Read a trace file (only its newest ``last`` records if given: the file is mapped,
     not read whole).  Raises TraceError when the header is unusable."""
     try:
-        with open(ring_path, "rb") as f:
-            if os.fstat(f.fileno()).st_size < L.HEADER_SIZE:
-                buf: Any = f.read()
-            else:
-                buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        fd = open_regular(ring_path)  # BadInput (exit 2) for a FIFO, a device, a link
     except OSError as e:
         raise TraceError(f"{ring_path}: {e.strerror or e}") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size > L.HEADER_SIZE + (1 << 24) * L.RECORD_SIZE:
+            raise TraceError(f"{ring_path}: {size:,} bytes, larger than any trace ring")
+        buf: Any = os.read(fd, L.HEADER_SIZE) if size < L.HEADER_SIZE else \
+            mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        raise TraceError(f"{ring_path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
     meta, problems = read_meta(meta_path_for(ring_path))
     try:
         header = read_header(buf, ring_path)

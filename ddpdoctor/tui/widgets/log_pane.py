@@ -11,6 +11,8 @@ from textual.message import Message
 from textual.widgets import Log
 from textual.worker import get_current_worker
 
+from ddpdoctor.terminal_text import safe_lines
+
 TAIL_INTERVAL_S = 0.25
 FIRST_READ_LIMIT = 256 * 1024
 
@@ -62,7 +64,10 @@ class LogPane(Log):
                 position = size - FIRST_READ_LIMIT
             handle.seek(position)
             data = handle.read()
-        self.post_message(self.Appended(data.decode("utf-8", errors="replace")))
+        # the job's output, made safe for the terminal: a progress bar's carriage returns
+        # become line breaks, every other control character is shown escaped
+        text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+        self.post_message(self.Appended(safe_lines(text)))
         return position + len(data)
 
     def on_log_pane_appended(self, message: Appended) -> None:
