@@ -11,6 +11,7 @@ import ddpdoctor
 from ddpdoctor.config import RunConfig
 from ddpdoctor.errors import UserError
 from ddpdoctor.runtime.supervisor_watch import ON_HANG_ENV, SUPERVISOR_PID_ENV
+from ddpdoctor.supervisor.node_auth import SECRET_ENV
 from ddpdoctor.trace import fr_files
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
@@ -57,8 +58,10 @@ def job_argv(config: RunConfig) -> list[str]:
 
 
 def job_env(run_dir: Path, run_id: str, config: RunConfig) -> dict[str, str]:
-    """The job's environment: the bootstrap first on PYTHONPATH and ddpdoctor's variables."""
-    env = dict(os.environ)
+    """The job's environment: the bootstrap first on PYTHONPATH and ddpdoctor's variables.
+    The nodes' secret stays with the supervisor: no rank, nor anything the job starts, is
+    given it (a rank needs none, and a process's environment is read by whatever it runs)."""
+    env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
     paths = [str(BOOTSTRAP_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["DDPDOCTOR_RUN_DIR"] = str(run_dir)

@@ -28,7 +28,7 @@ from ddpdoctor.report.fail_on import status_under_fail_on
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
 from ddpdoctor.supervisor.node_secret import node_secret
-from ddpdoctor.supervisor.node_store import node_setup
+from ddpdoctor.supervisor.node_store import claim_channel, node_setup
 from ddpdoctor.terminal_text import SafeConsole, say
 from ddpdoctor.rundir.safe_path import open_append
 
@@ -67,6 +67,8 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     nodes = node_setup(argv, config.doctor_store)
     secret = node_secret(config.node_secret_file, config.insecure_node_channel) \
         if nodes is not None else None  # many nodes: a secret, or no start
+    if secret is not None:  # node 0's port, taken before the job: a squatted one stops here
+        nodes = claim_channel(nodes, secret.value)
     run_id = new_run_id()
     run_dir = make_run_dir(config.run_dir, run_id)
     hold_live(run_dir)  # `ddpdoctor runs prune` leaves it alone while this process runs

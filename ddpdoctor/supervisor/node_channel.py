@@ -1,114 +1,182 @@
-"""The nodes' channel: node 0 listens, the other nodes connect, each proves the secret first.
+"""The nodes' channel: node 0 listens, the other nodes connect; every connection read without blocking, each message whole within a deadline.
 
-Built on the standard library's ``multiprocessing.connection``: each connection is
-authenticated both ways by its HMAC challenge (``deliver_challenge``/``answer_challenge``)
-under a key drawn from the job's secret before any message is read, then carries
-length-prefixed byte strings (``send_bytes``/``recv_bytes``, never pickle), each at most
-``MAX_MESSAGE_BYTES``: a longer one closes the connection unread.  A message is one line
-naming its topic, then a value sealed with the secret (node_auth): bytes injected into an
-authenticated connection, or replayed on it, are refused.
+A frame is a 4-byte big-endian length and its bytes, at most ``MAX_MESSAGE_BYTES`` (a longer
+one closes the connection unread).  Each connection first runs the handshake of node_auth
+(both ends prove the secret over fresh nonces, nothing else is read before), then carries
+frames sealed in that connection's own session: one recorded elsewhere or replayed is
+refused.  Never pickle.
 
-Node 0's side (``Hub``) keeps everything bounded: at most ``MAX_PENDING`` connections in
-their challenge at once (the oldest is dropped for a new one, and each has
-``HANDSHAKE_S`` to answer), at most ``MAX_PEERS`` authenticated ones, and per peer a quota
-of messages and bytes per second: a peer over it is not read until its quota refills (its
-sends wait: TCP's own flow control), so no peer can make node 0 spend more than its share.
-An unauthenticated peer is sent the challenge and nothing else; there is nothing to read,
-pop, set or delete.  The traffic is not encrypted: what the nodes send (trace records,
-stacks, logs) can be read on the network path (docs/security.md).
+Node 0's end (``Hub``) reads every connection from one selector, in one thread, and never
+waits on one of them: a socket is read when it has bytes, a frame begun must be whole within
+``MESSAGE_S`` and a handshake done within ``HANDSHAKE_S`` (a peer that trickles a byte every
+few seconds is closed, and meanwhile the others are read as before), and what node 0 sends
+waits in a bounded buffer per peer (one that reads nothing for ``SEND_S``, or lets more than
+``MAX_OUTBOX`` pile up, is closed).  At most ``MAX_PENDING`` connections are in their
+handshake at once (the oldest goes for a new one), at most ``MAX_PEERS`` authenticated, and
+each peer has a quota of messages and bytes a second: one over it is not read until its
+quota refills (its sends wait: TCP's own flow control).  The traffic is not encrypted: what
+the nodes send can be read on the network path (docs/security.md).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import errno
 import selectors
 import socket
-import struct
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing.connection import (AuthenticationError, Connection, answer_challenge,
-                                        deliver_challenge)
 from typing import Any, Callable
 
-from ddpdoctor.supervisor.node_auth import Refused, Seal
+from ddpdoctor.supervisor.node_auth import (LeaderHandshake, NodeHandshake, Refused, Session,
+                                            body_of)
 
 MAX_MESSAGE_BYTES = 8 << 20
-HANDSHAKE_S = 5.0  # a connecting peer answers the challenge within this
-IO_TIMEOUT_S = 10.0  # one message read or written (a stalled peer is dropped)
-MAX_PENDING = 64  # connections in their challenge at once
+HANDSHAKE_S = 5.0  # a connection proves the secret within this
+MESSAGE_S = 10.0  # a frame begun is whole within this
+SEND_S = 10.0  # a peer reads what is sent to it within this
+MAX_OUTBOX = 4 << 20  # bytes waiting for one peer on node 0
+MAX_NODE_OUTBOX = 64 << 20  # bytes waiting on a following node (its copies)
+READ_CHUNK = 1 << 20  # bytes read from one socket per turn: the others get theirs
+MAX_PENDING = 64  # connections in their handshake at once
 MAX_PEERS = 8192  # authenticated connections
 MSGS_PER_S = 64.0  # a peer's quota (a follower sends 4 a second)
 MSG_BURST = 256.0
 BYTES_PER_S = float(64 << 20)
 BYTE_BURST = float(2 * MAX_MESSAGE_BYTES)
-MAX_TOPIC = 32
-TOPICS = frozenset({"hello", "report", "beat", "ask", "verdict", "final"})
+CHECK_EVERY_S = 0.1  # deadlines are checked this often
+_LEN = 4
 
 
-def channel_key(secret: str) -> bytes:
-    """The challenge's key: drawn from the secret, distinct from the messages' seal key."""
-    return hmac.new(secret.encode(), b"ddpdoctor-node-channel", hashlib.sha256).digest()
+class ChannelError(OSError):
+    """A connection that is closed, or must be: gone, too slow, or too much."""
 
 
-def _io_timeouts(sock: socket.socket, seconds: float) -> None:
-    """Blocking reads and writes of ``sock`` fail after ``seconds`` without progress."""
-    tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+class Framed:
+    """One non-blocking socket's frames: what is read is cut into frames, what is sent
+    waits in a bounded buffer; the times a frame began and the sending got stuck are kept
+    for the deadlines."""
 
+    def __init__(self, sock: socket.socket, max_outbox: int | None = None):
+        sock.setblocking(False)
+        self.sock = sock
+        self.max_outbox = max_outbox or MAX_OUTBOX
+        self._in = bytearray()
+        self._out = bytearray()
+        self.started: float | None = None  # when the frame being read began
+        self.stuck_since: float | None = None  # last progress while output waits
+        self.closed = False
 
-def frame(topic: str, sealed: bytes) -> bytes:
-    return topic.encode() + b"\n" + sealed
+    def fileno(self) -> int:
+        return self.sock.fileno()
 
+    @property
+    def pending(self) -> bool:
+        return bool(self._out)
 
-@dataclass(frozen=True)
-class Received:
-    """A sealed message read from a peer: its topic, sender, stamp and value."""
+    def read(self, now: float, budget: int = READ_CHUNK) -> list[bytes]:
+        """The frames completed by what the socket holds now (``budget`` bytes at most);
+        raises ChannelError when it is closed or sends a frame past the size limit."""
+        try:
+            data = self.sock.recv(budget)
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError as e:
+            raise ChannelError(e.errno or errno.EIO, f"read failed ({e.strerror or e})") \
+                from None
+        if not data:
+            raise ChannelError(errno.ECONNRESET, "closed by the other end")
+        had_partial = bool(self._in)
+        self._in += data
+        frames: list[bytes] = []
+        while len(self._in) >= _LEN:
+            size = int.from_bytes(self._in[:_LEN], "big")
+            if size > MAX_MESSAGE_BYTES:
+                raise ChannelError(errno.EMSGSIZE, f"a message of {size:,} bytes (more than "
+                                   f"{MAX_MESSAGE_BYTES:,}): closed unread")
+            if len(self._in) < _LEN + size:
+                break
+            frames.append(bytes(self._in[_LEN:_LEN + size]))
+            del self._in[:_LEN + size]
+        if not self._in:
+            self.started = None
+        elif frames or not had_partial:
+            self.started = now
+        return frames
 
-    topic: str
-    sender: str
-    t_ns: int
-    session: str
-    value: Any
+    def overdue(self, now: float) -> str:
+        """Why this connection is past a deadline ("" when it is not)."""
+        if self.started is not None and now - self.started > MESSAGE_S:
+            return f"a message not whole after {MESSAGE_S:.0f} s (a peer that trickles)"
+        if self._out and self.stuck_since is not None and now - self.stuck_since > SEND_S:
+            return f"nothing it was sent read for {SEND_S:.0f} s"
+        return ""
 
+    def queue(self, frame: bytes) -> None:
+        if len(self._out) + len(frame) + _LEN > self.max_outbox:
+            raise ChannelError(errno.ENOBUFS, f"more than {self.max_outbox:,} bytes wait "
+                               "unread")
+        self._out += len(frame).to_bytes(_LEN, "big") + frame
 
-def open_frame(seal: Seal, raw: bytes, session: str | None = None) -> Received:
-    """The topic and sealed value of one message; raises Refused."""
-    topic_b, sep, sealed = raw.partition(b"\n")
-    topic = topic_b.decode("ascii", "replace")
-    if not sep or len(topic_b) > MAX_TOPIC or topic not in TOPICS:
-        raise Refused("unknown topic")
-    head, value = seal.open(topic, sealed, session, once=True)
-    return Received(topic, head.sender, head.t_ns, head.session, value)
+    def flush(self, now: float) -> bool:
+        """Send what the socket takes now; whether some still waits.  Raises ChannelError
+        when the connection is gone."""
+        sent_any = False
+        while self._out:
+            try:
+                n = self.sock.send(self._out)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                raise ChannelError(e.errno or errno.EIO, f"send failed ({e.strerror or e})") \
+                    from None
+            del self._out[:n]
+            sent_any = True
+        if not self._out:
+            self.stuck_since = None
+        elif sent_any or self.stuck_since is None:
+            self.stuck_since = now
+        return bool(self._out)
+
+    def close(self) -> None:
+        self.closed = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass  # already gone
 
 
 class Peer:
-    """One authenticated connection: its node (once it said hello), a send lock, quotas."""
+    """One authenticated connection on node 0: its node (once it said hello), its session,
+    its quotas."""
 
-    def __init__(self, conn: Connection, address: str):
-        self.conn = conn
+    def __init__(self, link: Framed, session: Session, address: str):
+        self.link = link
+        self.session = session
         self.address = address
         self.node: str | None = None
-        self.closed = False
         self.paused = False  # over its quota: not read until it refills
-        self._send_lock = threading.Lock()
+        self.failed = ""  # why it was closed
         self._msgs, self._bytes = MSG_BURST, BYTE_BURST
         self._refilled = time.monotonic()
 
-    def send(self, data: bytes) -> bool:
-        """Send one message; False (and the peer closed) when it cannot be sent."""
-        with self._send_lock:
-            if self.closed:
-                return False
-            try:
-                self.conn.send_bytes(data)
-                return True
-            except (OSError, ValueError):
-                self.close()
-                return False
+    @property
+    def closed(self) -> bool:
+        return self.link.closed
+
+    def send_body(self, body: bytes) -> bool:
+        """Queue one message (a ``body_of``) sealed in this peer's session and send what
+        the socket takes now; False when the peer is closed (``failed`` says why)."""
+        if self.link.closed:
+            return False
+        try:
+            self.link.queue(self.session.seal_body(body))
+            self.link.flush(time.monotonic())
+            return True
+        except ChannelError as e:
+            self.failed = e.strerror or str(e)
+            self.close()
+            return False
 
     def charge(self, n_bytes: int) -> None:
         self._msgs -= 1
@@ -123,142 +191,183 @@ class Peer:
         return self._msgs > 0 and self._bytes > 0
 
     def close(self) -> None:
-        self.closed = True
-        try:
-            self.conn.close()
-        except OSError:
-            pass  # already gone
+        self.link.close()
+
+
+@dataclass
+class _Pending:
+    """A connection in its handshake."""
+
+    link: Framed
+    handshake: LeaderHandshake
+    address: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Received:
+    """A message read from a peer, opened in its session: its topic and value."""
+
+    topic: str
+    value: Any
 
 
 class Hub:
-    """Node 0's end: a listening socket, the challenge of every newcomer (in threads, a
-    bounded number), and the authenticated peers read from one selector."""
+    """Node 0's end: the listening socket, the newcomers' handshakes and the peers, all
+    read from one selector by the thread that calls ``receive``."""
 
-    def __init__(self, listener: socket.socket, seal: Seal,
+    def __init__(self, listener: socket.socket, key: bytes,
                  on_drop: Callable[[str, str, int], None]):
         self.listener = listener
-        self.seal = seal
-        self.key = channel_key(seal.secret.decode())
+        self.key = key
         self.on_drop = on_drop
         self.dropped = 0
-        self.refused_connections = 0  # failed the challenge, or dropped for newer ones
+        self.refused_connections = 0  # failed the handshake, or pushed out by newer ones
         self.peers: dict[int, Peer] = {}  # fd -> peer
+        self._pending: dict[int, _Pending] = {}  # fd -> handshake, oldest first
+        self._new: deque[Peer] = deque()
         self._paused: set[Peer] = set()
+        self._checked = 0.0
+        self._accept_after = 0.0
         self._selector = selectors.DefaultSelector()
-        self._pending: deque[socket.socket] = deque()
-        self._ready: deque[Peer] = deque()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        listener.settimeout(0.2)
-        self._acceptor = threading.Thread(target=self._accept_loop, daemon=True,
-                                          name="ddpdoctor-nodes-accept")
-        self._acceptor.start()
+        listener.setblocking(False)
+        self._selector.register(listener, selectors.EVENT_READ, None)
 
     # -- newcomers ------------------------------------------------------------------------
-    def _accept_loop(self) -> None:
-        while not self._stop.is_set():
+    def _accept(self, now: float) -> None:
+        if now < self._accept_after:
+            return
+        for _ in range(MAX_PENDING):
             try:
                 sock, addr = self.listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                if self._stop.is_set():
-                    return
-                time.sleep(0.05)  # out of descriptors: the backlog waits
-                continue
-            sock.settimeout(None)
-            _io_timeouts(sock, HANDSHAKE_S)
-            with self._lock:
-                while len(self._pending) >= MAX_PENDING:
-                    self._evict(self._pending.popleft())
-                self._pending.append(sock)
-            threading.Thread(target=self._challenge, args=(sock, addr), daemon=True,
-                             name="ddpdoctor-nodes-challenge").start()
-
-    def _evict(self, sock: socket.socket) -> None:
-        self.refused_connections += 1
-        try:
-            sock.shutdown(socket.SHUT_RDWR)  # its challenge thread wakes and closes it
-        except OSError:
-            pass  # closed meanwhile
-
-    def _challenge(self, sock: socket.socket, addr: Any) -> None:
-        conn = Connection(sock.fileno())
-        try:
-            deliver_challenge(conn, self.key)  # the peer proves the secret: nothing else
-            answer_challenge(conn, self.key)  # is read before; then node 0 proves it
-            ok = True
-        except (AuthenticationError, OSError, EOFError, AssertionError, ValueError):
-            ok = False
-        with self._lock:
-            try:
-                self._pending.remove(sock)
-            except ValueError:
-                ok = False  # evicted meanwhile
-            if ok and len(self.peers) + len(self._ready) < MAX_PEERS:
-                _io_timeouts(sock, IO_TIMEOUT_S)
-                conn._handle = sock.detach()  # type: ignore[attr-defined]  # the peer owns it now
-                host = addr[0] if isinstance(addr, tuple) and addr else str(addr)
-                self._ready.append(Peer(conn, str(host)))
+            except (BlockingIOError, InterruptedError):
                 return
+            except OSError:
+                self._accept_after = now + 0.05  # out of descriptors: the backlog waits
+                return
+            host = addr[0] if isinstance(addr, tuple) and addr else str(addr)
+            link = Framed(sock)
+            while len(self._pending) >= MAX_PENDING:
+                self._refuse(next(iter(self._pending.values())))
+            pending = _Pending(link, LeaderHandshake(self.key), str(host), now + HANDSHAKE_S)
+            try:
+                link.queue(pending.handshake.challenge())
+                link.flush(now)
+            except ChannelError:
+                self.refused_connections += 1
+                link.close()
+                continue
+            self._pending[link.fileno()] = pending
+            self._selector.register(link.fileno(), selectors.EVENT_READ, pending)
+
+    def _refuse(self, pending: _Pending) -> None:
         self.refused_connections += 1
-        conn._handle = None  # type: ignore[attr-defined]  # the socket closes it
-        sock.close()
+        self._pending.pop(pending.link.fileno(), None)
+        self._unregister(pending.link)
+        pending.link.close()
+
+    def _on_pending(self, pending: _Pending, now: float) -> list[tuple[Peer, Received]]:
+        try:
+            frames = pending.link.read(now, 4096)
+        except ChannelError:
+            self._refuse(pending)
+            return []
+        if not frames:
+            return []
+        try:
+            proof, session = pending.handshake.answer(frames[0])
+            pending.link.queue(proof)
+            pending.link.flush(now)
+        except (Refused, ChannelError):
+            self._refuse(pending)
+            return []
+        self._pending.pop(pending.link.fileno(), None)
+        self._unregister(pending.link)
+        if len(self.peers) + len(self._new) >= MAX_PEERS:
+            self.refused_connections += 1
+            pending.link.close()
+            return []
+        peer = Peer(pending.link, session, pending.address)
+        self.peers[peer.link.fileno()] = peer
+        self._new.append(peer)
+        self._interest(peer)
+        return self._open(peer, frames[1:])
 
     # -- reading --------------------------------------------------------------------------
     def adopt(self) -> list[Peer]:
-        """The peers authenticated since the last call (now read by ``receive``); peers
-        closed meanwhile are forgotten first (their descriptor numbers come back)."""
+        """The peers authenticated since the last call (closed ones are forgotten first)."""
         for peer in [p for p in self.peers.values() if p.closed]:
             self.forget(peer)
-            self._paused.discard(peer)
-        with self._lock:
-            new, self._ready = list(self._ready), deque()
-        for peer in new:
-            fd = peer.conn.fileno()
-            self.peers[fd] = peer
-            self._selector.register(fd, selectors.EVENT_READ, peer)
+        new, self._new = [p for p in self._new if not p.closed], deque()
         return new
 
     def refill(self) -> None:
         """Peers paused for their quota that may be read again."""
         for peer in list(self._paused):
-            if peer.closed:
-                self._paused.discard(peer)
-            elif peer.refill():
+            if peer.closed or peer.refill():
                 peer.paused = False
                 self._paused.discard(peer)
-                self._selector.register(peer.conn.fileno(), selectors.EVENT_READ, peer)
+                if not peer.closed:
+                    self._interest(peer)
 
     def receive(self, timeout: float) -> list[tuple[Peer, Received]]:
-        """The sealed messages that arrived within ``timeout`` (what is not sealed for this
-        job is dropped and told); closed peers are forgotten."""
-        out = []
-        for key, _ in self._selector.select(timeout):
-            peer: Peer = key.data
-            got = self._read(peer)
-            if got is not None:
-                out.append((peer, got))
+        """The messages that arrived within ``timeout``, opened in their peers' sessions
+        (what is not is dropped and told); deadlines are enforced on the way."""
+        out: list[tuple[Peer, Received]] = []
+        for key, mask in self._selector.select(timeout):
+            now = time.monotonic()
+            item = key.data
+            if item is None:
+                self._accept(now)
+            elif isinstance(item, _Pending):
+                out += self._on_pending(item, now)
+            elif not item.closed:
+                out += self._on_peer(item, mask, now)
+        self._deadlines(time.monotonic())
         return out
 
-    def _read(self, peer: Peer) -> Received | None:
+    def _on_peer(self, peer: Peer, mask: int, now: float) -> list[tuple[Peer, Received]]:
         try:
-            raw = peer.conn.recv_bytes(MAX_MESSAGE_BYTES)
-        except (OSError, EOFError) as e:  # gone, stalled, or too long: closed unread
-            if isinstance(e, OSError) and "length" in str(e):
+            if mask & selectors.EVENT_WRITE:
+                peer.link.flush(now)
+                self._interest(peer)
+            if not mask & selectors.EVENT_READ:
+                return []
+            frames = peer.link.read(now)
+        except ChannelError as e:
+            if e.errno == errno.EMSGSIZE:
                 self.drop(peer, "oversized message (connection closed)")
             self.forget(peer)
-            return None
-        peer.charge(len(raw))
-        if not peer.refill():
+            return []
+        return self._open(peer, frames)
+
+    def _open(self, peer: Peer, frames: list[bytes]) -> list[tuple[Peer, Received]]:
+        out = []
+        for raw in frames:
+            peer.charge(len(raw))
+            try:
+                topic, value = peer.session.open(raw)
+            except Refused as e:
+                self.drop(peer, str(e))
+                continue
+            out.append((peer, Received(topic, value)))
+        if not peer.refill() and not peer.closed:
             peer.paused = True
             self._paused.add(peer)
-            self._selector.unregister(peer.conn.fileno())
-        try:
-            return open_frame(self.seal, raw)
-        except Refused as e:
-            self.drop(peer, str(e))
-            return None
+            self._interest(peer)
+        return out
+
+    def _deadlines(self, now: float) -> None:
+        if now - self._checked < CHECK_EVERY_S:
+            return
+        self._checked = now
+        for pending in [p for p in self._pending.values() if now > p.deadline]:
+            self._refuse(pending)
+        for peer in list(self.peers.values()):
+            why = peer.link.overdue(now)
+            if why:
+                self.drop(peer, f"{why}: connection closed")
+                self.forget(peer)
 
     def drop(self, peer: Peer, why: str) -> None:
         self.dropped += 1
@@ -267,63 +376,161 @@ class Hub:
 
     def forget(self, peer: Peer) -> None:
         """Close ``peer`` and stop reading it."""
-        for fd in [fd for fd, p in self.peers.items() if p is peer]:
+        fd = next((fd for fd, p in self.peers.items() if p is peer), None)
+        if fd is not None:
             del self.peers[fd]
-            try:
-                self._selector.unregister(fd)
-            except (KeyError, ValueError):
-                pass  # paused: not registered
+        self._paused.discard(peer)
+        self._unregister(peer.link)
         peer.close()
 
+    def _interest(self, peer: Peer) -> None:
+        """Read the peer unless paused; watch it for writing while output waits."""
+        events = (0 if peer.paused else selectors.EVENT_READ) | \
+            (selectors.EVENT_WRITE if peer.link.pending else 0)
+        fd = peer.link.fileno()
+        try:
+            if events:
+                try:
+                    self._selector.modify(fd, events, peer)
+                except KeyError:
+                    self._selector.register(fd, events, peer)
+            else:
+                self._selector.unregister(fd)
+        except (KeyError, ValueError, OSError):
+            pass  # closed meanwhile
+
+    def _unregister(self, link: Framed) -> None:
+        try:
+            self._selector.unregister(link.fileno())
+        except (KeyError, ValueError, OSError):
+            pass  # not registered (paused), or closed
+
     # -- sending --------------------------------------------------------------------------
-    def sealed(self, topic: str, value: Any) -> bytes:
-        return frame(topic, self.seal.seal(topic, value))
+    def broadcast(self, peers: list[Peer], topic: str, value: Any) -> None:
+        """One message to each of ``peers``: its body made once, sealed in each session."""
+        body = body_of(topic, value)
+        for peer in peers:
+            if peer.send_body(body):
+                self._interest(peer)
+            elif peer.failed:
+                self.drop(peer, f"{peer.failed}: connection closed")
+
+    def send(self, peer: Peer, topic: str, value: Any) -> None:
+        self.broadcast([peer], topic, value)
 
     def close(self) -> None:
-        self._stop.set()
-        self._acceptor.join(2.0)
-        self.listener.close()
-        with self._lock:
-            for sock in self._pending:
-                self._evict(sock)
-        for peer in list(self.peers.values()) + list(self._ready):
+        for pending in list(self._pending.values()):
+            pending.link.close()
+        for peer in list(self.peers.values()):
             peer.close()
         self._selector.close()
+        self.listener.close()
 
 
-def connect(host: str, port: int, secret: str, timeout_s: float,
-            stop: threading.Event | None = None) -> Connection:
-    """A follower's connection to node 0, authenticated both ways; retried until node 0
-    listens or ``timeout_s`` passes.  Raises OSError, or AuthenticationError when node 0
-    does not take this node's secret (then at once: retrying changes nothing)."""
-    key = channel_key(secret)
-    deadline = time.monotonic() + timeout_s
+class NodeLink:
+    """A following node's connection to node 0, past the handshake: frames sealed in its
+    session, each read whole within ``MESSAGE_S``, each sent within ``SEND_S``."""
+
+    def __init__(self, link: Framed, session: Session):
+        self.link = link
+        self.session = session
+
+    def fileno(self) -> int:
+        return self.link.fileno()
+
+    def receive(self, timeout: float) -> list[bytes]:
+        """The frames that arrived within ``timeout`` (raw: open each with ``open``);
+        raises ChannelError when the connection is gone or past a deadline."""
+        ready = _wait(self.link.sock, timeout, write=False)
+        now = time.monotonic()
+        frames = self.link.read(now) if ready else []
+        why = self.link.overdue(now)
+        if why:
+            raise ChannelError(errno.ETIMEDOUT, why)
+        return frames
+
+    def open(self, frame: bytes) -> tuple[str, Any]:
+        return self.session.open(frame)
+
+    def send(self, topic: str, value: Any) -> None:
+        """Send one sealed message, whole within SEND_S; raises ChannelError."""
+        self.link.queue(self.session.seal(topic, value))
+        deadline = time.monotonic() + SEND_S
+        while self.link.flush(time.monotonic()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ChannelError(errno.ETIMEDOUT, f"node 0 read nothing for {SEND_S:.0f} s")
+            _wait(self.link.sock, min(left, 0.5), write=True)
+
+    def close(self) -> None:
+        self.link.close()
+
+
+class Unproven(ConnectionError):
+    """What answers at node 0's address does not prove the job's secret."""
+
+
+def _wait(sock: socket.socket, timeout: float, write: bool) -> bool:
+    with selectors.DefaultSelector() as sel:
+        sel.register(sock, selectors.EVENT_WRITE if write else selectors.EVENT_READ)
+        return bool(sel.select(max(0.0, timeout)))
+
+
+def _next_frame(link: Framed, deadline: float) -> bytes:
     while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Refused("no word within the handshake's time")
+        if _wait(link.sock, min(left, 0.5), write=False):
+            try:
+                frames = link.read(time.monotonic(), 4096)
+            except ChannelError:
+                raise Refused("it closed the connection during the handshake") from None
+            if frames:
+                return frames[0]
+
+
+def handshake(sock: socket.socket, key: bytes, timeout_s: float = HANDSHAKE_S) -> NodeLink:
+    """This node's side of the handshake on a connected ``sock``: the link to node 0, or
+    Refused when what answers does not prove the secret (ChannelError: the socket failed)."""
+    link = Framed(sock, MAX_NODE_OUTBOX)
+    mine = NodeHandshake(key)
+    deadline = time.monotonic() + timeout_s
+    try:
+        link.queue(mine.answer(_next_frame(link, deadline)))
+        while link.flush(time.monotonic()):
+            if time.monotonic() > deadline:
+                raise Refused("it reads no answer")
+            _wait(sock, 0.2, write=True)
+        session = mine.session(_next_frame(link, deadline))
+    except BaseException:
+        link.close()
+        raise
+    return NodeLink(link, session)
+
+
+def connect(host: str, port: int, key: bytes, timeout_s: float,
+            stop: Callable[[], bool] | None = None) -> NodeLink:
+    """A following node's link to node 0, both ends proven; retried until node 0 listens
+    and proves the secret, or ``timeout_s`` passes.  Raises Unproven when what answered
+    never proved the secret (a node 0 with another secret, or another program holding its
+    port), else OSError."""
+    deadline = time.monotonic() + timeout_s
+    unproven = ""
+    while True:
+        left = deadline - time.monotonic()
         try:
-            sock = socket.create_connection((host, port), timeout=min(5.0, timeout_s))
+            sock = socket.create_connection((host, port), timeout=max(0.1, min(5.0, left)))
+            return handshake(sock, key, min(HANDSHAKE_S, max(0.5, left)))
+        except Refused as e:
+            unproven = str(e)
         except OSError:
-            if time.monotonic() > deadline or (stop is not None and stop.is_set()):
+            if left <= 0 and not unproven:
                 raise
-            time.sleep(0.2)
-            continue
-        sock.settimeout(None)
-        _io_timeouts(sock, HANDSHAKE_S)
-        conn = Connection(sock.detach())
-        try:
-            answer_challenge(conn, key)
-            deliver_challenge(conn, key)
-        except AuthenticationError:
-            conn.close()
-            raise AuthenticationError("node 0 does not share this node's secret") from None
-        except (OSError, EOFError, AssertionError) as e:
-            conn.close()  # a stranger's socket, or node 0 busy: try again
-            if time.monotonic() > deadline or (stop is not None and stop.is_set()):
-                raise OSError(f"no answer to the channel's challenge ({e})") from None
-            time.sleep(0.2)
-            continue
-        fd_sock = socket.socket(fileno=conn.fileno())  # the timeouts of every later message
-        try:
-            _io_timeouts(fd_sock, IO_TIMEOUT_S)
-        finally:
-            fd_sock.detach()
-        return conn
+        if time.monotonic() > deadline or (stop is not None and stop()):
+            if unproven:
+                raise Unproven(f"{host}:{port} answers, but does not prove this job's "
+                               f"secret ({unproven}): another secret on node 0, or another "
+                               "program holding the nodes' port")
+            raise OSError(errno.ETIMEDOUT, f"no node 0 at {host}:{port}")
+        time.sleep(0.2)

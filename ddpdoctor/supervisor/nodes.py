@@ -15,7 +15,7 @@ from ddpdoctor.analysis.causal.verdict import report_grace_s
 from ddpdoctor.analysis.model import JobView
 from ddpdoctor.host import host_name
 from ddpdoctor.supervisor.flight_recorder import request_dumps, wait_for_dumps
-from ddpdoctor.supervisor.node_auth import Seal, new_session
+from ddpdoctor.supervisor.node_auth import channel_key
 from ddpdoctor.supervisor.node_channel import Hub
 from ddpdoctor.supervisor.node_follower import NodeFollower
 from ddpdoctor.supervisor.node_leader import NodeLeader
@@ -46,17 +46,17 @@ class NodesMixin:
         # a node silent this long is lost; a node never heard of gets as long (the verdict)
         lost_after = report_grace_s(self.config.hang_timeout)  # type: ignore[attr-defined]
         lead = setup.leader
-        seal = Seal(secret.value, "0", new_session())
+        key = channel_key(secret.value)
         if lead is None:  # no node rank: whoever binds the port first leads
             try:
-                hub = open_hub(setup, seal, self._store_refused)
+                hub = open_hub(setup, key, self._store_refused)
             except Exception:  # noqa: BLE001 - the port is taken: another node leads
                 hub = None
             if hub is not None:
                 self._lead(setup, lambda: hub, lost_after)
                 return
         elif lead:
-            self._lead(setup, lambda: open_hub(setup, seal, self._store_refused), lost_after)
+            self._lead(setup, lambda: open_hub(setup, key, self._store_refused), lost_after)
             return
         self.follower = NodeFollower(setup, this_node_id(setup), self._watched, lost_after,
                                      secret.value, self.log)  # type: ignore[attr-defined]
@@ -108,6 +108,8 @@ class NodesMixin:
             return False
         if not f.linked and not self._follow_said:
             self._follow_said = True
+            if f.unproven:  # another program holds node 0's port: said as an error
+                self.say(f"error: {f.failed}", "red")  # type: ignore[attr-defined]
             self._alone(f.failed or "lost node 0")
         return f.linked
 

@@ -138,15 +138,19 @@ def load_facts(run_dir: Path, problems: list[str]) -> dict[int, RankRun]:
         problems.append(f"cannot read {path}: {e.strerror or e}")
         return {}
     data = clean_value(data)  # its text is shown: no control character survives
+    entries = data.get("ranks") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        problems.append(f"{path} holds no list of ranks: skipped")
+        return {}
     runs: dict[int, RankRun] = {}
-    for d in data.get("ranks", []) if isinstance(data, dict) else []:
+    for d in entries:
         try:
             run = _run_from(path, d)
         except (KeyError, TypeError, ValueError, AttributeError):
             problems.append(f"{path}: a damaged rank entry was skipped")
             continue
         runs[run.rank] = run
-    relative = sorted(int(d["rank"]) for d in data.get("ranks", [])
+    relative = sorted(int(d["rank"]) for d in entries
                       if isinstance(d, dict) and d.get("relative_seq") is True
                       and type(d.get("rank")) is int)
     if relative:

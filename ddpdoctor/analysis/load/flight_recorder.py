@@ -213,6 +213,12 @@ def load_dump(path: Path) -> FlightRecorderDump:
     except OSError as e:
         raise UserError(f"cannot read flight recorder dump {path}: {e.strerror or e}",
                         EXIT_BAD_INPUT) from None
+    return dump_of(raw, path)
+
+
+def dump_of(raw: bytes, path: Path) -> FlightRecorderDump:
+    """The dump in ``raw`` (the bytes of ``path``); a UserError (exit 2) when it is no JSON
+    dump or an out-of-bounds one."""
     if raw[:1] == PICKLE_MAGIC:
         raise UserError(f"{path} is a pickle flight recorder dump: {HOW_TO_GET_JSON}",
                         EXIT_BAD_INPUT)

@@ -25,6 +25,7 @@ from ddpdoctor.rundir.nodes import read_node_file, with_mirrors
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace, TraceError, read_meta, read_trace
 from ddpdoctor.trace.world import world_size
+from ddpdoctor.trace.text import clean, clean_value
 
 SUPERVISOR_LOG = "supervisor.jsonl"
 MAX_STACK_BYTES = 8 << 20
@@ -108,9 +109,9 @@ def load_stack(path: Path) -> tuple[list[dict[str, Any]] | None, str | None]:
     if not isinstance(data, dict):
         return None, f"unreadable stack file {path.name}"
     frames = data.get("frames")
-    if isinstance(frames, list):
-        return [f for f in frames if isinstance(f, dict)], None
-    return None, str(data.get("error") or "no stack")
+    if isinstance(frames, list):  # its text is shown: no control character survives
+        return [clean_value(f) for f in frames if isinstance(f, dict)], None
+    return None, clean(str(data.get("error") or "no stack")[:500])
 
 
 def _read_traces(run_dir: Path, problems: list[str], tail: int | None = None,
@@ -203,7 +204,7 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
         if start:
             started.append(start)
         if not command and isinstance(info.get("command"), list):
-            command = [str(c) for c in info["command"]]
+            command = [clean(str(c)) for c in info["command"]]
         if timeout is None and isinstance(info.get("hang_timeout"), (int, float)):
             timeout = float(info["hang_timeout"])
         if bound is None and type(info.get("wait_bound")) in (int, float) and \
