@@ -27,11 +27,24 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 HARNESSES = ("trace", "dump", "report", "frames", "run_dir")
 MAX_LEN = 1 << 17
+MAX_CORPUS_BYTES = 256 << 10  # per harness: the corpus is committed
 
 
 def _stat(log: str, name: str) -> int | None:
     m = re.findall(rf"stat::{name}:\s+(\d+)", log)
     return int(m[-1]) if m else None
+
+
+def _keep_small(kept: Path) -> None:
+    """The kept corpus within MAX_CORPUS_BYTES: its largest grown inputs go first (the seeds
+    and the inputs of crashes fixed stay)."""
+    grown = sorted((p for p in kept.iterdir() if not p.name.startswith(("seed-", "regress-"))),
+                   key=lambda p: p.stat().st_size)
+    total = sum(p.stat().st_size for p in kept.iterdir())
+    while grown and total > MAX_CORPUS_BYTES:
+        big = grown.pop()
+        total -= big.stat().st_size
+        big.unlink()
 
 
 def run_one(harness: str, seconds: int, timeout: int, rss_mb: int) -> dict:
@@ -67,6 +80,7 @@ def run_one(harness: str, seconds: int, timeout: int, rss_mb: int) -> dict:
             shutil.copy(new, kept / new.name)
     shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(merged, ignore_errors=True)
+    _keep_small(kept)
     result = {"harness": harness, "seconds": round(wall), "exit": done.returncode,
               "executions": _stat(log, "number_of_executed_units"),
               "peak_rss_mb": _stat(log, "peak_rss_mb"),

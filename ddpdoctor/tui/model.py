@@ -363,19 +363,24 @@ class CollectiveParser:
 
 
 def _entry_key(raw: Any) -> tuple[Any, ...]:
+    """What tells one timeline entry from another (each part hashable, whatever a report.json
+    holds there)."""
     if not isinstance(raw, dict):
         return (None,)
-    return (
-        raw.get("group"),
-        raw.get("seq"),
-        raw.get("op"),
-        raw.get("start", raw.get("since")),
-        raw.get("end"),
-        raw.get("callsite"),
-        str(raw.get("shapes")),
-        str(raw.get("dtypes")),
-        raw.get("origin"),
-        raw.get("iteration"),
+    return tuple(
+        v if v is None or isinstance(v, (str, int, float)) else str(v)
+        for v in (
+            raw.get("group"),
+            raw.get("seq"),
+            raw.get("op"),
+            raw.get("start", raw.get("since")),
+            raw.get("end"),
+            raw.get("callsite"),
+            str(raw.get("shapes")),
+            str(raw.get("dtypes")),
+            raw.get("origin"),
+            raw.get("iteration"),
+        )
     )
 
 
