@@ -83,7 +83,7 @@ def senders(port: int, first: int, count: int, stop: "mp.Event", sent: "mp.Value
     """``count`` simulated nodes on one process: connect, hello, then a report per node
     every PUSH_EVERY_S until ``stop``."""
     from ddpdoctor.supervisor.node_auth import channel_key
-    from ddpdoctor.supervisor.node_channel import NodeLink, connect
+    from ddpdoctor.supervisor.node_link import NodeLink, connect
 
     links = []
     every = [PUSH_EVERY_S]

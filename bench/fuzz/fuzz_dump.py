@@ -9,7 +9,6 @@ group and op names hold no control character.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import atheris
@@ -17,7 +16,7 @@ import atheris
 import common  # noqa: F401 - puts the repository on sys.path
 
 with atheris.instrument_imports(include=["ddpdoctor"]):
-    from ddpdoctor.analysis.load.flight_recorder import dump_of, rank_runs
+    from ddpdoctor.analysis.load.fr_dumps import dump_of, rank_runs
     from ddpdoctor.errors import UserError
     from ddpdoctor.trace.world import RANKS_PER_TRACE
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import sys
 import tempfile
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import common  # noqa: F401 - puts the repository on sys.path
 with atheris.instrument_imports(include=["ddpdoctor"]):
     from ddpdoctor.supervisor.node_auth import (LeaderHandshake, NodeHandshake, Refused,
                                                 Session, parse_body)
-    from ddpdoctor.supervisor.node_channel import ChannelError, Framed
+    from ddpdoctor.supervisor.node_frames import ChannelError, Framed
     from ddpdoctor.supervisor.node_messages import (FinalWord, NodeReport, NodeVerdict,
                                                     StackAsk)
     from ddpdoctor.trace.sync import MAX_MIRROR_ENTRIES, apply_delta

@@ -12,7 +12,6 @@ terminal.
 from __future__ import annotations
 
 import io
-import sys
 from pathlib import Path
 
 import atheris

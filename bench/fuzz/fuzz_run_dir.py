@@ -11,7 +11,6 @@ real rank, and its text holds no control character.
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 

@@ -10,7 +10,6 @@ headers make believable stays within what the traces present allow.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import atheris

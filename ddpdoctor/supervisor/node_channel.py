@@ -1,21 +1,20 @@
-"""The nodes' channel: node 0 listens, the other nodes connect; every connection read without blocking, each message whole within a deadline.
+"""The nodes' channel, node 0's end: every connection read without blocking, each message whole within a deadline.
 
-A frame is a 4-byte big-endian length and its bytes, at most ``MAX_MESSAGE_BYTES`` (a longer
-one closes the connection unread).  Each connection first runs the handshake of node_auth
-(both ends prove the secret over fresh nonces, nothing else is read before), then carries
-frames sealed in that connection's own session: one recorded elsewhere or replayed is
-refused.  Never pickle.
+Each connection first runs the handshake of node_auth (both ends prove the secret over fresh
+nonces, nothing else is read before), then carries frames (node_frames) sealed in that
+connection's own session: one recorded elsewhere or replayed is refused.  Never pickle.
 
-Node 0's end (``Hub``) reads every connection from one selector, in one thread, and never
-waits on one of them: a socket is read when it has bytes, a frame begun must be whole within
-``MESSAGE_S`` and a handshake done within ``HANDSHAKE_S`` (a peer that trickles a byte every
-few seconds is closed, and meanwhile the others are read as before), and what node 0 sends
-waits in a bounded buffer per peer (one that reads nothing for ``SEND_S``, or lets more than
+``Hub`` reads every connection from one selector, in one thread, and never waits on one of
+them: a socket is read when it has bytes, a frame begun must be whole within ``MESSAGE_S``
+and a handshake done within ``HANDSHAKE_S`` (a peer that trickles a byte every few seconds is
+closed, and meanwhile the others are read as before), and what node 0 sends waits in a
+bounded buffer per peer (one that reads nothing for ``SEND_S``, or lets more than
 ``MAX_OUTBOX`` pile up, is closed).  At most ``MAX_PENDING`` connections are in their
 handshake at once (the oldest goes for a new one), at most ``MAX_PEERS`` authenticated, and
 each peer has a quota of messages and bytes a second: one over it is not read until its
-quota refills (its sends wait: TCP's own flow control).  The traffic is not encrypted: what
-the nodes send can be read on the network path (docs/security.md).
+quota refills (its sends wait: TCP's own flow control).  A node's end is node_link.  The
+traffic is not encrypted: what the nodes send can be read on the network path
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -28,16 +27,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ddpdoctor.supervisor.node_auth import (LeaderHandshake, NodeHandshake, Refused, Session,
-                                            body_of)
+from ddpdoctor.supervisor.node_auth import LeaderHandshake, Refused, Session, body_of
+from ddpdoctor.supervisor.node_frames import (HANDSHAKE_S, MAX_MESSAGE_BYTES, ChannelError,
+                                              Framed)
 
-MAX_MESSAGE_BYTES = 8 << 20
-HANDSHAKE_S = 5.0  # a connection proves the secret within this
-MESSAGE_S = 10.0  # a frame begun is whole within this
-SEND_S = 10.0  # a peer reads what is sent to it within this
-MAX_OUTBOX = 4 << 20  # bytes waiting for one peer on node 0
-MAX_NODE_OUTBOX = 64 << 20  # bytes waiting on a following node (its copies)
-READ_CHUNK = 1 << 20  # bytes read from one socket per turn: the others get theirs
 MAX_PENDING = 64  # connections in their handshake at once
 MAX_PEERS = 8192  # authenticated connections
 MSGS_PER_S = 64.0  # a peer's quota (a follower sends 4 a second)
@@ -45,105 +38,6 @@ MSG_BURST = 256.0
 BYTES_PER_S = float(64 << 20)
 BYTE_BURST = float(2 * MAX_MESSAGE_BYTES)
 CHECK_EVERY_S = 0.1  # deadlines are checked this often
-_LEN = 4
-
-
-class ChannelError(OSError):
-    """A connection that is closed, or must be: gone, too slow, or too much."""
-
-
-class Framed:
-    """One non-blocking socket's frames: what is read is cut into frames, what is sent
-    waits in a bounded buffer; the times a frame began and the sending got stuck are kept
-    for the deadlines."""
-
-    def __init__(self, sock: socket.socket, max_outbox: int | None = None):
-        sock.setblocking(False)
-        self.sock = sock
-        self.max_outbox = max_outbox or MAX_OUTBOX
-        self._in = bytearray()
-        self._out = bytearray()
-        self.started: float | None = None  # when the frame being read began
-        self.stuck_since: float | None = None  # last progress while output waits
-        self.closed = False
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._out)
-
-    def read(self, now: float, budget: int = READ_CHUNK) -> list[bytes]:
-        """The frames completed by what the socket holds now (``budget`` bytes at most);
-        raises ChannelError when it is closed or sends a frame past the size limit."""
-        try:
-            data = self.sock.recv(budget)
-        except (BlockingIOError, InterruptedError):
-            return []
-        except OSError as e:
-            raise ChannelError(e.errno or errno.EIO, f"read failed ({e.strerror or e})") \
-                from None
-        if not data:
-            raise ChannelError(errno.ECONNRESET, "closed by the other end")
-        had_partial = bool(self._in)
-        self._in += data
-        frames: list[bytes] = []
-        while len(self._in) >= _LEN:
-            size = int.from_bytes(self._in[:_LEN], "big")
-            if size > MAX_MESSAGE_BYTES:
-                raise ChannelError(errno.EMSGSIZE, f"a message of {size:,} bytes (more than "
-                                   f"{MAX_MESSAGE_BYTES:,}): closed unread")
-            if len(self._in) < _LEN + size:
-                break
-            frames.append(bytes(self._in[_LEN:_LEN + size]))
-            del self._in[:_LEN + size]
-        if not self._in:
-            self.started = None
-        elif frames or not had_partial:
-            self.started = now
-        return frames
-
-    def overdue(self, now: float) -> str:
-        """Why this connection is past a deadline ("" when it is not)."""
-        if self.started is not None and now - self.started > MESSAGE_S:
-            return f"a message not whole after {MESSAGE_S:.0f} s (a peer that trickles)"
-        if self._out and self.stuck_since is not None and now - self.stuck_since > SEND_S:
-            return f"nothing it was sent read for {SEND_S:.0f} s"
-        return ""
-
-    def queue(self, frame: bytes) -> None:
-        if len(self._out) + len(frame) + _LEN > self.max_outbox:
-            raise ChannelError(errno.ENOBUFS, f"more than {self.max_outbox:,} bytes wait "
-                               "unread")
-        self._out += len(frame).to_bytes(_LEN, "big") + frame
-
-    def flush(self, now: float) -> bool:
-        """Send what the socket takes now; whether some still waits.  Raises ChannelError
-        when the connection is gone."""
-        sent_any = False
-        while self._out:
-            try:
-                n = self.sock.send(self._out)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as e:
-                raise ChannelError(e.errno or errno.EIO, f"send failed ({e.strerror or e})") \
-                    from None
-            del self._out[:n]
-            sent_any = True
-        if not self._out:
-            self.stuck_since = None
-        elif sent_any or self.stuck_since is None:
-            self.stuck_since = now
-        return bool(self._out)
-
-    def close(self) -> None:
-        self.closed = True
-        try:
-            self.sock.close()
-        except OSError:
-            pass  # already gone
 
 
 class Peer:
@@ -425,112 +319,3 @@ class Hub:
             peer.close()
         self._selector.close()
         self.listener.close()
-
-
-class NodeLink:
-    """A following node's connection to node 0, past the handshake: frames sealed in its
-    session, each read whole within ``MESSAGE_S``, each sent within ``SEND_S``."""
-
-    def __init__(self, link: Framed, session: Session):
-        self.link = link
-        self.session = session
-
-    def fileno(self) -> int:
-        return self.link.fileno()
-
-    def receive(self, timeout: float) -> list[bytes]:
-        """The frames that arrived within ``timeout`` (raw: open each with ``open``);
-        raises ChannelError when the connection is gone or past a deadline."""
-        ready = _wait(self.link.sock, timeout, write=False)
-        now = time.monotonic()
-        frames = self.link.read(now) if ready else []
-        why = self.link.overdue(now)
-        if why:
-            raise ChannelError(errno.ETIMEDOUT, why)
-        return frames
-
-    def open(self, frame: bytes) -> tuple[str, Any]:
-        return self.session.open(frame)
-
-    def send(self, topic: str, value: Any) -> None:
-        """Send one sealed message, whole within SEND_S; raises ChannelError."""
-        self.link.queue(self.session.seal(topic, value))
-        deadline = time.monotonic() + SEND_S
-        while self.link.flush(time.monotonic()):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ChannelError(errno.ETIMEDOUT, f"node 0 read nothing for {SEND_S:.0f} s")
-            _wait(self.link.sock, min(left, 0.5), write=True)
-
-    def close(self) -> None:
-        self.link.close()
-
-
-class Unproven(ConnectionError):
-    """What answers at node 0's address does not prove the job's secret."""
-
-
-def _wait(sock: socket.socket, timeout: float, write: bool) -> bool:
-    with selectors.DefaultSelector() as sel:
-        sel.register(sock, selectors.EVENT_WRITE if write else selectors.EVENT_READ)
-        return bool(sel.select(max(0.0, timeout)))
-
-
-def _next_frame(link: Framed, deadline: float) -> bytes:
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise Refused("no word within the handshake's time")
-        if _wait(link.sock, min(left, 0.5), write=False):
-            try:
-                frames = link.read(time.monotonic(), 4096)
-            except ChannelError:
-                raise Refused("it closed the connection during the handshake") from None
-            if frames:
-                return frames[0]
-
-
-def handshake(sock: socket.socket, key: bytes, timeout_s: float = HANDSHAKE_S) -> NodeLink:
-    """This node's side of the handshake on a connected ``sock``: the link to node 0, or
-    Refused when what answers does not prove the secret (ChannelError: the socket failed)."""
-    link = Framed(sock, MAX_NODE_OUTBOX)
-    mine = NodeHandshake(key)
-    deadline = time.monotonic() + timeout_s
-    try:
-        link.queue(mine.answer(_next_frame(link, deadline)))
-        while link.flush(time.monotonic()):
-            if time.monotonic() > deadline:
-                raise Refused("it reads no answer")
-            _wait(sock, 0.2, write=True)
-        session = mine.session(_next_frame(link, deadline))
-    except BaseException:
-        link.close()
-        raise
-    return NodeLink(link, session)
-
-
-def connect(host: str, port: int, key: bytes, timeout_s: float,
-            stop: Callable[[], bool] | None = None) -> NodeLink:
-    """A following node's link to node 0, both ends proven; retried until node 0 listens
-    and proves the secret, or ``timeout_s`` passes.  Raises Unproven when what answered
-    never proved the secret (a node 0 with another secret, or another program holding its
-    port), else OSError."""
-    deadline = time.monotonic() + timeout_s
-    unproven = ""
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            sock = socket.create_connection((host, port), timeout=max(0.1, min(5.0, left)))
-            return handshake(sock, key, min(HANDSHAKE_S, max(0.5, left)))
-        except Refused as e:
-            unproven = str(e)
-        except OSError:
-            if left <= 0 and not unproven:
-                raise
-        if time.monotonic() > deadline or (stop is not None and stop()):
-            if unproven:
-                raise Unproven(f"{host}:{port} answers, but does not prove this job's "
-                               f"secret ({unproven}): another secret on node 0, or another "
-                               "program holding the nodes' port")
-            raise OSError(errno.ETIMEDOUT, f"no node 0 at {host}:{port}")
-        time.sleep(0.2)

@@ -1,6 +1,6 @@
 """Another node's side of a many-node job: copy this node's run dir to node 0, follow it.
 
-A thread connects to node 0 over the nodes' channel (node_channel: both ends prove the
+A thread connects to node 0 over the nodes' channel (node_link: both ends prove the
 job's secret before anything else is read), then a few times a second sends what changed in
 this node's run dir (trace records, logs, stacks), its ranks' progress and the stack
 requests it answered, and takes node 0's beats, stack requests, verdict and final word.
@@ -20,8 +20,8 @@ from typing import Any, Callable
 
 from ddpdoctor.host import host_name
 from ddpdoctor.supervisor.node_auth import Refused, channel_key
-from ddpdoctor.supervisor.node_channel import (MAX_MESSAGE_BYTES, NodeLink, Unproven,
-                                               connect)
+from ddpdoctor.supervisor.node_frames import MAX_MESSAGE_BYTES
+from ddpdoctor.supervisor.node_link import NodeLink, Unproven, connect
 from ddpdoctor.supervisor.node_messages import FinalWord, NodeVerdict, StackAsk
 from ddpdoctor.supervisor.node_store import NodeSetup
 from ddpdoctor.trace.sync import RunDirDelta, split_delta

@@ -2,7 +2,7 @@
 
 Node 0 (``--node-rank 0``, or the first supervisor to bind the port when torchrun's c10d
 rendezvous hands out node ranks) listens; every other node's supervisor connects to it
-(node_channel: authenticated with the job's secret both ways before any message).  The
+(node_channel, node_link: authenticated with the job's secret both ways before any message).  The
 address is ``--doctor-store HOST:PORT``, else the rendezvous endpoint's (or
 ``--master-addr``'s) host with the port after its own (29401 for the default 29400).  Node
 0 listens on that host's address only (not every interface).
@@ -31,7 +31,8 @@ from ddpdoctor.errors import UserError
 from ddpdoctor.host import host_name
 from ddpdoctor.rundir.attempts import launcher_option
 from ddpdoctor.supervisor.node_auth import Refused, channel_key
-from ddpdoctor.supervisor.node_channel import Hub, handshake
+from ddpdoctor.supervisor.node_channel import Hub
+from ddpdoctor.supervisor.node_link import handshake
 
 PROBE_S = 10.0  # how long a node waits for what holds the port to prove the secret
 EXIT_USAGE = 2

@@ -387,13 +387,13 @@ def _raw_node(setup, secret: str, timeout: float = 10.0):
     """A client that passed the channel's handshake (with ``secret``): a peer that holds
     the secret, on a connection of its own."""
     from ddpdoctor.supervisor.node_auth import channel_key
-    from ddpdoctor.supervisor.node_channel import connect
+    from ddpdoctor.supervisor.node_link import connect
 
     return connect(setup.host, setup.port, channel_key(secret), timeout)
 
 
 def test_a_wrong_secret_is_refused_at_the_door(two_supervisors):
-    from ddpdoctor.supervisor.node_channel import Unproven
+    from ddpdoctor.supervisor.node_link import Unproven
 
     setup, leader, follower, logs = two_supervisors
     with pytest.raises(Unproven, match="does not prove this job's secret"):
@@ -537,7 +537,7 @@ def test_a_big_copy_goes_in_messages_the_channel_takes():
     """A node's copy bigger than one message of the channel (8 MiB) goes in several, each
     sealed under the limit, in order."""
     from ddpdoctor.supervisor.node_auth import Session
-    from ddpdoctor.supervisor.node_channel import MAX_MESSAGE_BYTES
+    from ddpdoctor.supervisor.node_frames import MAX_MESSAGE_BYTES
     from ddpdoctor.trace.sync import split_delta
 
     files = [{"name": f"stacks/pid-{i}.json", "data": "A" * (3 << 20)} for i in range(5)]

@@ -255,11 +255,11 @@ def test_one_slow_peer_never_stalls_node_0(tmp_path, monkeypatch):
     trickler once its message is not whole after the deadline.  Another reads nothing while
     node 0 sends it more than its buffers hold: node 0 closes it once its unread bytes pass
     the bound or it read nothing for the deadline, and node 1 gets every request meanwhile."""
-    from ddpdoctor.supervisor import node_channel
+    from ddpdoctor.supervisor import node_frames
 
-    monkeypatch.setattr(node_channel, "MESSAGE_S", 2.0)
-    monkeypatch.setattr(node_channel, "MAX_OUTBOX", 1 << 20)
-    monkeypatch.setattr(node_channel, "SEND_S", 3.0)
+    monkeypatch.setattr(node_frames, "MESSAGE_S", 2.0)
+    monkeypatch.setattr(node_frames, "MAX_OUTBOX", 1 << 20)
+    monkeypatch.setattr(node_frames, "SEND_S", 3.0)
     leader, follower, logs = _nodes(tmp_path, "s")
     port = leader.hub.listener.getsockname()[1]
     trickler, deaf = _peer(port, "trickle", "7"), _peer(port, "deaf", "8")

@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddpdoctor.analysis.load.flight_recorder import dump_of, rank_runs
+from ddpdoctor.analysis.load.fr_dumps import dump_of, rank_runs
 from ddpdoctor.errors import UserError
 from ddpdoctor.report.console import print_summary
 from ddpdoctor.report.load import validate
@@ -244,7 +244,7 @@ def test_a_peers_copy_stays_in_its_mirror(tmp_path_factory, topic, value, names)
 def test_a_frame_header_past_the_limit_closes_the_connection_unread():
     import socket
 
-    from ddpdoctor.supervisor.node_channel import ChannelError, Framed
+    from ddpdoctor.supervisor.node_frames import ChannelError, Framed
 
     a, b = socket.socketpair()
     link = Framed(a)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ddpdoctor.analysis.load import external as sources
-from ddpdoctor.analysis.load import flight_recorder
+from ddpdoctor.analysis.load import flight_recorder, fr_dumps
 from ddpdoctor.analysis.load.flow import rank_flow
 from ddpdoctor.analysis.load.implied import add_reducer_call
 from ddpdoctor.analysis.model import NS, Call, JobView, NodeFacts, RankRun
@@ -191,8 +191,8 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
     here = host_name()
     for run_dir in with_mirrors(run_dirs):
         if run_dir.is_dir() and not is_run_dir(run_dir) and \
-                flight_recorder.is_dump_dir(run_dir):
-            fr_runs, _ = flight_recorder.rank_runs(flight_recorder.load_dump_dir(run_dir))
+                fr_dumps.is_dump_dir(run_dir):
+            fr_runs, _ = fr_dumps.rank_runs(fr_dumps.load_dump_dir(run_dir))
             for rank, run in fr_runs.items():
                 ranks.setdefault(rank, run)
             continue
