@@ -66,9 +66,10 @@ def safe_value(value: Any, free: bool = False, depth: int = 0) -> Any:
 
 
 def may_need(raw: bytes) -> bool:
-    """Whether JSON text can hold a control character at all: json escapes them (a
-    backslash) and raw ones above ASCII are bytes >= 0x80; text with neither has none."""
-    return b"\\" in raw or not raw.isascii()
+    """Whether JSON text can hold a control character at all: json escapes those below
+    0x20 (a backslash), and the others are DEL (0x7f, allowed raw) or above ASCII (bytes >=
+    0x80); text with none of these has none."""
+    return b"\\" in raw or b"\x7f" in raw or not raw.isascii()
 
 
 def say(text: str, file: IO[str] | None = None) -> None:

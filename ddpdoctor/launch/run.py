@@ -30,7 +30,7 @@ from ddpdoctor.supervisor.loop import Supervisor
 from ddpdoctor.supervisor.node_secret import node_secret
 from ddpdoctor.supervisor.node_store import claim_channel, node_setup
 from ddpdoctor.terminal_text import SafeConsole, say
-from ddpdoctor.rundir.safe_path import open_append
+from ddpdoctor.rundir.safe_path import CheckedDir, UnsafePath, open_append
 
 
 def _check_report_path(path: Path) -> None:
@@ -40,6 +40,11 @@ def _check_report_path(path: Path) -> None:
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise UserError(f"cannot write the report to {path}: its folder does not exist or "
                         "is not writable")
+    try:  # every directory on the way checked now, not when the job has ended
+        CheckedDir(parent).close()
+    except UnsafePath as e:
+        raise UserError(f"cannot write the report to {path}: {e.strerror}; give another "
+                        "--report") from None
 
 
 class RunConsole(SafeConsole):

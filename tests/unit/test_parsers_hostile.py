@@ -95,6 +95,8 @@ def test_a_trace_that_lies_is_read_quickly_or_refused(capacity, count, rank, wor
 @given(st.lists(st.binary(max_size=80) | JSON.map(lambda v: json.dumps(v).encode()),
                 max_size=8))
 def test_a_meta_log_is_events_or_a_problem(lines):
+    lines = [*lines, b'{"event": "x", "op": "a\x7fb"}',  # a raw DEL, a raw C1: legal JSON
+             b'{"event": "x", "op": "a\xc2\x9bb"}']
     events, problems = parse_meta(b"\n".join(lines), "m")
     assert all(isinstance(e, dict) and isinstance(e.get("event"), str) for e in events)
     assert len(problems) <= 1 and not any(ACTS.search(t) for t in _texts(events))
@@ -152,7 +154,10 @@ def test_a_hostile_report_never_writes_to_the_terminal(text, other):
     report = {"schema": "ddpdoctor.report/1", "outcome": text, "world_size": other,
               "command": [text], "problems": [text, other],
               "ranks": [{"rank": 0, "host": text, "state": text, "pid": other,
-                         "current": {"op": text, "callsite": text, "seq": other}}],
+                         "current": {"op": text, "callsite": text, "seq": other,
+                                     "shapes": other, "dtypes": other}, "stack": other},
+                        {"rank": 1, "current": other}],
+              "waits": other,
               "findings": [{"kind": text, "severity": "error", "ranks": [0], "seq": other,
                             "summary": text, "detail": text, "fix": text,
                             "evidence": {"why": text}}],
