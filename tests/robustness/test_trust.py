@@ -25,6 +25,8 @@ from unittest import mock
 
 import pytest
 
+from tests.integration.test_multinode import _Relay
+
 from .helpers import JOBS, free_port, run_doctor, wait_until
 
 NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
@@ -70,48 +72,32 @@ def _no_command(text: str) -> list[str]:
 
 # -- the nodes' channel: replay ----------------------------------------------------------
 
-class FrameRelay:
-    """A relay on loopback between a node and node 0, frame-aware toward the node: it
-    records every frame node 0 sends, and can inject frames between them."""
+class FrameRelay(_Relay):
+    """A relay on loopback between a node and node 0 (test_multinode's, open from the
+    start), frame-aware toward the node: it records every frame node 0 sends, and can
+    inject frames between them."""
 
     def __init__(self, to_port: int):
         self.port = free_port()
-        self.to_port = to_port
         self.recorded: list[bytes] = []
         self.inject: list[bytes] = []  # sent to the node before node 0's next frame
         self.repeat_next = False  # send node 0's next frame twice (a replay within)
-        self.server = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                near, _ = self.server.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._relay, args=(near,), daemon=True).start()
+        super().__init__(self.port, to_port)
+        self.open()
 
     def _relay(self, near: socket.socket) -> None:
         deadline = time.monotonic() + 10
         while True:  # node 0 may not listen yet: as a node retries, the relay does
             try:
-                far = socket.create_connection(("127.0.0.1", self.to_port))
+                far = socket.create_connection(("127.0.0.1", self.to))
                 break
             except OSError:
                 if time.monotonic() > deadline:
                     near.close()
                     return
                 time.sleep(0.1)
-        threading.Thread(target=self._up, args=(near, far), daemon=True).start()
+        threading.Thread(target=self._pump, args=(near, far), daemon=True).start()
         self._down(far, near)
-
-    @staticmethod
-    def _up(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
 
     def _down(self, src: socket.socket, dst: socket.socket) -> None:
         buf = b""
@@ -129,8 +115,6 @@ class FrameRelay:
         except OSError:
             pass
 
-    def close(self) -> None:
-        self.server.close()
 
 
 def _nodes(tmp_path: Path, tag: str, reach_port=None):
