@@ -28,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 HARNESSES = ("trace", "dump", "report", "frames", "run_dir")
 MAX_LEN = 1 << 17
 MAX_CORPUS_BYTES = 256 << 10  # per harness: the corpus is committed
+MAX_CORPUS_FILES = 64
 
 
 def _stat(log: str, name: str) -> int | None:
@@ -36,14 +37,16 @@ def _stat(log: str, name: str) -> int | None:
 
 
 def _keep_small(kept: Path) -> None:
-    """The kept corpus within MAX_CORPUS_BYTES: its largest grown inputs go first (the seeds
-    and the inputs of crashes fixed stay)."""
+    """The kept corpus within MAX_CORPUS_BYTES and MAX_CORPUS_FILES: its largest grown inputs
+    go first (the seeds and the inputs of crashes fixed stay)."""
     grown = sorted((p for p in kept.iterdir() if not p.name.startswith(("seed-", "regress-"))),
                    key=lambda p: p.stat().st_size)
     total = sum(p.stat().st_size for p in kept.iterdir())
-    while grown and total > MAX_CORPUS_BYTES:
+    count = len(list(kept.iterdir()))
+    while grown and (total > MAX_CORPUS_BYTES or count > MAX_CORPUS_FILES):
         big = grown.pop()
         total -= big.stat().st_size
+        count -= 1
         big.unlink()
 
 
