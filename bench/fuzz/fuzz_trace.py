@@ -4,8 +4,9 @@
 
 An input is a ring and a meta log (split at the first ``\\n#meta#\\n``).  The reader may refuse
 the ring (TraceError) and must not raise anything else; what it hands on (call sites, ops,
-groups, dtypes, host, meta events) holds no control character, and the world size the
-headers make believable stays within what the traces present allow.
+groups, dtypes, host, meta events) holds no control character, the world size the headers
+make believable stays within what the traces present allow, and the rank's recorded path
+(its flow records and sites) is read without an exception.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import atheris
 import common  # noqa: F401 - puts the repository on sys.path
 
 with atheris.instrument_imports(include=["ddpdoctor"]):
+    from ddpdoctor.analysis.load.flow import rank_flow
     from ddpdoctor.trace.reader import TraceError, parse_meta, trace_of
     from ddpdoctor.trace.world import RANKS_PER_TRACE, world_size
 
@@ -38,6 +40,7 @@ def one_input(data: bytes) -> None:
         common.assert_safe_text([r.callsite, r.framework_site, r.op, r.group, *r.dtypes])
     assert world_size([(h.rank, h.world_size)]) <= RANKS_PER_TRACE
     common.assert_safe_text(trace.group_names())
+    rank_flow(trace.records, trace.meta, trace.group_names())  # the rank's recorded path
 
 
 if __name__ == "__main__":

@@ -24,10 +24,15 @@ REPORTS = common.ROOT / "tests" / "fixtures"
 def _ring() -> tuple[bytes, bytes]:
     folder = Path(tempfile.mkdtemp(prefix="fuzz-seed-"))
     try:
-        w = TraceWriter(folder, "seed", capacity=4)
+        w = TraceWriter(folder, "seed", capacity=8)
         w.set_identity(1, 2, 1)
         w.meta("group", index=0, name="0", ranks=[0, 1])
         w.meta("exception", type="ValueError", message="bad\nvalue", traceback=[])
+        w.meta("flow_site", site=0, file="train.py", line=5, col=4, func="main",
+               op="POP_JUMP_IF_FALSE", names=["rank"], fall=6, jump=9)
+        w.meta("flow_values", site=0, way=1, after=[0, 0], segment=0, values={"rank": "1"})
+        w.append(int(L.RecordKind.PATH), 0, 0, 0, 0, -1, 900, 950, 2, 0, 0, 0, 0,
+                 b"|||0.1.0,1.0.1")
         for i, site in enumerate(["train.py:12", "train.py:13|torch/x.py:9|b"]):
             h = w.append(int(L.RecordKind.COLLECTIVE), L.OP_CODES["all_reduce"], 1, 0, 0, i,
                          1000 + i, 0, 4, -1, 0, 0, -1, f"4|-|float32|{site}".encode())
@@ -52,7 +57,7 @@ def _dump() -> bytes:
 
 def seeds() -> dict[str, list[bytes]]:
     ring, meta = _ring()
-    small_ring = ring[:L.HEADER_SIZE + 2 * L.RECORD_SIZE]  # header + the slots used
+    small_ring = ring[:L.HEADER_SIZE + 3 * L.RECORD_SIZE]  # header + the slots used
     delta = {"rings": [{"name": "traces/pid-7.ring", "capacity": 4,
                         "header": base64.b64encode(ring[:L.HEADER_USED]).decode(),
                         "records": [[0, base64.b64encode(ring[L.HEADER_SIZE:L.HEADER_SIZE +

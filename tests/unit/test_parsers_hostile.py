@@ -14,6 +14,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ddpdoctor.analysis.load.flow import rank_flow
 from ddpdoctor.analysis.load.fr_dumps import dump_of, rank_runs
 from ddpdoctor.errors import UserError
 from ddpdoctor.report.console import print_summary
@@ -87,6 +88,7 @@ def test_a_trace_that_lies_is_read_quickly_or_refused(capacity, count, rank, wor
     except TraceError:
         return
     assert len(trace.records) <= len(tail) // L.RECORD_SIZE
+    rank_flow(trace.records, trace.meta, trace.group_names())  # its recorded path: no raise
     assert not ACTS.search(trace.header.host)
     assert not any(ACTS.search(r.callsite) for r in trace.records)
 
