@@ -72,7 +72,7 @@ def _ring_header(capacity: int, count: int, rank: int, world: int, host: bytes) 
 
 
 @SETTINGS
-@given(capacity=st.integers(-5, (1 << 24) + 5), count=st.integers(-5, 1 << 62),
+@given(capacity=st.integers(0, (1 << 24) + 5), count=st.integers(-5, 1 << 62),
        rank=st.integers(-(1 << 31), (1 << 31) - 1), world=st.integers(-(1 << 31), (1 << 31) - 1),
        host=st.binary(max_size=64), tail=st.binary(max_size=3 * L.RECORD_SIZE),
        meta=st.binary(max_size=400))
