@@ -425,6 +425,27 @@ def test_hostile_files_are_one_line_errors_never_a_hang(open_tmp):
         assert seconds < 20, (name, seconds)
 
 
+def test_a_runs_folder_with_fifos_and_escapes_lists_and_prunes(tmp_path, capsys):
+    """A run dir whose run.json and report.json are FIFOs, named with an escape sequence:
+    `runs` lists it at once (no fact read from a FIFO), its name shown escaped, and
+    pruning removes it without following anything."""
+    from ddpdoctor.cli import main
+
+    for name in ("20250101-000000-abcdef", "20250102-000000-abcdef"):
+        run = tmp_path / "runs" / name
+        (run / "traces").mkdir(parents=True)
+        os.mkfifo(run / "run.json")
+        os.mkfifo(run / "report.json")
+    named = tmp_path / "runs" / "x\x1b]52;c;cHduZWQ=\x07"
+    (named / "traces").mkdir(parents=True)
+    t0 = time.monotonic()
+    assert main(["runs", "list", str(tmp_path / "runs")]) == 0
+    assert main(["runs", "prune", "--keep", "0", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert time.monotonic() - t0 < 10 and not _no_command(out) and "\\x1b]52" in out, out
+    assert os.listdir(tmp_path / "runs") == [named.name]  # a named run dir is never pruned
+
+
 def test_a_header_claiming_a_rank_that_never_existed_is_left_out(tmp_path):
     """Two real ranks' traces and one whose header claims rank 1,048,575 of a world of
     1,048,576 (and a group listing it): the job has 2 ranks, no finding names the
