@@ -63,6 +63,12 @@ class Unproven(ConnectionError):
     """What answers at node 0's address does not prove the job's secret."""
 
 
+class Silent(Refused):
+    """What answers said no word of the handshake (it closed, or its time ran out): a
+    node 0 slow or busy, a relay holding the connection, or a squatter that says nothing;
+    nothing to conclude from."""
+
+
 def _wait(sock: socket.socket, timeout: float, write: bool) -> bool:
     with selectors.DefaultSelector() as sel:
         sel.register(sock, selectors.EVENT_WRITE if write else selectors.EVENT_READ)
@@ -73,19 +79,22 @@ def _next_frame(link: Framed, deadline: float) -> bytes:
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise Refused("no word within the handshake's time")
+            raise Silent("no word within the handshake's time")
         if _wait(link.sock, min(left, 0.5), write=False):
             try:
                 frames = link.read(time.monotonic(), 4096)
-            except ChannelError:
-                raise Refused("it closed the connection during the handshake") from None
+            except ChannelError as e:
+                if e.errno == errno.EMSGSIZE:  # bytes of another protocol, read as a length
+                    raise Refused("it speaks another protocol") from None
+                raise Silent("it closed the connection during the handshake") from None
             if frames:
                 return frames[0]
 
 
 def handshake(sock: socket.socket, key: bytes, timeout_s: float = HANDSHAKE_S) -> NodeLink:
     """This node's side of the handshake on a connected ``sock``: the link to node 0, or
-    Refused when what answers does not prove the secret (ChannelError: the socket failed)."""
+    Refused when what answers speaks another protocol or fails to prove the secret, Silent
+    when it says nothing of the handshake (ChannelError: the socket failed)."""
     link = Framed(sock, MAX_NODE_OUTBOX)
     mine = NodeHandshake(key)
     deadline = time.monotonic() + timeout_s
@@ -93,9 +102,13 @@ def handshake(sock: socket.socket, key: bytes, timeout_s: float = HANDSHAKE_S) -
         link.queue(mine.answer(_next_frame(link, deadline)))
         while link.flush(time.monotonic()):
             if time.monotonic() > deadline:
-                raise Refused("it reads no answer")
+                raise Silent("it reads no answer")
             _wait(sock, 0.2, write=True)
-        session = mine.session(_next_frame(link, deadline))
+        try:
+            proof = _next_frame(link, deadline)
+        except Silent:  # a node 0 that challenged, then closed at the answer: not ours
+            raise Refused("it took this node's answer for no proof of the secret") from None
+        session = mine.session(proof)
     except BaseException:
         link.close()
         raise
@@ -107,23 +120,27 @@ def connect(host: str, port: int, key: bytes, timeout_s: float,
     """A following node's link to node 0, both ends proven; retried until node 0 listens
     and proves the secret, or ``timeout_s`` passes.  Raises Unproven when what answered
     never proved the secret (a node 0 with another secret, or another program holding its
-    port), else OSError."""
+    port), else OSError (nothing listens, or what does never says a word of the handshake:
+    a node 0 slow to come up is waited for)."""
     deadline = time.monotonic() + timeout_s
-    unproven = ""
+    unproven = silent = ""
     while True:
         left = deadline - time.monotonic()
         try:
             sock = socket.create_connection((host, port), timeout=max(0.1, min(5.0, left)))
             return handshake(sock, key, min(HANDSHAKE_S, max(0.5, left)))
+        except Silent as e:
+            silent = str(e)
         except Refused as e:
             unproven = str(e)
         except OSError:
-            if left <= 0 and not unproven:
+            if left <= 0 and not unproven and not silent:
                 raise
         if time.monotonic() > deadline or (stop is not None and stop()):
             if unproven:
                 raise Unproven(f"{host}:{port} answers, but does not prove this job's "
                                f"secret ({unproven}): another secret on node 0, or another "
                                "program holding the nodes' port")
-            raise OSError(errno.ETIMEDOUT, f"no node 0 at {host}:{port}")
+            raise OSError(errno.ETIMEDOUT, f"no node 0 at {host}:{port}" +
+                          (f" (what answers there: {silent})" if silent else ""))
         time.sleep(0.2)

@@ -32,7 +32,7 @@ from ddpdoctor.host import host_name
 from ddpdoctor.rundir.attempts import launcher_option
 from ddpdoctor.supervisor.node_auth import Refused, channel_key
 from ddpdoctor.supervisor.node_channel import Hub
-from ddpdoctor.supervisor.node_link import handshake
+from ddpdoctor.supervisor.node_link import Silent, handshake
 
 PROBE_S = 10.0  # how long a node waits for what holds the port to prove the secret
 EXIT_USAGE = 2
@@ -167,14 +167,18 @@ def _taken(setup: NodeSetup, e: OSError) -> UserError:
 
 
 def _probe(setup: NodeSetup, key: bytes) -> bool | None:
-    """Does what listens at the channel's address prove the secret?  None when nothing
-    listens there (yet)."""
+    """Does what listens at the channel's address prove the secret?  False only when it
+    speaks another protocol or fails the proof; None when nothing listens there (yet), or
+    what does says no word of the handshake in time (a node 0 slow to come up, a relay
+    holding the connection: the node tries again when it connects)."""
     try:
         sock = socket.create_connection((setup.host, setup.port), timeout=2.0)
     except OSError:
         return None
     try:
         handshake(sock, key, PROBE_S).close()
+    except Silent:
+        return None
     except (Refused, OSError):
         return False
     return True
