@@ -6,8 +6,8 @@ taken by node 0 at no more than a quarter of one core and in bounded memory.
 
 Node 0 is a child process running the real ``NodeLeader`` on the real ``Hub`` (loopback,
 a secret).  The nodes are simulated by a few sender processes holding many connections
-each: every connection passes the channel's challenge, learns node 0's session from its
-beat, says hello, then sends what a following node sends while its job runs, as often as
+each: every connection passes the channel's handshake (its own session), says hello,
+reads node 0's beat, then sends what a following node sends while its job runs, as often as
 node 0's beats ask (every 0.25 s with few nodes; node 0 asks for about 1,024 messages a
 second in all: every 1 s at 1,024 nodes): its 8 ranks' progress, their ranks, no new
 records (an empty delta), sealed with the secret.  Node 0's CPU time
@@ -43,15 +43,14 @@ BUDGET_CORE = 0.25
 def node0(port: int, nodes: int, seconds: float, out: "mp.Queue") -> None:
     """Node 0: the real leader; reports its CPU and memory over the window once every
     node joined."""
-    from ddpdoctor.supervisor.node_auth import Seal, new_session
+    from ddpdoctor.supervisor.node_auth import channel_key
     from ddpdoctor.supervisor.node_leader import NodeLeader
     from ddpdoctor.supervisor.node_store import NodeSetup, open_hub
 
     run_dir = Path(tempfile.mkdtemp(prefix="bench-node0-"))
     setup = NodeSetup("127.0.0.1", port, nodes + 1, 0)
     taken = [0]
-    leader = NodeLeader(lambda: open_hub(setup, Seal(SECRET, "0", new_session()),
-                                         lambda *a: None),
+    leader = NodeLeader(lambda: open_hub(setup, channel_key(SECRET), lambda *a: None),
                         lambda attempt: run_dir, lambda *a, **k: None, lambda *a, **k: None,
                         lost_after_s=120.0, expected=nodes)
     take = leader._take
@@ -83,39 +82,37 @@ def node0(port: int, nodes: int, seconds: float, out: "mp.Queue") -> None:
 def senders(port: int, first: int, count: int, stop: "mp.Event", sent: "mp.Value") -> None:
     """``count`` simulated nodes on one process: connect, hello, then a report per node
     every PUSH_EVERY_S until ``stop``."""
-    from ddpdoctor.supervisor.node_auth import Seal
-    from ddpdoctor.supervisor.node_channel import MAX_MESSAGE_BYTES, connect, frame, open_frame
+    from ddpdoctor.supervisor.node_auth import channel_key
+    from ddpdoctor.supervisor.node_link import NodeLink, connect
 
     links = []
     every = [PUSH_EVERY_S]
 
-    def take(raw: bytes, seal: Seal) -> None:  # a beat: how often node 0 wants news
-        value = open_frame(seal, raw).value
-        if isinstance(value, dict) and isinstance(value.get("every"), (int, float)):
-            every[0] = min(MAX_PUSH_EVERY_S, max(PUSH_EVERY_S, value["every"]))
+    def take(link: NodeLink) -> None:  # node 0's beats: how often it wants news
+        for raw in link.receive(0):
+            value = link.open(raw)[1]
+            if isinstance(value, dict) and isinstance(value.get("every"), (int, float)):
+                every[0] = min(MAX_PUSH_EVERY_S, max(PUSH_EVERY_S, value["every"]))
 
+    key = channel_key(SECRET)
     for i in range(first, first + count):
         node = str(i + 1)
-        conn = connect("127.0.0.1", port, SECRET, 300.0)
-        seal = Seal(SECRET, node, None)
-        beat = open_frame(seal, conn.recv_bytes(MAX_MESSAGE_BYTES))
-        seal.session = beat.session
-        conn.send_bytes(frame("hello", seal.seal("hello", {"node": node, "host": f"h{node}"})))
+        link = connect("127.0.0.1", port, key, 300.0)
+        link.send("hello", {"node": node, "host": f"h{node}"})
         ranks = list(range(i * RANKS_PER_NODE, (i + 1) * RANKS_PER_NODE))
-        links.append((conn, seal, node, ranks))
+        links.append((link, node, ranks))
     next_push = time.monotonic()
     while not stop.is_set():
         next_push += every[0]
-        for conn, seal, node, ranks in links:
-            while conn.poll(0):  # node 0's beats: read, as a node does
-                take(conn.recv_bytes(MAX_MESSAGE_BYTES), seal)
+        for link, node, ranks in links:
+            take(link)
             now = time.time_ns()
             item = {"t": now, "host": f"h{node}", "attempt": 0,
                     "delta": {"rings": [], "files": []},
                     "progress": {str(r): {"progress_ns": now, "cpu_busy": False}
                                  for r in ranks},
                     "acks": [], "ranks": ranks}
-            conn.send_bytes(frame("report", seal.seal("report", item)))
+            link.send("report", item)
         with sent.get_lock():
             sent.value += len(links)
         time.sleep(max(0.0, next_push - time.monotonic()))

@@ -26,6 +26,7 @@ from ddpdoctor.catalogue import CATALOGUE, FINDING_KINDS, Bug, Launch  # noqa: F
 from ddpdoctor.errors import UserError
 from ddpdoctor.frameworks import known
 from ddpdoctor.proc.signals import interrupts_raised, signal_of
+from ddpdoctor.terminal_text import SafeConsole
 
 ENV_SAMPLE_BUGS = "DDPDOCTOR_SAMPLE_BUGS"
 
@@ -134,7 +135,7 @@ def run_bug(name: str, fixed: bool, extra_args: list[str], repro: bool = False) 
     own_dir = any(a == "--run-dir" or a.startswith("--run-dir=") for a in extra_args)
     run_dir = None if own_dir else _default_run_dir(bug, fixed)
     cmd = run_command(bug, fixed, extra_args, run_dir)
-    console = Console(stderr=True, highlight=False)
+    console = SafeConsole(stderr=True, highlight=False)
     variant = "fixed twin" if fixed else "bug"
     console.print(f"[bold]{bug.name}[/] ({variant}, {bug.nproc} ranks): "
                   f"{escape(bug.fix if fixed else bug.symptom)}")

@@ -363,9 +363,8 @@ def _run(args: argparse.Namespace) -> int:
 def _analyze(args: argparse.Namespace) -> int:
     import json
 
-    from rich.console import Console
-
     from ddpdoctor.report.console import print_summary
+    from ddpdoctor.terminal_text import SafeConsole as Console
 
     report, path = _analyzed_report(list(args.run_dirs), args.report)
     if args.json:
@@ -448,9 +447,8 @@ def _ui(args: argparse.Namespace) -> int:
 
 
 def _bugs(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from ddpdoctor import bugs
+    from ddpdoctor.terminal_text import SafeConsole as Console
 
     if args.bugs_cmd == "run":
         extra = [a for a in args.extra if a != "--"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 from ddpdoctor.plugins import (ENV_ALLOW, allowed_names, load_failures, plugin_table,
                                register_plugin_commands, registered_exporters)
+from ddpdoctor.terminal_text import say
 
 
 def add_cli_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -48,7 +48,7 @@ def _plugins_command(args: argparse.Namespace) -> int:
         print(json.dumps({"plugins": rows, "failures": [f.__dict__ for f in failures]},
                          indent=2))
         return 0
-    from rich.console import Console
+    from ddpdoctor.terminal_text import SafeConsole as Console
     from rich.table import Table
 
     console = Console()
@@ -85,5 +85,5 @@ def _export_command(args: argparse.Namespace) -> int:
         export(job, out)
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or e}", 1) from None
-    print(f"ddpdoctor: wrote {out} ({args.format}, by {plugin})", file=sys.stderr)
+    say(f"ddpdoctor: wrote {out} ({args.format}, by {plugin})")
     return 0

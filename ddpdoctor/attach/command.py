@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.analysis.engine import analyze
-from ddpdoctor.analysis.load.flight_recorder import FlightRecorderDump, is_pickle, load_dump
+from ddpdoctor.analysis.load.fr_dumps import FlightRecorderDump, is_pickle, load_dump
 from ddpdoctor.analysis.model import NS, Finding, JobView, RankRun, Severity
 from ddpdoctor.analysis.load.external import FACTS_FILE, facts_of
 from ddpdoctor.attach.discover import RankProcess, find_ranks
@@ -190,7 +190,7 @@ def _show(report: dict[str, Any], path: Path, ui: bool) -> None:
 
         run_ui(path)
         return
-    from rich.console import Console
+    from ddpdoctor.terminal_text import SafeConsole as Console
 
     from ddpdoctor.report.console import print_summary
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis.load.flight_recorder import FlightRecorderDump
+from ddpdoctor.analysis.load.fr_dumps import FlightRecorderDump
 from ddpdoctor.analysis.model import Call, JobView, RankRun
 from ddpdoctor.analysis.load.external import DEFAULT_GROUP, external_run, mark_record
 from ddpdoctor.attach.discover import RankProcess

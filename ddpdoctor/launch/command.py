@@ -12,6 +12,7 @@ from ddpdoctor.config import RunConfig
 from ddpdoctor.errors import UserError
 from ddpdoctor.rundir.attempts import ATTEMPTS_ENV, max_restarts
 from ddpdoctor.runtime.supervisor_watch import ON_HANG_ENV, SUPERVISOR_PID_ENV
+from ddpdoctor.supervisor.node_auth import SECRET_ENV
 from ddpdoctor.trace import fr_files
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
@@ -61,8 +62,10 @@ def job_env(run_dir: Path, run_id: str, config: RunConfig,
             argv: list[str] | None = None) -> dict[str, str]:
     """The job's environment: the bootstrap first on PYTHONPATH and ddpdoctor's variables;
     when ``argv`` (the job's) may restart its ranks (torchrun --max-restarts), they are told
-    to write under their attempt's dir (a job without restarts keeps the plain layout)."""
-    env = dict(os.environ)
+    to write under their attempt's dir (a job without restarts keeps the plain layout).
+    The nodes' secret stays with the supervisor: no rank, nor anything the job starts, is
+    given it (a rank needs none, and a process's environment is read by whatever it runs)."""
+    env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
     paths = [str(BOOTSTRAP_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["DDPDOCTOR_RUN_DIR"] = str(run_dir)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -29,7 +28,9 @@ from ddpdoctor.report.outcome import status_under_fail_on
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
 from ddpdoctor.supervisor.node_secret import node_secret
-from ddpdoctor.supervisor.node_store import node_setup
+from ddpdoctor.supervisor.node_store import claim_channel, node_setup
+from ddpdoctor.terminal_text import SafeConsole, say
+from ddpdoctor.rundir.safe_path import CheckedDir, UnsafePath, open_append
 
 
 def _check_report_path(path: Path) -> None:
@@ -39,9 +40,14 @@ def _check_report_path(path: Path) -> None:
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         raise UserError(f"cannot write the report to {path}: its folder does not exist or "
                         "is not writable")
+    try:  # every directory on the way checked now, not when the job has ended
+        CheckedDir(parent).close()
+    except UnsafePath as e:
+        raise UserError(f"cannot write the report to {path}: {e.strerror}; give another "
+                        "--report") from None
 
 
-class RunConsole(Console):
+class RunConsole(SafeConsole):
     """ddpdoctor's console during a run: when its reader closes it (`| head`, a killed
     `| tee`: EPIPE) or its terminal hangs up (EIO), it falls silent instead of exiting
     (rich's default) or raising; the supervisor sees the closed output, or gets SIGHUP,
@@ -66,6 +72,8 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     nodes = node_setup(argv, config.doctor_store)
     secret = node_secret(config.node_secret_file, config.insecure_node_channel) \
         if nodes is not None else None  # many nodes: a secret, or no start
+    if secret is not None:  # node 0's port, taken before the job: a squatted one stops here
+        nodes = claim_channel(nodes, secret.value)
     run_id = new_run_id()
     run_dir = make_run_dir(config.run_dir, run_id)
     hold_live(run_dir)  # `ddpdoctor runs prune` leaves it alone while this process runs
@@ -93,8 +101,7 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
     lint_before_run(list(config.command), run_dir, console)  # notices; the job starts anyway
     log: IO[bytes] | None = None
     if config.ui:
-        log = open(run_dir / "job.log", "ab", buffering=0,  # noqa: SIM115
-                   opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o600))
+        log = os.fdopen(open_append(run_dir / "job.log"), "ab", buffering=0)
     proc = None
     try:
         with interrupts_raised():
@@ -136,8 +143,7 @@ def _run_with_ui(supervisor: Supervisor, run_dir: Path) -> int:
     except KeyboardInterrupt as e:  # SIGTERM or SIGHUP while the UI ran: the same ending
         supervisor.request_stop(signal_of(e))
     except ImportError as e:
-        print(f"ddpdoctor: the UI is not available ({e}); supervising without it",
-              file=sys.stderr)
+        say(f"ddpdoctor: the UI is not available ({e}); supervising without it")
     finally:
         supervisor.voice.quiet = False
     if thread.is_alive():

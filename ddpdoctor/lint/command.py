@@ -10,18 +10,19 @@ from typing import TextIO
 from ddpdoctor.errors import UserError
 from ddpdoctor.lint.engine import lint_files
 from ddpdoctor.lint.findings import SCHEMA, LintFinding, Severity
+from ddpdoctor.terminal_text import safe
 
 FORMATS = ("text", "json")
 
 
 def format_text(findings: list[LintFinding], out: TextIO) -> None:
     """One finding a paragraph: ``file:line: severity kind: message``, its condition, its fix."""
-    for f in findings:
-        out.write(f"{f.file}:{f.line}: {f.severity.value} {f.kind}: {f.message}\n")
+    for f in findings:  # file names, messages and source lines: made safe for a terminal
+        out.write(safe(f"{f.file}:{f.line}: {f.severity.value} {f.kind}: {f.message}") + "\n")
         if f.condition is not None:
-            out.write(f"    condition: {f.condition.file}:{f.condition.line}: "
-                      f"{f.condition.source}\n")
-        out.write(f"    fix: {f.fix}\n")
+            out.write(safe(f"    condition: {f.condition.file}:{f.condition.line}: "
+                           f"{f.condition.source}") + "\n")
+        out.write(safe(f"    fix: {f.fix}") + "\n")
     errors = sum(f.severity == Severity.ERROR for f in findings)
     warnings = sum(f.severity == Severity.WARNING for f in findings)
     out.write(f"ddpdoctor lint: {errors} error{'s' * (errors != 1)}, "

@@ -12,6 +12,7 @@ from ddpdoctor.analysis.load.user_source import declares_launcher
 from ddpdoctor.errors import UserError
 from ddpdoctor.lint.engine import lint_files
 from ddpdoctor.rundir.lint_results import write_lint_results
+from ddpdoctor.terminal_text import safe
 
 SHOWN = 3  # notices printed at most (errors first); the report keeps them all
 LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
@@ -46,7 +47,8 @@ def lint_before_run(command: list[str], run_dir: Path, console: Console) -> list
     try:
         findings = [f.as_dict() for f in lint_files([script])]
     except UserError as e:
-        console.print(f"[dim]ddpdoctor: lint skipped: {escape(str(e))}[/dim]", highlight=False)
+        console.print(f"[dim]ddpdoctor: lint skipped: {escape(safe(str(e)))}[/dim]",
+                      highlight=False)
         return []
     except Exception as e:  # noqa: BLE001 - a bug in the linter must never stop the user's job
         console.print(f"[dim]ddpdoctor: lint skipped ({e.__class__.__name__})[/dim]",
@@ -65,15 +67,15 @@ def _count(n: int, what: str) -> str:
 def _print_notices(findings: list[dict[str, Any]], script: Path, console: Console) -> None:
     """A count, the first few findings (errors first), and where to see them all."""
     errors = sum(f["severity"] == "error" for f in findings)
-    command = f"`ddpdoctor lint {escape(str(script))}`"
+    command = f"`ddpdoctor lint {escape(safe(str(script)))}`"
     console.print(f"[dim]ddpdoctor: lint: {_count(errors, 'error')}, "
                   f"{_count(len(findings) - errors, 'warning')} (the job starts anyway)[/dim]",
                   highlight=False)
     shown = sorted(findings, key=lambda f: f["severity"] != "error")[:SHOWN]
     for f in shown:
         style = "yellow" if f["severity"] == "error" else "dim"
-        console.print(f"[{style}]ddpdoctor: lint notice: {escape(f['file'])}:{f['line']}: "
-                      f"{f['severity']} {f['kind']}: {escape(f['message'])}[/{style}]",
+        notice = safe(f"{f['file']}:{f['line']}: {f['severity']} {f['kind']}: {f['message']}")
+        console.print(f"[{style}]ddpdoctor: lint notice: {escape(notice)}[/{style}]",
                       highlight=False)
     more = f"{len(findings) - SHOWN} more; " if len(findings) > SHOWN else ""
     console.print(f"[dim]ddpdoctor: lint: {more}the fixes: {command}[/dim]", highlight=False)

@@ -12,6 +12,8 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from ddpdoctor.terminal_text import say
+
 # Ctrl-C, a polite kill (or a scheduler's), the terminal going away
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # the output (stdout or stderr) was closed by its reader (`| head`, a killed `| tee`): ended
@@ -145,7 +147,4 @@ def _open(fd: int) -> bool:
 def say_to_stderr(text: str) -> None:
     """One line on stderr that never fails (stderr may be a closed pipe or a terminal that
     hung up)."""
-    try:
-        print(text, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass  # nobody reads it any more: the report holds what matters
+    say(text, sys.stderr)  # made safe for a terminal (terminal_text)

@@ -15,8 +15,7 @@ from ddpdoctor.analysis.model import JobView
 from ddpdoctor.rundir.lint_results import read_lint_results
 from ddpdoctor.report import schema
 from ddpdoctor.report.lint_match import mark_lint_seen
-from ddpdoctor.trace.layout import HEADER_SIZE
-from ddpdoctor.trace.reader import TraceError, read_header
+from ddpdoctor.trace.reader import TraceError, read_header_file
 
 
 def infer_outcome(job: JobView) -> str:
@@ -47,9 +46,8 @@ def total_records(run_dirs: list[Path]) -> int:
     for run_dir in run_dirs:
         for path in (run_dir / "traces").glob("pid-*.ring"):
             try:
-                with open(path, "rb") as f:
-                    header = read_header(f.read(HEADER_SIZE), path)
-            except (OSError, TraceError):
+                header = read_header_file(path)
+            except TraceError:
                 continue
             total += min(header.count, header.capacity)
     return total

@@ -26,7 +26,7 @@ MAX_RANK_ROWS = 16
 def _op(current: Any) -> str:
     if not isinstance(current, dict) or not current:
         return ""
-    shapes = current.get("shapes") or []
+    shapes = [s for s in current.get("shapes") or [] if isinstance(s, (list, tuple))]
     dtypes = current.get("dtypes") or []
     tensors = ", ".join(f"{d}{list(s)}" for d, s in zip(dtypes or ["?"] * len(shapes), shapes))
     return f"{current.get('op')}({tensors}) #{current.get('seq')}"

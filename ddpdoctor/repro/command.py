@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from ddpdoctor.errors import UserError
@@ -10,6 +9,7 @@ from ddpdoctor.rundir.layout import write_bytes_atomic
 from ddpdoctor.repro.emit import script_text
 from ddpdoctor.repro.header import replay_command
 from ddpdoctor.repro.facts import ReplayJob, read_job
+from ddpdoctor.terminal_text import say
 
 DEFAULT_NAME = "repro.py"
 
@@ -33,6 +33,6 @@ def run_repro(run_dir: Path, output: Path | None) -> int:
     job = read_job(run_dir)
     target = _write(job, output or run_dir / DEFAULT_NAME)
     lines = target.read_text().count("\n")
-    print(f"ddpdoctor: wrote {target} ({lines} lines); run it with "
-          f"`{replay_command(job, str(target))}`", file=sys.stderr)
+    say(f"ddpdoctor: wrote {target} ({lines} lines); run it with "
+        f"`{replay_command(job, str(target))}`")
     return 0

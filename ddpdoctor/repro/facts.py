@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,8 @@ from ddpdoctor.repro.ddp_replay import CONSTRUCTION_CHECK, with_real_ddp
 from ddpdoctor.rundir.attempts import attempt_dirs
 from ddpdoctor.repro.steps import Step, short_site, source_line
 from ddpdoctor.trace import layout as L
+from ddpdoctor.rundir.bounded import load_json_file
+from ddpdoctor.trace.text import clean_value
 
 MAX_MESSAGE = 300  # a crash's message is quoted up to this many characters
 
@@ -267,9 +268,9 @@ def _groups(job: JobView) -> list[tuple[str, tuple[int, ...]]]:
 def first_finding(run_dir: Path) -> str:
     """The report's first error finding (else its first finding), one line."""
     try:
-        report = json.loads((run_dir / "report.json").read_text())
+        report = clean_value(load_json_file(run_dir / "report.json", 256 << 20))
         findings = [f for f in report.get("findings", []) if isinstance(f, dict)]
-    except (OSError, ValueError, AttributeError):
+    except (OSError, UserError, AttributeError):
         return ""
     errors = [f for f in findings if f.get("severity") == "error"] or findings
     if not errors:

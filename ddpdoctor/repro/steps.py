@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import linecache
 import os
 from dataclasses import dataclass
 from typing import Hashable
+
+from ddpdoctor.analysis.load import user_source
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,6 @@ def short_site(callsite: str) -> str:
 def source_line(callsite: str) -> str:
     """The user's line of code at ``callsite`` (path:line), stripped; "" if unreadable."""
     path, _, line = callsite.rpartition(":")
-    if not path or not line.isdigit() or not os.path.isfile(path):
+    if not path or not line.isdigit():
         return ""
-    return linecache.getline(path, int(line)).strip()[:100]
+    return user_source.line_of(path, int(line)).strip()[:100]

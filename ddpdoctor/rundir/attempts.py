@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Sequence
 
+from ddpdoctor.rundir.safe_path import CheckedDir
+
 ATTEMPTS_ENV = "DDPDOCTOR_ATTEMPTS"  # set for the job when it may restart: ranks use attempt dirs
 RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"  # set by torchrun's agent in every worker
 _ATTEMPT_DIR = re.compile(r"attempt-(\d+)")
@@ -41,8 +43,9 @@ def is_attempt_dir(path: Path) -> bool:
 def make_attempt_dir(run_dir: Path, attempt: int) -> Path:
     """Create RUN_DIR/attempt-K/ with its traces/ and stacks/ (owner only); idempotent."""
     path = attempt_dir(run_dir, attempt)
-    for sub in (path, path / "traces", path / "stacks"):
-        sub.mkdir(mode=0o700, exist_ok=True)
+    with CheckedDir(path, create=True) as top:
+        for sub in ("traces", "stacks"):
+            top.subdir(sub, create=True).close()
     return path
 
 

@@ -11,10 +11,17 @@ from ddpdoctor.errors import UserError
 from ddpdoctor.rundir.layout import RUNS_DIR
 from ddpdoctor.rundir.retention import Pruning, parse_age, prune
 from ddpdoctor.rundir.runs import RunEntry, list_runs
+from ddpdoctor.terminal_text import safe
 
 EXIT_USAGE = 2
 EXIT_NOT_REMOVED = 1  # prune: a run could not be removed
 HEADER = ("started", "outcome", "size", "run", "command")
+
+
+def _say(text: str) -> None:
+    """One line on stdout, made safe for a terminal (a run dir's name is anyone's who could
+    write the runs folder)."""
+    print(safe(text))
 
 
 def size_text(n: int) -> str:
@@ -58,12 +65,12 @@ def list_command(given: Path | None) -> int:
     folder = _folder(given)
     runs = list_runs(folder) if folder is not None else []
     if not runs:
-        print(f"no runs in {folder or RUNS_DIR}")
+        _say(f"no runs in {folder or RUNS_DIR}")
         return 0
     for line in _rows(runs):
-        print(line)
+        _say(line)
     live = sum(1 for r in runs if r.live)
-    print(f"{len(runs)} run{'s' if len(runs) != 1 else ''}, "
+    _say(f"{len(runs)} run{'s' if len(runs) != 1 else ''}, "
           f"{size_text(sum(r.size for r in runs))} in {folder}"
           + (f"; {live} live" if live else ""))
     return 0
@@ -81,14 +88,14 @@ def prune_command(given: Path | None, keep: int | None, older_than: str | None,
     age = parse_age(older_than) if older_than is not None else None
     folder = _folder(given)
     if folder is None:
-        print(f"no runs in {RUNS_DIR}")
+        _say(f"no runs in {RUNS_DIR}")
         return 0
     done = prune(folder, keep, age, dry_run)
     for line in _rows(done.remove, "would remove" if dry_run else "removed"):
-        print(line)
+        _say(line)
     for run, why in done.failed:
-        print(f"not removed  {run.path}: {why}")
-    print(summary(done, folder, dry_run))
+        _say(f"not removed  {run.path}: {why}")
+    _say(summary(done, folder, dry_run))
     return EXIT_NOT_REMOVED if done.failed else 0
 
 

@@ -2,9 +2,9 @@
 
 A run dir that exists already (``--run-dir``) is used only if it is this user's directory
 and nobody else can write it: another user's, or a shared writable one, could hold links
-planted to make ddpdoctor (run as root, say) overwrite another file.  Files are created
-with ``O_EXCL|O_NOFOLLOW`` (``open_new``): a link at a temporary file's name is removed,
-never followed.
+planted to make ddpdoctor (run as root, say) overwrite another file.  Every directory on
+the way to it is checked too, and every file is written relative to a checked directory
+descriptor (``safe_path``): a run dir swapped for a link after the checks changes nothing.
 """
 
 from __future__ import annotations
@@ -18,10 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.errors import UserError
+from ddpdoctor.rundir.bounded import BadInput, load_json, read_file
+from ddpdoctor.rundir.safe_path import CheckedDir, UnsafePath, open_new, write_bytes_atomic
+
+__all__ = ["open_new", "write_bytes_atomic", "write_json_atomic", "make_run_dir",
+           "check_own_dir", "read_json_object", "read_run_file"]
 
 RUNS_DIR = Path("ddpdoctor-runs")
 RUN_FILE = "run.json"
 LIVE_STATE_FILE = "live.json"  # the supervisor's live view (supervisor/live_state.py)
+MAX_RUN_FILE_BYTES = 16 << 20  # run.json, node.json, lint.json and the like
 
 
 def new_run_id() -> str:
@@ -30,16 +36,20 @@ def new_run_id() -> str:
 
 def make_run_dir(run_dir: Path | None, run_id: str) -> Path:
     """Create ``run_dir`` (or ./ddpdoctor-runs/<run_id>) with mode 0700, or say why not;
-    one that exists must be this user's and closed to others' writes (``check_own_dir``)."""
+    one that exists must be this user's and closed to others' writes (``check_own_dir``),
+    and so must be every directory on the way to it (``safe_path``)."""
     path = run_dir if run_dir is not None else RUNS_DIR / run_id
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for d in (path, path / "traces", path / "stacks"):
-            if d != path:
-                d.mkdir(mode=0o700, exist_ok=True)
-            check_own_dir(d)
-        os.close(open_new(path / ".write-test"))
-        (path / ".write-test").unlink()
+        with CheckedDir(path, create=True) as top:
+            _check_own(top.stat(), path)
+            for sub in ("traces", "stacks"):
+                with top.subdir(sub, create=True) as d:
+                    _check_own(d.stat(), path / sub)
+            os.close(top.open_new(".write-test"))
+            top.unlink(".write-test")
+    except UnsafePath as e:
+        raise UserError(f"the run dir {path}: {e.strerror}; choose another with "
+                        "--run-dir") from None
     except OSError as e:
         raise UserError(f"cannot write the run dir {path}: {e.strerror or e}; "
                         "choose another with --run-dir") from None
@@ -49,29 +59,22 @@ def make_run_dir(run_dir: Path | None, run_id: str) -> Path:
 def check_own_dir(path: Path) -> None:
     """A UserError unless ``path`` (and the link it is, if one) is a directory of this
     user that no other user can write."""
-    me = os.geteuid()
     link = os.lstat(path)
-    st = os.stat(path)
-    if link.st_uid != me or st.st_uid != me:
-        owner = st.st_uid if st.st_uid != me else link.st_uid
-        raise UserError(f"the run dir {path} belongs to uid {owner}, not to this user (uid "
+    if link.st_uid != os.geteuid():
+        _check_own(link, path)
+    _check_own(os.stat(path), path)
+
+
+def _check_own(st: os.stat_result, path: Path) -> None:
+    me = os.geteuid()
+    if st.st_uid != me:
+        raise UserError(f"the run dir {path} belongs to uid {st.st_uid}, not to this user (uid "
                         f"{me}); choose another with --run-dir")
     if not stat.S_ISDIR(st.st_mode):
         raise UserError(f"the run dir {path} is not a directory; choose another with --run-dir")
     if st.st_mode & 0o022:
         raise UserError(f"the run dir {path} can be written by others (mode "
                         f"{stat.S_IMODE(st.st_mode):o}); choose another with --run-dir")
-
-
-def open_new(path: Path, flags: int = os.O_WRONLY) -> int:
-    """A file created at ``path`` for this process alone (0600): ``O_EXCL|O_NOFOLLOW``, so a
-    link or file planted at that name is removed (never followed) and the file made anew."""
-    flags |= os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        return os.open(path, flags, 0o600)
-    except FileExistsError:
-        os.unlink(path)  # a stale temporary file, or a planted link: the link itself goes
-        return os.open(path, flags, 0o600)
 
 
 INDENTED_UP_TO = 4 << 20  # bytes: larger documents are written compact
@@ -87,24 +90,6 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_bytes_atomic(path, (text + "\n").encode())
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (owner-only, 0600) via a temporary file and rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = open_new(tmp)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass  # nothing to clean up
-        raise
-
-
 def is_run_dir(path: Path) -> bool:
     return (path / RUN_FILE).is_file() or (path / "traces").is_dir()
 
@@ -114,11 +99,19 @@ def read_run_file(run_dir: Path) -> dict[str, Any]:
     return read_json_object(run_dir / RUN_FILE)
 
 
-def read_json_object(path: Path) -> dict[str, Any]:
-    """A JSON object from ``path``, or {} when it is missing, unreadable or not an object."""
+def read_json_object(path: Path, limit: int = MAX_RUN_FILE_BYTES) -> dict[str, Any]:
+    """A JSON object from ``path``, or {} when it is missing, unreadable, damaged or not an
+    object; a file that is no regular file or is larger than ``limit`` is a BadInput
+    (``bounded``: exit 2), never read."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
+        data = load_json(read_file(path, limit), path)
+    except FileNotFoundError:
+        return {}
+    except BadInput as e:
+        if e.damaged:
+            return {}
+        raise
+    except OSError:
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -5,12 +5,11 @@ the run dir's layout stays in rundir/ and no layer below lint imports the linter
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.rundir.layout import write_json_atomic
+from ddpdoctor.rundir.bounded import BadInput, load_json, read_file
+from ddpdoctor.rundir.layout import MAX_RUN_FILE_BYTES, write_json_atomic
 
 LINT_FILE = "lint.json"
 
@@ -29,12 +28,17 @@ def read_lint_results(run_dir: Path) -> list[dict[str, Any]] | None:
     """The lint findings kept for a run dir (or its parent, for an attempt's dir), if any."""
     for where in (run_dir, run_dir.parent) if run_dir.name.startswith("attempt-") else (run_dir,):
         path = where / LINT_FILE
-        if os.path.isfile(path):
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                return None
-            if not isinstance(data, list):
-                return None
-            return [f for f in data if isinstance(f, dict)]
+        try:
+            data = load_json(read_file(path, MAX_RUN_FILE_BYTES), path)
+        except FileNotFoundError:
+            continue
+        except BadInput as e:
+            if not e.damaged:
+                raise  # a FIFO, a device, a link: exit 2
+            return None
+        except OSError:
+            return None
+        if not isinstance(data, list):
+            return None
+        return [f for f in data if isinstance(f, dict)]
     return None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ddpdoctor.errors import UserError
 from ddpdoctor.rundir.runs import RunEntry, list_runs, read_run, running_run_ids
+from ddpdoctor.rundir.safe_path import CheckedDir, UnsafePath
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
@@ -71,29 +72,41 @@ def prune(folder: Path, keep: int | None = None, older_than: float | None = None
         return pruning
     running = running_run_ids()
     done = []
-    for run in pruning.remove:
-        why = _remove(folder, run, running)
-        if why is None:
-            done.append(run)
-        else:
-            pruning.failed.append((run, why))
+    try:  # removed relative to the folder's checked descriptor (safe_path), never by path
+        checked = CheckedDir(folder)
+    except UnsafePath as e:
+        pruning.failed += [(run, e.strerror or str(e)) for run in pruning.remove]
+        pruning.kept += len(pruning.remove)
+        pruning.remove = []
+        return pruning
+    with checked:
+        for run in pruning.remove:
+            why = _remove(folder, checked, run, running)
+            if why is None:
+                done.append(run)
+            else:
+                pruning.failed.append((run, why))
     pruning.kept += len(pruning.remove) - len(done)
     pruning.remove = done
     return pruning
 
 
-def _remove(folder: Path, run: RunEntry, running: frozenset[str]) -> str | None:
+def _remove(folder: Path, checked: CheckedDir, run: RunEntry,
+            running: frozenset[str]) -> str | None:
     """Remove one run dir after checking again that it is a directory (not a link)
-    directly in ``folder`` and not live; returns why not, or None once removed."""
+    directly in ``folder`` and not live; returns why not, or None once removed.  The
+    removal is relative to the folder's checked descriptor (``checked``): fd-based, a link
+    inside is removed, not followed."""
     if run.path.parent != folder:
         return "not directly in the runs folder"
     again = read_run(run.path, running)
     if again is None or again.live or not again.generated:
         return "it is live now" if again is not None and again.live else "it changed"
     try:
-        if not stat.S_ISDIR(os.lstat(run.path).st_mode):
+        st = os.stat(run.path.name, dir_fd=checked.fd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
             return "not a directory"
-        shutil.rmtree(run.path)  # fd-based on Linux: a link inside is removed, not followed
+        shutil.rmtree(run.path.name, dir_fd=checked.fd)
     except OSError as e:
         return e.strerror or str(e)
     return None

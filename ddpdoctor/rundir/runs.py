@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ddpdoctor.rundir.bounded import BadInput, read_file
 from ddpdoctor.rundir.layout import RUN_FILE, read_run_file
+from ddpdoctor.terminal_text import safe
 
 RUN_NAME = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}(-attach)?")  # new_run_id()'s names
 ENV_RUN_ID = "DDPDOCTOR_RUN_ID"  # set by launch/command.py in every process of a job
@@ -119,31 +121,17 @@ def disk_bytes(path: Path) -> int:
 def _outcome(run_dir: Path) -> str:
     """The outcome report.json names (read from its head alone: a report of thousands of
     ranks is large), else "-"."""
-    try:
-        fd = os.open(run_dir / "report.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    try:  # a regular file, not a link: a FIFO planted there never hangs the listing
+        found = _OUTCOME.search(read_file(run_dir / "report.json", _HEAD, head=True))
+    except (OSError, BadInput):
         return "-"
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "-"
-        found = _OUTCOME.search(os.read(fd, _HEAD))
-    except OSError:
-        return "-"
-    finally:
-        os.close(fd)
     return found.group(1).decode() if found else "-"
-
-
-def printable(text: str) -> str:
-    """``text`` with anything a terminal would act on shown as ``?`` (a command is the
-    user's, but a run.json may have been written by anyone who could write the folder)."""
-    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _command(info: dict) -> str:
     command = info.get("command")
     if isinstance(command, list) and all(isinstance(a, str) for a in command):
-        return printable(shlex.join(command))
+        return safe(shlex.join(command))  # a run.json may be anyone's who could write here
     return "-"
 
 
@@ -156,7 +144,10 @@ def read_run(path: Path, running: frozenset[str]) -> RunEntry | None:
     if not stat.S_ISDIR(st.st_mode) or not ((path / RUN_FILE).is_file() or
                                             (path / "traces").is_dir()):
         return None
-    info = read_run_file(path)
+    try:
+        info = read_run_file(path)
+    except BadInput:  # no regular file, or huge: a run dir someone else shaped; no facts
+        info = {}
     run_id = info.get("run_id") if isinstance(info.get("run_id"), str) else ""
     started = _started(info.get("started_at"), st.st_mtime)
     live = _locked(path) or (bool(run_id) and run_id in running)

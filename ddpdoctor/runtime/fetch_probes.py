@@ -15,6 +15,7 @@ from typing import Any, Callable
 from ddpdoctor.frameworks import lightning
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.runtime.data_fingerprints import rng_fingerprints, seeding_framework
+from ddpdoctor.rundir.safe_path import open_append
 
 fetch_prints: list[dict[str, Any]] = []  # [before, after] of the last armed fetch
 _worker_on = [True]  # the worker probe (off after its first failure)
@@ -36,7 +37,7 @@ def _worker_note(info: Any, consumed: list[str], before: dict[str, Any]) -> None
                        "worker": info.id, "seed": info.seed, "consumed": consumed,
                        "state": {k: before[k] for k in consumed if k in before}}) + "\n"
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # the parent's log, never created
+        fd = open_append(path, create=False)  # the parent's log, never created; no link
     except OSError:
         return
     try:

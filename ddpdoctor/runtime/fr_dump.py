@@ -17,6 +17,7 @@ from ddpdoctor.runtime import recorder
 from ddpdoctor.runtime.notices import notice
 from ddpdoctor.rundir.layout import write_bytes_atomic
 from ddpdoctor.trace import fr_files
+from ddpdoctor.rundir.safe_path import make_dirs
 
 POLL_S = 0.5
 _started: int | None = None  # the pid whose watcher runs (a forked rank has none)
@@ -56,7 +57,7 @@ def dump_now(run_dir: Path, rank: int | None = None) -> Path | None:
         return None
     data = dump(True, False)
     path = fr_files.dump_path(run_dir, dist.get_rank() if rank is None else rank)
-    path.parent.mkdir(mode=0o700, exist_ok=True)
+    make_dirs(path.parent)
     write_bytes_atomic(path, data if isinstance(data, bytes) else str(data).encode())
     return path
 

@@ -13,6 +13,7 @@ from typing import Any
 from ddpdoctor.runtime import gloo_teardown
 from ddpdoctor.runtime import recorder as R
 from ddpdoctor.trace import layout as L
+from ddpdoctor.rundir.safe_path import open_new
 
 _fault_file: Any = None
 
@@ -118,8 +119,7 @@ def enable_faulthandler(rec: R.Recorder) -> None:
     if faulthandler.is_enabled() or _fault_file is not None:
         return
     path = rec.writer.ring_path.with_name(f"pid-{os.getpid()}.fault.txt")
-    _fault_file = open(path, "w",  # noqa: SIM115
-                       opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW, 0o600))
+    _fault_file = os.fdopen(open_new(path), "w")  # in a checked dir, never through a link
     faulthandler.enable(file=_fault_file, all_threads=True)
 
 

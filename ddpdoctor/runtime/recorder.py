@@ -24,6 +24,7 @@ from ddpdoctor.runtime.record_text import describe
 from ddpdoctor.runtime.fault_injection import injected_fault
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.writer import TraceWriter
+from ddpdoctor.rundir.safe_path import make_dirs
 
 ENV_RUN_DIR = "DDPDOCTOR_RUN_DIR"
 ENV_RUN_ID = "DDPDOCTOR_RUN_ID"
@@ -58,7 +59,7 @@ class Recorder:
 
     def __init__(self, run_dir: Path, run_id: str = ""):
         trace_dir = run_dir / "traces"
-        trace_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_dirs(trace_dir)  # every directory on the way checked (safe_path)
         self.run_dir = run_dir
         self.writer = TraceWriter(trace_dir, run_id, on_full=self._disk_full)
         self.enabled = True

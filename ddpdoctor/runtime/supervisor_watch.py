@@ -15,6 +15,7 @@ from ddpdoctor.proc.progress import TreeProgress, made_progress
 from ddpdoctor.proc.reaper import REAP_GRACE_S, start_reaper, stop_marked
 from ddpdoctor.proc.table import descendants, proc_info, scan
 from ddpdoctor.rundir.attempts import is_attempt_dir
+from ddpdoctor.rundir.safe_path import CheckedDir
 
 SUPERVISOR_PID_ENV = "DDPDOCTOR_SUPERVISOR_PID"
 ON_HANG_ENV = "DDPDOCTOR_ON_HANG"  # stop or wait, as --on-hang
@@ -142,7 +143,8 @@ def _claim_ending(run_dir: Path) -> int | None:
     the same)."""
     base = run_dir.parent if is_attempt_dir(run_dir) else run_dir
     try:
-        fd = os.open(base / ENDING_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        with CheckedDir(base) as folder:
+            fd = folder.open_lock(ENDING_LOCK)
     except OSError:
         return -1
     try:

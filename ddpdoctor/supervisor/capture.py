@@ -15,6 +15,7 @@ from typing import Callable
 from ddpdoctor.proc.sockets import SOCKETS_FILE, NamespaceTables, SocketCapture, capture
 from ddpdoctor.proc.table import descendants, scan
 from ddpdoctor.rundir.layout import write_bytes_atomic, write_json_atomic
+from ddpdoctor.rundir.safe_path import make_dirs
 from ddpdoctor.supervisor.stacks import capture_stacks
 from ddpdoctor.supervisor.watch import LiveRank
 from ddpdoctor.trace import fr_files
@@ -87,7 +88,7 @@ def capture_connections(pids: list[int], stacks_dir: Path) -> dict[int, SocketCa
     for pid in pids:
         found = results[pid] = capture(pid, tables)
         try:
-            stacks_dir.mkdir(parents=True, exist_ok=True)
+            make_dirs(stacks_dir)
             write_json_atomic(stacks_dir / SOCKETS_FILE.format(pid=pid), found.to_dict())
         except OSError:
             continue  # the run dir is not writable: the stacks' capture says so
@@ -97,7 +98,7 @@ def capture_connections(pids: list[int], stacks_dir: Path) -> dict[int, SocketCa
 def request_dumps(run_dir: Path) -> float:
     """Touch the request file every rank watches; returns the request's time."""
     path = fr_files.request_path(run_dir)
-    path.parent.mkdir(mode=0o700, exist_ok=True)
+    make_dirs(path.parent)
     write_bytes_atomic(path, f"{time.time_ns()}\n".encode())
     return path.stat().st_mtime
 

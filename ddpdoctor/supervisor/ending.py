@@ -20,6 +20,7 @@ from ddpdoctor.report.console import print_summary
 from ddpdoctor.report.finished import RunFacts, finish_report
 from ddpdoctor.report.outcome import EXIT_HUNG, RunEnd, exit_status, recorded_outcome
 from ddpdoctor.rundir.layout import write_json_atomic
+from ddpdoctor.rundir.safe_path import PARENT_MODE, make_dirs
 from ddpdoctor.supervisor.attempt_watch import AttemptWatch, Verdict
 from ddpdoctor.supervisor.attempts import REPORT, Attempts
 from ddpdoctor.supervisor.events import Voice
@@ -218,7 +219,7 @@ class Ending:
 
     def _save(self, path: Path, report: dict[str, Any], watch: AttemptWatch) -> bool:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_dirs(path.parent, PARENT_MODE)
             write_json_atomic(path, report)
         except OSError as e:
             say_to_stderr(f"ddpdoctor: cannot write the report to {path}: {e.strerror or e}")

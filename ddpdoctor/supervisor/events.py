@@ -12,6 +12,8 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.markup import escape
 
+from ddpdoctor.rundir.safe_path import open_append
+
 Say = Callable[..., None]  # say(text, style=""): Voice.say
 
 
@@ -29,7 +31,7 @@ class EventLog:
         fields.update(event=event, t=time.time_ns())
         try:
             if self._fd is None:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                self._fd = open_append(self.path)
             os.write(self._fd, (json.dumps(fields, default=str) + "\n").encode())
         except OSError as e:
             self.problems.append(f"cannot write supervisor.jsonl: {e.strerror or e}")

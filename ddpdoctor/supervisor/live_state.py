@@ -25,7 +25,8 @@ from ddpdoctor.analysis.model import Call
 from ddpdoctor.redact import redact_argv
 from ddpdoctor.report.schema import current_entry, iso
 from ddpdoctor.report.shown_state import rank_shown_state
-from ddpdoctor.rundir.layout import LIVE_STATE_FILE, open_new
+from ddpdoctor.rundir.layout import LIVE_STATE_FILE
+from ddpdoctor.rundir.safe_path import write_bytes_atomic
 from ddpdoctor.supervisor.watch import LiveJob, LiveRank
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.world import world_size
@@ -203,8 +204,4 @@ class LiveStateWriter:
 
     def _write(self, text: str) -> None:
         """Replace the file atomically: a reader sees the old state or the new, whole."""
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = open_new(tmp)
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode())
-        os.replace(tmp, self.path)
+        write_bytes_atomic(self.path, text.encode(), sync=False)

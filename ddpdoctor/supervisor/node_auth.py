@@ -1,18 +1,16 @@
-"""Messages only the job's supervisors can write: HMAC-SHA256 with the job's secret, bound to a session.
+"""The nodes' handshake and the session it opens: both ends prove the secret over fresh nonces, every frame is sealed in that session.
 
-The nodes' channel (node_channel) lets in only peers that answer its challenge with the
-secret; on top of that every message is sealed, so that bytes injected into or replayed on
-an authenticated connection change nothing: one header line, then the body (JSON), the
-header carrying who sent it (``from``: "0" for node 0, else the node's
-name), node 0's session (a random name it draws at start), a counter that only grows on
-the sender, the sender's clock, and the HMAC-SHA256 of the store key, those fields and
-the body under the job's secret (``DDPDOCTOR_STORE_SECRET``, the same on every node).  A
-reader drops, and says why, whatever is too big, malformed, signed with another secret or
-for another key, from another session, or older than what that sender already said under
-that topic (a replay).  A following node learns node 0's session from a beat of node 0
-signed with the secret and stamped within ``FRESH_S`` of its own clock; from then on
-it signs its own messages with that session, so a message recorded in an earlier job
-(even one with the same secret) is refused by both ends.
+Every connection of the nodes' channel starts with a mutual challenge under a key drawn
+from the job's secret (``DDPDOCTOR_STORE_SECRET``, the same on every node): node 0 sends a
+random nonce, the connecting node answers with its own nonce and an HMAC over both, node 0
+proves the secret back with an HMAC over both.  Neither end reads a message before the
+other proved the secret.  The two nonces then make this connection's own session key
+(``Session``), and every later frame is sealed under it: HMAC-SHA256 over the direction,
+a counter and the body, the counter one more than the frame before in that direction.  A
+frame recorded on another connection (an earlier job's, even with the same secret, or this
+job's other nodes'), injected, replayed, reordered, dropped or sent back to its sender is
+refused, and the connection with it: a relay on the network path can delay or cut the
+channel, never speak in it.  The traffic is not encrypted (docs/security.md).
 """
 
 from __future__ import annotations
@@ -22,22 +20,28 @@ import hmac
 import json
 import os
 import secrets
-import time
-from collections import OrderedDict
-from dataclasses import dataclass
+import struct
 from typing import Any
+
+from ddpdoctor.rundir.bounded import BadInput, load_json
 
 SECRET_ENV = "DDPDOCTOR_STORE_SECRET"
 MIN_SECRET_CHARS = 16
-MAX_VALUE_BYTES = (8 << 20) - (64 << 10)  # one sealed message: under the channel's 8 MiB
-MAX_HEADER_BYTES = 512
-MAX_NAME_CHARS = 128
-FRESH_S = 300.0  # node 0's session is adopted from a beat at most this far from our clock
-MAX_TRACKED_KEYS = 16384  # (sender, key) counters kept for replay checks
+PROTOCOL = b"ddpdoctor-nodes/2 "
+CHALLENGE = PROTOCOL + b"challenge "
+ANSWER = PROTOCOL + b"answer "
+PROOF = PROTOCOL + b"proof "
+NONCE_BYTES = 32
+MAC_BYTES = 32
+_COUNTER = struct.Struct(">Q")
+SEAL_BYTES = _COUNTER.size + MAC_BYTES
+MAX_TOPIC = 32
+TOPICS = frozenset({"hello", "report", "beat", "ask", "verdict", "final"})
+TO_NODES, TO_NODE_0 = b"0>n", b"n>0"  # the two directions of a connection
 
 
 class Refused(ValueError):
-    """A message that is not a sealed message of this job (why: the text)."""
+    """A frame or a handshake step that is not this connection's (why: the text)."""
 
 
 def store_secret() -> str | None:
@@ -59,100 +63,106 @@ def make_secret_hint() -> str:
             "with the same value on every node")
 
 
-def new_session() -> str:
-    return secrets.token_hex(12)
+def channel_key(secret: str) -> bytes:
+    """The handshake's key, drawn from the secret."""
+    return hmac.new(secret.encode(), b"ddpdoctor-node-channel", hashlib.sha256).digest()
 
 
-@dataclass(frozen=True)
-class Header:
-    """The first line of a sealed value."""
-
-    sender: str
-    session: str
-    counter: int
-    t_ns: int
-    mac: str
-
-    @classmethod
-    def parse(cls, line: bytes) -> "Header":
-        """Field by field, each of its type; raises Refused."""
-        if len(line) > MAX_HEADER_BYTES:
-            raise Refused("header too long")
-        try:
-            raw = json.loads(line)
-        except ValueError:
-            raise Refused("not a sealed message") from None
-        if not isinstance(raw, dict):
-            raise Refused("not a sealed message")
-        sender, session = raw.get("from"), raw.get("session")
-        counter, t_ns, mac = raw.get("n"), raw.get("t"), raw.get("mac")
-        if not (isinstance(sender, str) and 0 < len(sender) <= MAX_NAME_CHARS and
-                isinstance(session, str) and len(session) <= MAX_NAME_CHARS and
-                type(counter) is int and counter >= 0 and type(t_ns) is int and
-                isinstance(mac, str) and len(mac) == 64):
-            raise Refused("malformed header")
-        return cls(sender, session, counter, t_ns, mac)
+def _mac(key: bytes, *parts: bytes) -> bytes:
+    return hmac.new(key, b"".join(parts), hashlib.sha256).digest()
 
 
-def _mac(secret: bytes, key: str, sender: str, session: str, counter: int, t_ns: int,
-         body: bytes) -> str:
-    head = json.dumps([key, sender, session, counter, t_ns]).encode()
-    return hmac.new(secret, head + b"\n" + body, hashlib.sha256).hexdigest()
+class Session:
+    """One authenticated connection's sealing: its own key, a counter per direction."""
+
+    def __init__(self, key: bytes, leader: bool):
+        self._key = key
+        self._out, self._in = (TO_NODES, TO_NODE_0) if leader else (TO_NODE_0, TO_NODES)
+        self._sent = 0
+        self._read = 0
+
+    def seal(self, topic: str, value: Any) -> bytes:
+        """The frame of ``value`` under ``topic``: counter, MAC, then ``topic\\nJSON``."""
+        return self.seal_body(body_of(topic, value))
+
+    def seal_body(self, body: bytes) -> bytes:
+        """The frame of a body made by ``body_of`` (made once for many sessions)."""
+        self._sent += 1
+        counter = _COUNTER.pack(self._sent)
+        return counter + _mac(self._key, self._out, counter, body) + body
+
+    def open(self, frame: bytes) -> tuple[str, Any]:
+        """The topic and value of the next frame from the other end; raises Refused."""
+        if len(frame) < SEAL_BYTES:
+            raise Refused("a frame too short to be sealed")
+        counter, mac, body = frame[:8], frame[8:SEAL_BYTES], frame[SEAL_BYTES:]
+        if not hmac.compare_digest(_mac(self._key, self._in, counter, body), mac):
+            raise Refused("bad seal (not sealed in this connection's session)")
+        n = _COUNTER.unpack(counter)[0]
+        if n != self._read + 1:
+            raise Refused(f"out of order (frame {n} after {self._read}): replayed or dropped")
+        self._read = n
+        return parse_body(body)
 
 
-class Seal:
-    """One supervisor's signing and checking of the nodes' messages."""
+def body_of(topic: str, value: Any) -> bytes:
+    return topic.encode() + b"\n" + json.dumps(value, separators=(",", ":")).encode()
 
-    def __init__(self, secret: str, sender: str, session: str | None):
-        self.secret = secret.encode()
-        self.sender = sender
-        self.session = session  # node 0's; a follower learns it (adopt)
-        self._counter = time.time_ns()  # grows across restarts of a sender too
-        self._seen: OrderedDict[tuple[str, str], int] = OrderedDict()
 
-    def seal(self, key: str, value: Any) -> bytes:
-        """The sealed bytes of ``value`` under ``key``."""
-        self._counter += 1
-        body = json.dumps(value, separators=(",", ":")).encode()
-        t_ns = time.time_ns()
-        session = self.session or ""
-        head = {"from": self.sender, "session": session, "n": self._counter, "t": t_ns,
-                "mac": _mac(self.secret, key, self.sender, session, self._counter, t_ns, body)}
-        return json.dumps(head, separators=(",", ":")).encode() + b"\n" + body
+def parse_body(body: bytes) -> tuple[str, Any]:
+    """A frame's topic and value (its JSON bounded: rundir.bounded); raises Refused."""
+    topic_b, sep, raw = body.partition(b"\n")
+    topic = topic_b.decode("ascii", "replace")
+    if not sep or len(topic_b) > MAX_TOPIC or topic not in TOPICS:
+        raise Refused("unknown topic")
+    try:
+        return topic, load_json(raw, f"a {topic} frame")
+    except BadInput as e:
+        raise Refused(str(e)) from None
 
-    def open(self, key: str, raw: bytes, session: str | None = None,
-             once: bool = False) -> tuple[Header, Any]:
-        """The header and body of a sealed value read under ``key``; raises Refused.
-        ``session``: the one the value must carry (default: ours; None while unknown).
-        ``once``: each message is read once (a queue's): the same counter again is a
-        replay; else (a key read again and again) only an older one is."""
-        if len(raw) > MAX_VALUE_BYTES:
-            raise Refused(f"oversized ({len(raw)} bytes)")
-        line, sep, body = bytes(raw).partition(b"\n")
-        if not sep:
-            raise Refused("not a sealed message")
-        head = Header.parse(line)
-        want_mac = _mac(self.secret, key, head.sender, head.session, head.counter, head.t_ns,
-                        body)
-        if not hmac.compare_digest(want_mac, head.mac):
-            raise Refused("bad signature (no secret, another secret, or another key)")
-        expected = self.session if session is None else session
-        if expected is not None and head.session != expected:
-            raise Refused(f"another session ({head.session[:8] or 'none'})")
-        seen = self._seen.get((head.sender, key))
-        if seen is not None and (head.counter < seen or once and head.counter == seen):
-            raise Refused("replayed (older than what its sender already said)")
-        try:
-            value = json.loads(body)
-        except ValueError:
-            raise Refused("body is not JSON") from None
-        self._seen[(head.sender, key)] = head.counter
-        self._seen.move_to_end((head.sender, key))
-        while len(self._seen) > MAX_TRACKED_KEYS:
-            self._seen.popitem(last=False)
-        return head, value
 
-    @staticmethod
-    def fresh_ns(t_ns: int) -> bool:
-        """Whether a message stamped ``t_ns`` was stamped within ``FRESH_S`` of our clock."""
-        return abs(time.time_ns() - t_ns) <= FRESH_S * 1e9
+class LeaderHandshake:
+    """Node 0's side of one connection's handshake."""
+
+    def __init__(self, key: bytes):
+        self.key = key
+        self.nonce = secrets.token_bytes(NONCE_BYTES)
+
+    def challenge(self) -> bytes:
+        return CHALLENGE + self.nonce
+
+    def answer(self, frame: bytes) -> tuple[bytes, Session]:
+        """The proof to send back and the session, from the node's answer; Refused when
+        it does not prove the secret."""
+        if not frame.startswith(ANSWER) or len(frame) != len(ANSWER) + NONCE_BYTES + MAC_BYTES:
+            raise Refused("no answer to the challenge")
+        theirs = frame[len(ANSWER):len(ANSWER) + NONCE_BYTES]
+        if not hmac.compare_digest(_mac(self.key, b"node", self.nonce, theirs),
+                                   frame[-MAC_BYTES:]):
+            raise Refused("a wrong answer to the challenge (no secret, or another)")
+        proof = PROOF + _mac(self.key, b"leader", self.nonce, theirs)
+        return proof, Session(_mac(self.key, b"session", self.nonce, theirs), leader=True)
+
+
+class NodeHandshake:
+    """A connecting node's side of the handshake."""
+
+    def __init__(self, key: bytes):
+        self.key = key
+        self.nonce = secrets.token_bytes(NONCE_BYTES)
+        self._theirs = b""
+
+    def answer(self, challenge: bytes) -> bytes:
+        """The answer to node 0's challenge; Refused when it is none of this protocol's."""
+        if not challenge.startswith(CHALLENGE) or \
+                len(challenge) != len(CHALLENGE) + NONCE_BYTES:
+            raise Refused("what answers is not a ddpdoctor node 0 (no challenge)")
+        self._theirs = challenge[len(CHALLENGE):]
+        return ANSWER + self.nonce + _mac(self.key, b"node", self._theirs, self.nonce)
+
+    def session(self, proof: bytes) -> Session:
+        """The session, once node 0 proved the secret; Refused when it did not."""
+        want = PROOF + _mac(self.key, b"leader", self._theirs, self.nonce)
+        if not hmac.compare_digest(want, proof):
+            raise Refused("node 0 did not prove the secret")
+        return Session(_mac(self.key, b"session", self._theirs, self.nonce), leader=False)

@@ -1,114 +1,76 @@
-"""The nodes' channel: node 0 listens, the other nodes connect, each proves the secret first.
+"""The nodes' channel, node 0's end: every connection read without blocking, each message whole within a deadline.
 
-Built on the standard library's ``multiprocessing.connection``: each connection is
-authenticated both ways by its HMAC challenge (``deliver_challenge``/``answer_challenge``)
-under a key drawn from the job's secret before any message is read, then carries
-length-prefixed byte strings (``send_bytes``/``recv_bytes``, never pickle), each at most
-``MAX_MESSAGE_BYTES``: a longer one closes the connection unread.  A message is one line
-naming its topic, then a value sealed with the secret (node_auth): bytes injected into an
-authenticated connection, or replayed on it, are refused.
+Each connection first runs the handshake of node_auth (both ends prove the secret over fresh
+nonces, nothing else is read before), then carries frames (node_frames) sealed in that
+connection's own session: one recorded elsewhere or replayed is refused.  Never pickle.
 
-Node 0's side (``Hub``) keeps everything bounded: at most ``MAX_PENDING`` connections in
-their challenge at once (the oldest is dropped for a new one, and each has
-``HANDSHAKE_S`` to answer), at most ``MAX_PEERS`` authenticated ones, and per peer a quota
-of messages and bytes per second: a peer over it is not read until its quota refills (its
-sends wait: TCP's own flow control), so no peer can make node 0 spend more than its share.
-An unauthenticated peer is sent the challenge and nothing else; there is nothing to read,
-pop, set or delete.  The traffic is not encrypted: what the nodes send (trace records,
-stacks, logs) can be read on the network path (docs/security.md).
+``Hub`` reads every connection from one selector, in one thread, and never waits on one of
+them: a socket is read when it has bytes, a frame begun must be whole within ``MESSAGE_S``
+and a handshake done within ``HANDSHAKE_S`` (a peer that trickles a byte every few seconds is
+closed, and meanwhile the others are read as before), and what node 0 sends waits in a
+bounded buffer per peer (one that reads nothing for ``SEND_S``, or lets more than
+``MAX_OUTBOX`` pile up, is closed).  At most ``MAX_PENDING`` connections are in their
+handshake at once (the oldest goes for a new one), at most ``MAX_PEERS`` authenticated, and
+each peer has a quota of messages and bytes a second: one over it is not read until its
+quota refills (its sends wait: TCP's own flow control).  A node's end is node_link.  The
+traffic is not encrypted: what the nodes send can be read on the network path
+(docs/security.md).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import errno
 import selectors
 import socket
-import struct
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing.connection import (AuthenticationError, Connection, answer_challenge,
-                                        deliver_challenge)
 from typing import Any, Callable
 
-from ddpdoctor.supervisor.node_auth import Refused, Seal
+from ddpdoctor.supervisor.node_auth import LeaderHandshake, Refused, Session, body_of
+from ddpdoctor.supervisor.node_frames import (HANDSHAKE_S, MAX_MESSAGE_BYTES, ChannelError,
+                                              Framed)
 
-MAX_MESSAGE_BYTES = 8 << 20
-HANDSHAKE_S = 5.0  # a connecting peer answers the challenge within this
-IO_TIMEOUT_S = 10.0  # one message read or written (a stalled peer is dropped)
-MAX_PENDING = 64  # connections in their challenge at once
+MAX_PENDING = 64  # connections in their handshake at once
 MAX_PEERS = 8192  # authenticated connections
 MSGS_PER_S = 64.0  # a peer's quota (a follower sends 4 a second)
 MSG_BURST = 256.0
 BYTES_PER_S = float(64 << 20)
 BYTE_BURST = float(2 * MAX_MESSAGE_BYTES)
-MAX_TOPIC = 32
-TOPICS = frozenset({"hello", "report", "beat", "ask", "verdict", "final"})
-
-
-def channel_key(secret: str) -> bytes:
-    """The challenge's key: drawn from the secret, distinct from the messages' seal key."""
-    return hmac.new(secret.encode(), b"ddpdoctor-node-channel", hashlib.sha256).digest()
-
-
-def _io_timeouts(sock: socket.socket, seconds: float) -> None:
-    """Blocking reads and writes of ``sock`` fail after ``seconds`` without progress."""
-    tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
-
-
-def frame(topic: str, sealed: bytes) -> bytes:
-    return topic.encode() + b"\n" + sealed
-
-
-@dataclass(frozen=True)
-class Received:
-    """A sealed message read from a peer: its topic, sender, stamp and value."""
-
-    topic: str
-    sender: str
-    t_ns: int
-    session: str
-    value: Any
-
-
-def open_frame(seal: Seal, raw: bytes, session: str | None = None) -> Received:
-    """The topic and sealed value of one message; raises Refused."""
-    topic_b, sep, sealed = raw.partition(b"\n")
-    topic = topic_b.decode("ascii", "replace")
-    if not sep or len(topic_b) > MAX_TOPIC or topic not in TOPICS:
-        raise Refused("unknown topic")
-    head, value = seal.open(topic, sealed, session, once=True)
-    return Received(topic, head.sender, head.t_ns, head.session, value)
+CHECK_EVERY_S = 0.1  # deadlines are checked this often
 
 
 class Peer:
-    """One authenticated connection: its node (once it said hello), a send lock, quotas."""
+    """One authenticated connection on node 0: its node (once it said hello), its session,
+    its quotas."""
 
-    def __init__(self, conn: Connection, address: str):
-        self.conn = conn
+    def __init__(self, link: Framed, session: Session, address: str):
+        self.link = link
+        self.session = session
         self.address = address
         self.node: str | None = None
-        self.closed = False
         self.paused = False  # over its quota: not read until it refills
-        self._send_lock = threading.Lock()
+        self.failed = ""  # why it was closed
         self._msgs, self._bytes = MSG_BURST, BYTE_BURST
         self._refilled = time.monotonic()
 
-    def send(self, data: bytes) -> bool:
-        """Send one message; False (and the peer closed) when it cannot be sent."""
-        with self._send_lock:
-            if self.closed:
-                return False
-            try:
-                self.conn.send_bytes(data)
-                return True
-            except (OSError, ValueError):
-                self.close()
-                return False
+    @property
+    def closed(self) -> bool:
+        return self.link.closed
+
+    def send_body(self, body: bytes) -> bool:
+        """Queue one message (a ``body_of``) sealed in this peer's session and send what
+        the socket takes now; False when the peer is closed (``failed`` says why)."""
+        if self.link.closed:
+            return False
+        try:
+            self.link.queue(self.session.seal_body(body))
+            self.link.flush(time.monotonic())
+            return True
+        except ChannelError as e:
+            self.failed = e.strerror or str(e)
+            self.close()
+            return False
 
     def charge(self, n_bytes: int) -> None:
         self._msgs -= 1
@@ -123,142 +85,183 @@ class Peer:
         return self._msgs > 0 and self._bytes > 0
 
     def close(self) -> None:
-        self.closed = True
-        try:
-            self.conn.close()
-        except OSError:
-            pass  # already gone
+        self.link.close()
+
+
+@dataclass
+class _Pending:
+    """A connection in its handshake."""
+
+    link: Framed
+    handshake: LeaderHandshake
+    address: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Received:
+    """A message read from a peer, opened in its session: its topic and value."""
+
+    topic: str
+    value: Any
 
 
 class Hub:
-    """Node 0's end: a listening socket, the challenge of every newcomer (in threads, a
-    bounded number), and the authenticated peers read from one selector."""
+    """Node 0's end: the listening socket, the newcomers' handshakes and the peers, all
+    read from one selector by the thread that calls ``receive``."""
 
-    def __init__(self, listener: socket.socket, seal: Seal,
+    def __init__(self, listener: socket.socket, key: bytes,
                  on_drop: Callable[[str, str, int], None]):
         self.listener = listener
-        self.seal = seal
-        self.key = channel_key(seal.secret.decode())
+        self.key = key
         self.on_drop = on_drop
         self.dropped = 0
-        self.refused_connections = 0  # failed the challenge, or dropped for newer ones
+        self.refused_connections = 0  # failed the handshake, or pushed out by newer ones
         self.peers: dict[int, Peer] = {}  # fd -> peer
+        self._pending: dict[int, _Pending] = {}  # fd -> handshake, oldest first
+        self._new: deque[Peer] = deque()
         self._paused: set[Peer] = set()
+        self._checked = 0.0
+        self._accept_after = 0.0
         self._selector = selectors.DefaultSelector()
-        self._pending: deque[socket.socket] = deque()
-        self._ready: deque[Peer] = deque()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        listener.settimeout(0.2)
-        self._acceptor = threading.Thread(target=self._accept_loop, daemon=True,
-                                          name="ddpdoctor-nodes-accept")
-        self._acceptor.start()
+        listener.setblocking(False)
+        self._selector.register(listener, selectors.EVENT_READ, None)
 
     # -- newcomers ------------------------------------------------------------------------
-    def _accept_loop(self) -> None:
-        while not self._stop.is_set():
+    def _accept(self, now: float) -> None:
+        if now < self._accept_after:
+            return
+        for _ in range(MAX_PENDING):
             try:
                 sock, addr = self.listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                if self._stop.is_set():
-                    return
-                time.sleep(0.05)  # out of descriptors: the backlog waits
-                continue
-            sock.settimeout(None)
-            _io_timeouts(sock, HANDSHAKE_S)
-            with self._lock:
-                while len(self._pending) >= MAX_PENDING:
-                    self._evict(self._pending.popleft())
-                self._pending.append(sock)
-            threading.Thread(target=self._challenge, args=(sock, addr), daemon=True,
-                             name="ddpdoctor-nodes-challenge").start()
-
-    def _evict(self, sock: socket.socket) -> None:
-        self.refused_connections += 1
-        try:
-            sock.shutdown(socket.SHUT_RDWR)  # its challenge thread wakes and closes it
-        except OSError:
-            pass  # closed meanwhile
-
-    def _challenge(self, sock: socket.socket, addr: Any) -> None:
-        conn = Connection(sock.fileno())
-        try:
-            deliver_challenge(conn, self.key)  # the peer proves the secret: nothing else
-            answer_challenge(conn, self.key)  # is read before; then node 0 proves it
-            ok = True
-        except (AuthenticationError, OSError, EOFError, AssertionError, ValueError):
-            ok = False
-        with self._lock:
-            try:
-                self._pending.remove(sock)
-            except ValueError:
-                ok = False  # evicted meanwhile
-            if ok and len(self.peers) + len(self._ready) < MAX_PEERS:
-                _io_timeouts(sock, IO_TIMEOUT_S)
-                conn._handle = sock.detach()  # type: ignore[attr-defined]  # the peer owns it now
-                host = addr[0] if isinstance(addr, tuple) and addr else str(addr)
-                self._ready.append(Peer(conn, str(host)))
+            except (BlockingIOError, InterruptedError):
                 return
+            except OSError:
+                self._accept_after = now + 0.05  # out of descriptors: the backlog waits
+                return
+            host = addr[0] if isinstance(addr, tuple) and addr else str(addr)
+            link = Framed(sock)
+            while len(self._pending) >= MAX_PENDING:
+                self._refuse(next(iter(self._pending.values())))
+            pending = _Pending(link, LeaderHandshake(self.key), str(host), now + HANDSHAKE_S)
+            try:
+                link.queue(pending.handshake.challenge())
+                link.flush(now)
+            except ChannelError:
+                self.refused_connections += 1
+                link.close()
+                continue
+            self._pending[link.fileno()] = pending
+            self._selector.register(link.fileno(), selectors.EVENT_READ, pending)
+
+    def _refuse(self, pending: _Pending) -> None:
         self.refused_connections += 1
-        conn._handle = None  # type: ignore[attr-defined]  # the socket closes it
-        sock.close()
+        self._pending.pop(pending.link.fileno(), None)
+        self._unregister(pending.link)
+        pending.link.close()
+
+    def _on_pending(self, pending: _Pending, now: float) -> list[tuple[Peer, Received]]:
+        try:
+            frames = pending.link.read(now, 4096)
+        except ChannelError:
+            self._refuse(pending)
+            return []
+        if not frames:
+            return []
+        try:
+            proof, session = pending.handshake.answer(frames[0])
+            pending.link.queue(proof)
+            pending.link.flush(now)
+        except (Refused, ChannelError):
+            self._refuse(pending)
+            return []
+        self._pending.pop(pending.link.fileno(), None)
+        self._unregister(pending.link)
+        if len(self.peers) + len(self._new) >= MAX_PEERS:
+            self.refused_connections += 1
+            pending.link.close()
+            return []
+        peer = Peer(pending.link, session, pending.address)
+        self.peers[peer.link.fileno()] = peer
+        self._new.append(peer)
+        self._interest(peer)
+        return self._open(peer, frames[1:])
 
     # -- reading --------------------------------------------------------------------------
     def adopt(self) -> list[Peer]:
-        """The peers authenticated since the last call (now read by ``receive``); peers
-        closed meanwhile are forgotten first (their descriptor numbers come back)."""
+        """The peers authenticated since the last call (closed ones are forgotten first)."""
         for peer in [p for p in self.peers.values() if p.closed]:
             self.forget(peer)
-            self._paused.discard(peer)
-        with self._lock:
-            new, self._ready = list(self._ready), deque()
-        for peer in new:
-            fd = peer.conn.fileno()
-            self.peers[fd] = peer
-            self._selector.register(fd, selectors.EVENT_READ, peer)
+        new, self._new = [p for p in self._new if not p.closed], deque()
         return new
 
     def refill(self) -> None:
         """Peers paused for their quota that may be read again."""
         for peer in list(self._paused):
-            if peer.closed:
-                self._paused.discard(peer)
-            elif peer.refill():
+            if peer.closed or peer.refill():
                 peer.paused = False
                 self._paused.discard(peer)
-                self._selector.register(peer.conn.fileno(), selectors.EVENT_READ, peer)
+                if not peer.closed:
+                    self._interest(peer)
 
     def receive(self, timeout: float) -> list[tuple[Peer, Received]]:
-        """The sealed messages that arrived within ``timeout`` (what is not sealed for this
-        job is dropped and told); closed peers are forgotten."""
-        out = []
-        for key, _ in self._selector.select(timeout):
-            peer: Peer = key.data
-            got = self._read(peer)
-            if got is not None:
-                out.append((peer, got))
+        """The messages that arrived within ``timeout``, opened in their peers' sessions
+        (what is not is dropped and told); deadlines are enforced on the way."""
+        out: list[tuple[Peer, Received]] = []
+        for key, mask in self._selector.select(timeout):
+            now = time.monotonic()
+            item = key.data
+            if item is None:
+                self._accept(now)
+            elif isinstance(item, _Pending):
+                out += self._on_pending(item, now)
+            elif not item.closed:
+                out += self._on_peer(item, mask, now)
+        self._deadlines(time.monotonic())
         return out
 
-    def _read(self, peer: Peer) -> Received | None:
+    def _on_peer(self, peer: Peer, mask: int, now: float) -> list[tuple[Peer, Received]]:
         try:
-            raw = peer.conn.recv_bytes(MAX_MESSAGE_BYTES)
-        except (OSError, EOFError) as e:  # gone, stalled, or too long: closed unread
-            if isinstance(e, OSError) and "length" in str(e):
+            if mask & selectors.EVENT_WRITE:
+                peer.link.flush(now)
+                self._interest(peer)
+            if not mask & selectors.EVENT_READ:
+                return []
+            frames = peer.link.read(now)
+        except ChannelError as e:
+            if e.errno == errno.EMSGSIZE:
                 self.drop(peer, "oversized message (connection closed)")
             self.forget(peer)
-            return None
-        peer.charge(len(raw))
-        if not peer.refill():
+            return []
+        return self._open(peer, frames)
+
+    def _open(self, peer: Peer, frames: list[bytes]) -> list[tuple[Peer, Received]]:
+        out = []
+        for raw in frames:
+            peer.charge(len(raw))
+            try:
+                topic, value = peer.session.open(raw)
+            except Refused as e:
+                self.drop(peer, str(e))
+                continue
+            out.append((peer, Received(topic, value)))
+        if not peer.refill() and not peer.closed:
             peer.paused = True
             self._paused.add(peer)
-            self._selector.unregister(peer.conn.fileno())
-        try:
-            return open_frame(self.seal, raw)
-        except Refused as e:
-            self.drop(peer, str(e))
-            return None
+            self._interest(peer)
+        return out
+
+    def _deadlines(self, now: float) -> None:
+        if now - self._checked < CHECK_EVERY_S:
+            return
+        self._checked = now
+        for pending in [p for p in self._pending.values() if now > p.deadline]:
+            self._refuse(pending)
+        for peer in list(self.peers.values()):
+            why = peer.link.overdue(now)
+            if why:
+                self.drop(peer, f"{why}: connection closed")
+                self.forget(peer)
 
     def drop(self, peer: Peer, why: str) -> None:
         self.dropped += 1
@@ -267,63 +270,52 @@ class Hub:
 
     def forget(self, peer: Peer) -> None:
         """Close ``peer`` and stop reading it."""
-        for fd in [fd for fd, p in self.peers.items() if p is peer]:
+        fd = next((fd for fd, p in self.peers.items() if p is peer), None)
+        if fd is not None:
             del self.peers[fd]
-            try:
-                self._selector.unregister(fd)
-            except (KeyError, ValueError):
-                pass  # paused: not registered
+        self._paused.discard(peer)
+        self._unregister(peer.link)
         peer.close()
 
+    def _interest(self, peer: Peer) -> None:
+        """Read the peer unless paused; watch it for writing while output waits."""
+        events = (0 if peer.paused else selectors.EVENT_READ) | \
+            (selectors.EVENT_WRITE if peer.link.pending else 0)
+        fd = peer.link.fileno()
+        try:
+            if events:
+                try:
+                    self._selector.modify(fd, events, peer)
+                except KeyError:
+                    self._selector.register(fd, events, peer)
+            else:
+                self._selector.unregister(fd)
+        except (KeyError, ValueError, OSError):
+            pass  # closed meanwhile
+
+    def _unregister(self, link: Framed) -> None:
+        try:
+            self._selector.unregister(link.fileno())
+        except (KeyError, ValueError, OSError):
+            pass  # not registered (paused), or closed
+
     # -- sending --------------------------------------------------------------------------
-    def sealed(self, topic: str, value: Any) -> bytes:
-        return frame(topic, self.seal.seal(topic, value))
+    def broadcast(self, peers: list[Peer], topic: str, value: Any) -> None:
+        """One message to each of ``peers``: its body made once, sealed in each session."""
+        body = body_of(topic, value)
+        for peer in peers:
+            if peer.send_body(body):
+                self._interest(peer)
+            elif peer.failed:
+                self.drop(peer, f"{peer.failed}: connection closed")
+
+    def send(self, peer: Peer, topic: str, value: Any) -> None:
+        self.broadcast([peer], topic, value)
 
     def close(self) -> None:
-        self._stop.set()
-        self._acceptor.join(2.0)
-        self.listener.close()
-        with self._lock:
-            for sock in self._pending:
-                self._evict(sock)
-        for peer in list(self.peers.values()) + list(self._ready):
+        for pending in list(self._pending.values()):
+            pending.link.close()
+        for peer in list(self.peers.values()):
             peer.close()
         self._selector.close()
-
-
-def connect(host: str, port: int, secret: str, timeout_s: float,
-            stop: threading.Event | None = None) -> Connection:
-    """A follower's connection to node 0, authenticated both ways; retried until node 0
-    listens or ``timeout_s`` passes.  Raises OSError, or AuthenticationError when node 0
-    does not take this node's secret (then at once: retrying changes nothing)."""
-    key = channel_key(secret)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            sock = socket.create_connection((host, port), timeout=min(5.0, timeout_s))
-        except OSError:
-            if time.monotonic() > deadline or (stop is not None and stop.is_set()):
-                raise
-            time.sleep(0.2)
-            continue
-        sock.settimeout(None)
-        _io_timeouts(sock, HANDSHAKE_S)
-        conn = Connection(sock.detach())
-        try:
-            answer_challenge(conn, key)
-            deliver_challenge(conn, key)
-        except AuthenticationError:
-            conn.close()
-            raise AuthenticationError("node 0 does not share this node's secret") from None
-        except (OSError, EOFError, AssertionError) as e:
-            conn.close()  # a stranger's socket, or node 0 busy: try again
-            if time.monotonic() > deadline or (stop is not None and stop.is_set()):
-                raise OSError(f"no answer to the channel's challenge ({e})") from None
-            time.sleep(0.2)
-            continue
-        fd_sock = socket.socket(fileno=conn.fileno())  # the timeouts of every later message
-        try:
-            _io_timeouts(fd_sock, IO_TIMEOUT_S)
-        finally:
-            fd_sock.detach()
-        return conn
+        self.listener.close()

@@ -1,26 +1,27 @@
 """Another node's side of a many-node job: copy this node's run dir to node 0, follow it.
 
-A thread connects to node 0 over the nodes' channel (node_channel: both ends prove the
+A thread connects to node 0 over the nodes' channel (node_link: both ends prove the
 job's secret before anything else is read), then a few times a second sends what changed in
 this node's run dir (trace records, logs, stacks), its ranks' progress and the stack
 requests it answered, and takes node 0's beats, stack requests, verdict and final word.
 When node 0 cannot be reached, or stops answering, the node falls back to deciding alone
-(its own per-node report).  It first learns node 0's session from a fresh beat sealed with
-the job's secret, and takes only what node 0 sealed in that session (node_auth).
+(its own per-node report), and says why: when what answers at node 0's address never proves
+the secret (another program holds the port), that is said as such (``unproven``).  It takes
+only what node 0 sealed in this connection's own session (node_auth): a frame of another
+connection, of an earlier job, or replayed, is refused.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
 
 from ddpdoctor.host import host_name
-from ddpdoctor.supervisor.node_auth import Refused, Seal
-from ddpdoctor.supervisor.node_channel import (MAX_MESSAGE_BYTES, Received, connect, frame,
-                                               open_frame)
+from ddpdoctor.supervisor.node_auth import Refused, channel_key
+from ddpdoctor.supervisor.node_frames import MAX_MESSAGE_BYTES
+from ddpdoctor.supervisor.node_link import NodeLink, Unproven, connect
 from ddpdoctor.supervisor.node_messages import FinalWord, NodeVerdict, StackAsk
 from ddpdoctor.supervisor.node_store import NodeSetup
 from ddpdoctor.trace.sync import RunDirDelta, split_delta
@@ -28,7 +29,6 @@ from ddpdoctor.trace.sync import RunDirDelta, split_delta
 PUSH_EVERY_S = 0.25  # at least; node 0's beats may ask for less often (many nodes)
 MAX_PUSH_EVERY_S = 2.0
 CONNECT_S = 60.0  # how long node 0's channel may take to come up
-LEADER = "0"  # node 0's name as a sender
 MAX_ASKS_SEEN = 256
 
 
@@ -39,12 +39,13 @@ class NodeFollower:
                  lost_after_s: float, secret: str, log: Callable[..., None]):
         self.setup = setup
         self.node = node
-        self.seal = Seal(secret, node, None)  # node 0's session: learnt from its beat
+        self.key = channel_key(secret)
         self.log = log
         self.run_dir = run_dir  # -> (attempt, the run dir now watched)
         self.lost_after_s = lost_after_s
-        self.conn: Connection | None = None
+        self.link: NodeLink | None = None
         self.failed: str | None = None  # why this node decides alone, once it must
+        self.unproven = False  # what answers at node 0's address never proved the secret
         self.verdict: dict[str, Any] | None = None
         self.final: dict[str, Any] | None = None
         self.asks: list[tuple[int, list[int] | None]] = []  # stack requests to answer
@@ -101,11 +102,15 @@ class NodeFollower:
 
     def _run(self) -> None:
         try:
-            deadline = time.monotonic() + CONNECT_S
-            self.conn = connect(self.setup.host, self.setup.port, self.seal.secret.decode(),
-                                CONNECT_S, self._stop)
-            self._learn_session(deadline)
+            self.link = connect(self.setup.host, self.setup.port, self.key, CONNECT_S,
+                                self._stop.is_set)
             self._send("hello", {"node": self.node, "host": host_name()})
+        except Unproven as e:  # another program holds the port: said as such, loud
+            self.unproven = True
+            self.failed = str(e)
+            self.log("node_channel_unproven", why=self.failed[:300])
+            self._close_conn()
+            return
         except Exception as e:  # noqa: BLE001 - no node 0: this node decides alone
             first = str(e).splitlines()[0][:120] if str(e) else ""
             self.failed = (f"cannot reach node 0 at {self.setup.address} "
@@ -116,8 +121,8 @@ class NodeFollower:
         while not self._stop.is_set() and self.failed is None:
             try:
                 wait = max(0.0, next_push - time.monotonic())
-                if self.conn.poll(wait):
-                    self._take(self.conn.recv_bytes(MAX_MESSAGE_BYTES))
+                for frame in self.link.receive(wait):  # whole within its deadline
+                    self._take(frame)
                 ended = self._done is not None and not self._sent_done.is_set()
                 if time.monotonic() >= next_push or self._acks or ended:
                     self._push()
@@ -131,70 +136,48 @@ class NodeFollower:
         self._close_conn()
 
     def _close_conn(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
+        if self.link is not None:
+            self.link.close()
 
     def _send(self, topic: str, value: Any) -> None:
-        assert self.conn is not None
-        self.conn.send_bytes(frame(topic, self.seal.seal(topic, value)))
+        assert self.link is not None
+        self.link.send(topic, value)
 
-    def _learn_session(self, deadline: float) -> None:
-        """Node 0's session, from a beat it sealed with the job's secret and stamped near
-        our clock (an old job's beat is not taken); raises TimeoutError."""
-        assert self.conn is not None
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or self._stop.is_set():
-                raise TimeoutError("no beat of node 0 sealed with this job's secret (is it "
-                                   "the same on every node?)")
-            if not self.conn.poll(min(left, 1.0)):
-                continue
-            try:
-                msg = open_frame(self.seal, self.conn.recv_bytes(MAX_MESSAGE_BYTES))
-            except Refused as e:
-                self._dropped(str(e))
-                continue
-            if msg.topic == "beat" and msg.sender == LEADER and self.seal.fresh_ns(msg.t_ns):
-                self.seal.session = msg.session
-                self._leader_seen = time.monotonic()
-                self._take_beat(msg)
-                return
-
-    def _take(self, raw: bytes) -> None:
-        """One message of node 0's: only what it sealed in its session counts."""
+    def _take(self, frame: bytes) -> None:
+        """One frame of node 0's: only what it sealed in this connection's session counts."""
+        assert self.link is not None
         try:
-            msg = open_frame(self.seal, raw)
+            topic, value = self.link.open(frame)
         except Refused as e:
             self._dropped(str(e))
             return
-        if msg.sender != LEADER:
-            self._dropped(f"{msg.topic!r} from {msg.sender[:32]!r}, not node 0")
-            return
         self._leader_seen = time.monotonic()
-        if msg.topic == "beat":
-            self._take_beat(msg)
-        elif msg.topic == "ask":
-            self._take_ask(msg)
-        elif msg.topic == "verdict" and self.verdict is None:
-            verdict = NodeVerdict.parse(msg.value)
+        if topic == "beat":
+            self._take_beat(value)
+        elif topic == "ask":
+            self._take_ask(value)
+        elif topic == "verdict" and self.verdict is None:
+            verdict = NodeVerdict.parse(value)
             self.verdict = verdict.as_dict() if verdict is not None else None
-        elif msg.topic == "final" and self.final is None:
-            final = FinalWord.parse(msg.value)
+        elif topic == "final" and self.final is None:
+            final = FinalWord.parse(value)
             if final is not None:
                 self.final = final.as_dict()
                 self._read_final = True  # said with every later push, and now:
                 self._send("report", {"t": time.time_ns(), "read_final": True})
+        elif topic != "verdict" and topic != "final":
+            self._dropped(f"{topic!r} is not what node 0 sends")
 
-    def _take_beat(self, msg: Received) -> None:
+    def _take_beat(self, value: Any) -> None:
         """How often node 0 wants this node's news (within PUSH_EVERY_S..MAX_PUSH_EVERY_S)."""
-        every = msg.value.get("every") if isinstance(msg.value, dict) else None
+        every = value.get("every") if isinstance(value, dict) else None
         if type(every) in (int, float):
             self.push_every = min(MAX_PUSH_EVERY_S, max(PUSH_EVERY_S, float(every)))
 
-    def _take_ask(self, msg: Received) -> None:
+    def _take_ask(self, value: Any) -> None:
         """A stack request of node 0's, each once."""
-        n = msg.value.get("n") if isinstance(msg.value, dict) else None
-        ask = StackAsk.parse(msg.value)
+        n = value.get("n") if isinstance(value, dict) else None
+        ask = StackAsk.parse(value)
         if type(n) is not int or ask is None or n in self._asks_seen:
             return
         self._asks_seen.add(n)

@@ -24,6 +24,7 @@ from ddpdoctor.rundir.nodes import NODE_FILE, node_dir
 from ddpdoctor.supervisor.node_channel import Hub, Peer, Received
 from ddpdoctor.supervisor.node_messages import NodeReport, RankProgress, node_name
 from ddpdoctor.trace.sync import apply_delta
+from ddpdoctor.rundir.safe_path import make_dirs
 
 TICK_S = 0.1
 BEAT_S = 1.0  # node 0's beat to every node (a node silent for lost_after_s is lost)
@@ -134,9 +135,7 @@ class NodeLeader:
         hub.refill()
         new = hub.adopt()
         if new:
-            beat = hub.sealed("beat", self._beat())  # its session, before hello
-            for peer in new:
-                peer.send(beat)
+            hub.broadcast(new, "beat", self._beat())  # how often to send, before hello
         if now - self._beat_at >= BEAT_S:
             self._beat_at = now
             self._broadcast("beat", self._beat())
@@ -156,25 +155,24 @@ class NodeLeader:
             self._broadcast(topic, value)
 
     def _broadcast(self, topic: str, value: Any) -> None:
-        data = self.hub.sealed(topic, value)  # sealed once, the same bytes to every node
-        for peer in list(self._peers.values()):
-            peer.send(data)
+        """To every joined node: the body made once, sealed in each node's session."""
+        self.hub.broadcast(list(self._peers.values()), topic, value)
 
     def _on_message(self, peer: Peer, msg: Received) -> None:
         if msg.topic == "hello":
             self._hello(peer, msg)
-        elif msg.topic == "report" and peer.node is not None and msg.sender == peer.node \
+        elif msg.topic == "report" and peer.node is not None \
                 and isinstance(msg.value, dict) and peer.node in self.nodes:
             self._take(self.nodes[peer.node], NodeReport.parse(msg.value))
         else:
-            self.hub.drop(peer, f"{msg.topic!r} from {msg.sender[:32]!r} on the connection "
-                          f"of {peer.node or 'a node not yet joined'!r}")
+            self.hub.drop(peer, f"{msg.topic!r} on the connection of "
+                          f"{peer.node or 'a node not yet joined'!r}")
 
     def _hello(self, peer: Peer, msg: Received) -> None:
-        """A node names itself (its name: the sender of the sealed hello)."""
+        """A node names itself, once, on its own connection (sealed in its session)."""
         raw = msg.value.get("node") if isinstance(msg.value, dict) else None
         node = node_name(raw)
-        if node is None or node != msg.sender or node == "0" or peer.node is not None:
+        if node is None or node == "0" or peer.node is not None:
             self.hub.drop(peer, f"a hello that names {str(raw)[:32]!r}")
             return
         old = self._peers.get(node)
@@ -184,7 +182,7 @@ class NodeLeader:
         peer.node = node
         self._peers[node] = peer
         for topic, value in list(self._kept.items()):  # what the others were told already
-            peer.send(self.hub.sealed(topic, value))
+            self.hub.send(peer, topic, value)
         if node not in self.nodes:
             self.nodes[node] = NodeView(node)
             self.log("node_joined", node=node)
@@ -226,7 +224,7 @@ class NodeLeader:
             self._write_node(view, mirror)
 
     def _write_node(self, view: NodeView, mirror: Path, lost: bool | None = None) -> None:
-        mirror.mkdir(parents=True, exist_ok=True)
+        make_dirs(mirror)
         view.written_skew = view.skew_ns
         write_json_atomic(mirror / NODE_FILE, {
             "node": view.node, "host": view.host, "clock_skew_ns": view.skew_ns,

@@ -2,25 +2,40 @@
 
 Node 0 (``--node-rank 0``, or the first supervisor to bind the port when torchrun's c10d
 rendezvous hands out node ranks) listens; every other node's supervisor connects to it
-(node_channel: authenticated with the job's secret both ways before any message).  The
+(node_channel, node_link: authenticated with the job's secret both ways before any message).  The
 address is ``--doctor-store HOST:PORT``, else the rendezvous endpoint's (or
 ``--master-addr``'s) host with the port after its own (29401 for the default 29400).  Node
 0 listens on that host's address only (not every interface).
+
+The port is claimed before the job starts (``claim_channel``): node 0 binds it, and a port
+that is taken is an error that says so (and by which uid), exit 2: never a node that
+quietly decides alone because another user listened first.  A node that does not know its
+rank leads when it binds the port, follows when what holds it proves the job's secret, and
+stops with that error when it does not; a following node whose node 0 is already up checks
+the same, so a port squatted before the job is refused on every node.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import ipaddress
 import os
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 from ddpdoctor.config import parse_store
+from ddpdoctor.errors import UserError
 from ddpdoctor.host import host_name
 from ddpdoctor.rundir.attempts import launcher_option
-from ddpdoctor.supervisor.node_auth import Seal
+from ddpdoctor.supervisor.node_auth import Refused, channel_key
 from ddpdoctor.supervisor.node_channel import Hub
+from ddpdoctor.supervisor.node_link import Silent, handshake
+
+PROBE_S = 10.0  # how long a node waits for what holds the port to prove the secret
+EXIT_USAGE = 2
 
 DEFAULT_RDZV_PORT = 29400
 DEFAULT_MASTER_PORT = 29500
@@ -37,9 +52,12 @@ class NodeSetup:
     node_rank: int | None
     min_nodes: int = 0  # --nnodes MIN:MAX (or N): the nodes the job needs to start
     rdzv_id: str = ""  # torchrun's --rdzv-id, given alike on every node
+    listener: int | None = None  # the port, claimed before the job started (its fd)
 
     @property
     def leader(self) -> bool | None:
+        if self.listener is not None:
+            return True
         return None if self.node_rank is None else self.node_rank == 0
 
     @property
@@ -117,10 +135,76 @@ def _loopback_alias(host: str, addresses: list[str]) -> bool:
         all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
 
 
-def open_hub(setup: NodeSetup, seal: Seal, on_drop: Callable[[str, str, int], None]) -> Hub:
-    """Node 0's end of the nodes' channel, listening on the channel's own address; raises
-    OSError when it cannot (the port is taken)."""
-    return Hub(socket.socket(fileno=_listen(setup)), seal, on_drop)
+def open_hub(setup: NodeSetup, key: bytes, on_drop: Callable[[str, str, int], None]) -> Hub:
+    """Node 0's end of the nodes' channel, on the port claimed before the job (else bound
+    now, on the channel's own address); raises OSError when it cannot (the port is taken)."""
+    fd = setup.listener if setup.listener is not None else _listen(setup)
+    return Hub(socket.socket(fileno=fd), key, on_drop)
+
+
+def listening_uids(port: int) -> list[int]:
+    """The uids whose sockets listen on TCP ``port`` on this host (from /proc/net/tcp{,6})."""
+    uids = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 7 and f[3] == "0A" and f[1].rsplit(":", 1)[-1] == f"{port:04X}":
+                uids.add(int(f[7]))
+    return sorted(uids)
+
+
+def _taken(setup: NodeSetup, e: OSError) -> UserError:
+    held = listening_uids(setup.port)
+    who = f" (listening: uid {', '.join(map(str, held))})" if held else ""
+    why = "is taken" if e.errno == errno.EADDRINUSE else f"cannot be listened on ({e.strerror or e})"
+    return UserError(f"the nodes' channel port {setup.address} {why}{who}: another process holds "
+                     "it, and no node could lead the job there; choose a free one with "
+                     "--doctor-store HOST:PORT (the same on every node)", EXIT_USAGE)
+
+
+def _probe(setup: NodeSetup, key: bytes) -> bool | None:
+    """Does what listens at the channel's address prove the secret?  False only when it
+    speaks another protocol or fails the proof; None when nothing listens there (yet), or
+    what does says no word of the handshake in time (a node 0 slow to come up, a relay
+    holding the connection: the node tries again when it connects)."""
+    try:
+        sock = socket.create_connection((setup.host, setup.port), timeout=2.0)
+    except OSError:
+        return None
+    try:
+        handshake(sock, key, PROBE_S).close()
+    except Silent:
+        return None
+    except (Refused, OSError):
+        return False
+    return True
+
+
+def claim_channel(setup: NodeSetup | None, secret: str) -> NodeSetup | None:
+    """Before the job starts: node 0 takes its port (and holds it from now on), a node
+    that does not know its rank leads when it can take the port; a UserError (exit 2) when
+    the port is taken from node 0, or held by something that does not prove the job's
+    secret (another user's process, a node 0 of another secret)."""
+    if setup is None:
+        return None
+    if setup.leader is not False:  # node 0, or a node that does not know its rank
+        try:
+            return dataclasses.replace(setup, listener=_listen(setup))
+        except OSError as e:
+            if setup.leader is True:
+                raise _taken(setup, e) from None
+    if _probe(setup, channel_key(secret)) is False:
+        held = listening_uids(setup.port)
+        who = f" (listening: uid {', '.join(map(str, held))})" if held else ""
+        raise UserError(f"the nodes' channel port {setup.address} is held by a process that "
+                        f"does not prove this job's secret{who}: another program took node "
+                        "0's port, or node 0 has another secret; choose a free port with "
+                        "--doctor-store HOST:PORT, the same secret on every node", EXIT_USAGE)
+    return setup
 
 
 def this_node_id(setup: NodeSetup) -> str:

@@ -18,7 +18,7 @@ from ddpdoctor.config import RunConfig
 from ddpdoctor.host import host_name
 from ddpdoctor.supervisor.attempt_watch import AttemptWatch
 from ddpdoctor.supervisor.capture import capture_pids, capture_ranks
-from ddpdoctor.supervisor.node_auth import Seal, new_session
+from ddpdoctor.supervisor.node_auth import channel_key
 from ddpdoctor.supervisor.node_follower import NodeFollower
 from ddpdoctor.supervisor.node_leader import NodeLeader
 from ddpdoctor.supervisor.node_secret import INSECURE_WARNING, NodeSecret
@@ -77,17 +77,17 @@ class Nodes:
         # a node silent this long is lost; a node never heard of gets as long (the verdict)
         lost_after = report_grace_s(self.config.hang_timeout)
         lead = setup.leader
-        seal = Seal(secret.value, "0", new_session())
+        key = channel_key(secret.value)
         if lead is None:  # no node rank: whoever binds the port first leads
             try:
-                hub = open_hub(setup, seal, self._store_refused)
+                hub = open_hub(setup, key, self._store_refused)
             except Exception:  # noqa: BLE001 - the port is taken: another node leads
                 hub = None
             if hub is not None:
-                self._lead(setup, seal, lost_after, hub)
+                self._lead(setup, key, lost_after, hub)
                 return
         elif lead:
-            self._lead(setup, seal, lost_after)  # the channel opens in the leader's thread
+            self._lead(setup, key, lost_after)  # the channel opens in the leader's thread
             return
         self.follower = NodeFollower(setup, this_node_id(setup), self._where, lost_after,
                                      secret.value, self._log)
@@ -95,11 +95,11 @@ class Nodes:
         self.say(f"following node 0 through {setup.address}: it decides and "
                  "writes the job's one report")
 
-    def _lead(self, setup: NodeSetup, seal: Seal, lost_after: float,
+    def _lead(self, setup: NodeSetup, key: bytes, lost_after: float,
               hub: Any = None) -> None:
         """Node 0: the leader, on ``hub`` when this node already bound the port."""
         self.leader = NodeLeader(lambda: hub if hub is not None else
-                                 open_hub(setup, seal, self._store_refused),
+                                 open_hub(setup, key, self._store_refused),
                                  self.run_dir_of, self.say, self._log, lost_after,
                                  expected=max(0, setup.min_nodes - 1))
         self.leader.start()
@@ -132,6 +132,8 @@ class Nodes:
             return False
         if not f.linked and not self._follow_said:
             self._follow_said = True
+            if f.unproven:  # another program holds node 0's port: said as an error
+                self.say(f"error: {f.failed}", "red")
             self._alone(f.failed or "lost node 0")
         return f.linked
 

@@ -15,6 +15,7 @@ from ddpdoctor.trace.origin import Origin
 from ddpdoctor.trace.record import filled
 from ddpdoctor.trace.reader import TraceError, TraceFile, decode_fields
 from ddpdoctor.trace.tail import TailView, TraceTail
+from ddpdoctor.rundir.bounded import BadInput
 
 WINDOW = 4096  # collectives kept per rank and group for live matching
 MAX_NEW_PER_POLL = 8192
@@ -150,7 +151,7 @@ class LiveJob:
                 self.procs[path] = LiveRank(tail, remote=remote)
             except FileNotFoundError:
                 continue
-            except (TraceError, OSError, ValueError) as e:
+            except (TraceError, BadInput, OSError, ValueError) as e:  # a FIFO planted there too
                 self.bad.add(path)
                 self.problems.append(str(e))
 
@@ -163,7 +164,7 @@ class LiveJob:
                 continue
             try:
                 proc.poll()
-            except (TraceError, ValueError, IndexError) as e:
+            except (TraceError, BadInput, ValueError, IndexError) as e:
                 self.bad.add(proc.file.path)  # said once; its last good state is kept
                 self.problems.append(f"{proc.file.path.name}: {e}")
 
@@ -199,7 +200,7 @@ class LiveJob:
                 p.gone = True
                 try:  # its last words (EXITED) may have come after the last poll
                     p.header = p.file.header()
-                except (TraceError, ValueError, OSError):
+                except (TraceError, BadInput, ValueError, OSError):
                     pass
                 p.exited_clean = p.header.state == L.RankState.EXITED
                 gone.append(p)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
+from ddpdoctor.rundir.bounded import open_regular, read_file
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.meta_line import parse_meta_line
 from ddpdoctor.trace.origin import Origin
@@ -153,6 +154,22 @@ def read_header(buf: bytes | mmap.mmap, path: Path) -> TraceHeader:
     )
 
 
+def read_header_file(path: Path) -> TraceHeader:
+    """The header of the trace at ``path``, read alone (a regular file only: BadInput, exit
+    2, for a FIFO, a device or a link; TraceError when it is no trace)."""
+    try:
+        fd = open_regular(path)
+    except OSError as e:
+        raise TraceError(f"{path}: {e.strerror or e}") from None
+    try:
+        head = os.read(fd, L.HEADER_SIZE)
+    except OSError as e:
+        raise TraceError(f"{path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    return read_header(head, path)
+
+
 def read_loader_counts(buf: bytes | mmap.mmap) -> tuple[LoaderCount, ...]:
     """The header's loader-progress slots that hold a count (none in a shorter header)."""
     if len(buf) < L.HEADER_USED:
@@ -221,26 +238,36 @@ def read_records(buf: bytes | mmap.mmap, header: TraceHeader, last: int | None =
     """Decode the ring's records oldest first (only the newest ``last`` if given), with the
     header's rank and the groups' ``names`` (see ``decode_slots``).  Returns the records
     and how many were lost."""
-    count = header.count
-    first = max(0, count - header.capacity)
+    count, cap = header.count, header.capacity
+    first = max(0, count - cap)
     if last is not None:
         first = max(first, count - last)
-    records, lost = decode_slots(buf, L.HEADER_SIZE, range(first, count), header.capacity,
-                                 header.rank, names or {})
+    indices: Iterable[int] = range(first, count)
+    avail = max(0, (len(buf) - L.HEADER_SIZE) // L.RECORD_SIZE)
+    if avail < min(count - first, cap):  # a file shorter than the ring its header claims
+        # (damaged or forged): only the slots it holds, not a loop over every claimed one
+        indices = sorted(i for s in range(avail) if (i := first + (s - first) % cap) < count)
+    records, lost = decode_slots(buf, L.HEADER_SIZE, indices, cap, header.rank, names or {})
+    lost += (count - first) - len(indices)
     return records, first + lost if last is None else 0
 
 
 def read_meta(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Parse a meta log; bad lines are skipped and counted in the returned problems."""
+    try:
+        data = read_file(path, MAX_META_BYTES, head=True)  # a regular file, never a FIFO
+    except FileNotFoundError:
+        return [], []
+    except OSError as e:
+        return [], [f"{path}: {e.strerror}"]
+    return parse_meta(data, path.name)
+
+
+def parse_meta(data: bytes, name: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The events of a meta log's bytes; bad lines are skipped and counted in the returned
+    problems (one line), a line longer than MAX_META_LINE too."""
     events: list[dict[str, Any]] = []
     problems: list[str] = []
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_META_BYTES)
-    except FileNotFoundError:
-        return events, problems
-    except OSError as e:
-        return events, [f"{path}: {e.strerror}"]
     bad = 0
     for line in data.splitlines():
         if not line.strip() or len(line) > MAX_META_LINE:
@@ -257,7 +284,7 @@ def read_meta(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         else:
             bad += 1
     if bad:
-        problems.append(f"{path.name}: {bad} unreadable meta line(s) skipped")
+        problems.append(f"{name}: {bad} unreadable meta line(s) skipped")
     return events, problems
 
 
@@ -287,7 +314,7 @@ class TraceFile:
 
     def __init__(self, ring_path: Path):
         self.path = ring_path
-        fd = os.open(ring_path, os.O_RDONLY)
+        fd = open_regular(ring_path)  # BadInput (exit 2) for a FIFO, a device, a link
         try:
             st = os.fstat(fd)
             if st.st_size < L.HEADER_SIZE:
@@ -331,23 +358,37 @@ def read_trace(ring_path: Path, last: int | None = None) -> RankTrace:
     """Read a trace file (only its newest ``last`` records if given: the file is mapped,
     not read whole).  Raises TraceError when the header is unusable."""
     try:
-        with open(ring_path, "rb") as f:
-            if os.fstat(f.fileno()).st_size < L.HEADER_SIZE:
-                buf: Any = f.read()
-            else:
-                buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        fd = open_regular(ring_path)  # BadInput (exit 2) for a FIFO, a device, a link
     except OSError as e:
         raise TraceError(f"{ring_path}: {e.strerror or e}") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size > L.HEADER_SIZE + (1 << 24) * L.RECORD_SIZE:
+            raise TraceError(f"{ring_path}: {size:,} bytes, larger than any trace ring")
+        buf: Any = os.read(fd, L.HEADER_SIZE) if size < L.HEADER_SIZE else \
+            mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        raise TraceError(f"{ring_path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
     meta, problems = read_meta(meta_path_for(ring_path))
     try:
-        header = read_header(buf, ring_path)
-        records, dropped = read_records(buf, header, last, group_names(meta))
-    except struct.error as e:
-        raise TraceError(f"{ring_path}: damaged trace ({e})") from None
+        return trace_of(buf, ring_path, meta, problems, last)
     finally:
         if isinstance(buf, mmap.mmap):
             buf.close()
-    problems += runtime_errors(header, meta)
+
+
+def trace_of(buf: bytes | mmap.mmap, path: Path, meta: list[dict[str, Any]],
+             problems: list[str], last: int | None = None) -> RankTrace:
+    """The trace in ``buf`` (a ring's bytes) with its meta events; raises TraceError when
+    the header is unusable."""
+    try:
+        header = read_header(buf, path)
+        records, dropped = read_records(buf, header, last, group_names(meta))
+    except struct.error as e:
+        raise TraceError(f"{path}: damaged trace ({e})") from None
+    problems = problems + runtime_errors(header, meta)
     if dropped:
-        problems.append(f"{ring_path.name}: {dropped} record(s) lost to wrap-around or damage")
-    return RankTrace(ring_path, header, records, meta, dropped, problems)
+        problems.append(f"{path.name}: {dropped} record(s) lost to wrap-around or damage")
+    return RankTrace(path, header, records, meta, dropped, problems)

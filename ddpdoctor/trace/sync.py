@@ -15,12 +15,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.rundir.layout import open_new
+from ddpdoctor.rundir.bounded import BadInput, open_regular, read_file
+from ddpdoctor.rundir.safe_path import CheckedDir
 from ddpdoctor.trace import layout as L
+from ddpdoctor.trace.text import clean
 
 APPEND_ONLY = (".jsonl",)  # logs that only grow: sent from where the last copy ended
 WHOLE_FILES = ("run.json",)
 DIRS = ("traces", "stacks", "flight_recorder")
+TOP_FILES = WHOLE_FILES + ("supervisor.jsonl",)  # the files copied from a run dir's top
 MAX_FILE_BYTES = 4 << 20  # a bigger stack or dump file is not copied
 MAX_RECORDS = 4096  # records of one ring per delta (a backlog beyond it: the newest)
 MAX_OPEN = 512  # open records re-sent until they close
@@ -47,7 +50,7 @@ class RunDirDelta:
         self.sent_stamp: dict[str, tuple[int, int]] = {}  # whole file -> (size, mtime)
 
     def _files(self) -> list[tuple[str, Path]]:
-        out = [(name, self.run_dir / name) for name in WHOLE_FILES + ("supervisor.jsonl",)]
+        out = [(name, self.run_dir / name) for name in TOP_FILES]
         for d in DIRS:
             try:
                 entries = sorted(os.listdir(self.run_dir / d))
@@ -74,12 +77,12 @@ class RunDirDelta:
                     whole = self._whole(name, path)
                     if whole is not None:
                         files.append(whole)
-            except OSError:
-                continue  # vanished or unreadable now: the next call tries again
+            except (OSError, BadInput):  # vanished, unreadable, or no regular file: the
+                continue  # next call tries again (a FIFO there is never read)
         return {"rings": rings, "files": files}
 
     def _ring(self, name: str, path: Path) -> dict[str, Any] | None:
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:
             head = f.read(L.HEADER_SIZE)
             if len(head) < L.HEADER_SIZE or head[:8] != L.MAGIC:
                 return None
@@ -114,7 +117,7 @@ class RunDirDelta:
         sent = self.sent_size.get(name, 0)
         if size <= sent:
             return None
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:
             f.seek(sent)
             data = f.read(min(size - sent, MAX_FILE_BYTES))
         cut = data.rfind(b"\n") + 1  # whole lines only
@@ -128,7 +131,7 @@ class RunDirDelta:
         stamp = (st.st_size, st.st_mtime_ns)
         if self.sent_stamp.get(name) == stamp or st.st_size > MAX_FILE_BYTES:
             return None
-        data = path.read_bytes()
+        data = read_file(path, MAX_FILE_BYTES)
         self.sent_stamp[name] = stamp
         return {"name": name, "data": _b64(data)}
 
@@ -149,89 +152,119 @@ def split_delta(delta: dict[str, Any], budget: int) -> list[dict[str, Any]]:
     return parts
 
 
-def _safe(mirror: Path, name: str) -> Path | None:
-    """The mirror path for a sent name, or None when the name leaves the mirror."""
-    parts = Path(name).parts
-    if not parts or any(p in ("..", "") or p.startswith("/") for p in parts) or \
-            (len(parts) > 1 and parts[0] not in DIRS) or len(parts) > 2:
-        return None
-    return mirror.joinpath(*parts)
+def _place(top: CheckedDir, dirs: dict[str, CheckedDir], name: Any) -> tuple[CheckedDir, str]:
+    """The mirror directory and file name for a sent ``name`` (``run.json``,
+    ``traces/pid-1.ring``); ValueError when the name would leave the mirror."""
+    parts = name.split("/") if isinstance(name, str) and len(name) <= 512 else []
+    if len(parts) == 2 and parts[0] in dirs:
+        folder, base = dirs[parts[0]], parts[1]
+    elif len(parts) == 1 and parts[0] in TOP_FILES:
+        folder, base = top, parts[0]
+    else:
+        raise ValueError("bad file name")
+    if not base or base.startswith(".") or "\0" in base or len(base) > 255:
+        raise ValueError("bad file name")
+    return folder, base
 
 
-def apply_delta(mirror: Path, delta: dict[str, Any]) -> list[str]:
-    """Write a delta into ``mirror`` (created as needed); returns problems, one line each."""
+def _exists(folder: CheckedDir, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=folder.fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def apply_delta(mirror: Path, delta: Any) -> list[str]:
+    """Write a delta into ``mirror`` (created as needed, every file relative to a checked
+    directory descriptor: safe_path); returns problems, one line each.  Whatever the delta
+    holds, nothing else is raised."""
+    if not isinstance(delta, dict):
+        return ["mirror: the copy is not a delta"]
     problems: list[str] = []
-    for d in DIRS:
-        (mirror / d).mkdir(parents=True, exist_ok=True)
-    for ring in delta.get("rings") or []:
-        try:
-            _apply_ring(mirror, ring)
-        except (KeyError, TypeError, ValueError, OSError) as e:
-            problems.append(f"mirror of {ring.get('name')!r}: {type(e).__name__}: {e}")
-    for part in delta.get("files") or []:
-        try:
-            _apply_file(mirror, part)
-        except (KeyError, TypeError, ValueError, OSError) as e:
-            problems.append(f"mirror of {part.get('name')!r}: {type(e).__name__}: {e}")
+    try:
+        top = CheckedDir(mirror, create=True)
+    except OSError as e:
+        return [f"mirror {mirror}: {e.strerror or e}"]
+    dirs: dict[str, CheckedDir] = {}
+    try:
+        for d in DIRS:
+            dirs[d] = top.subdir(d, create=True)
+        for kind, apply in (("rings", _apply_ring), ("files", _apply_file)):
+            entries = delta.get(kind)
+            for entry in entries if isinstance(entries, list) else []:
+                try:
+                    if not isinstance(entry, dict):
+                        raise ValueError("not an object")
+                    apply(top, dirs, entry)
+                except (KeyError, TypeError, ValueError, OverflowError, OSError) as e:
+                    name = entry.get("name") if isinstance(entry, dict) else None
+                    problems.append(f"mirror of {clean(str(name)[:120])!r}: "
+                                    f"{type(e).__name__}: {clean(str(e)[:200])}")
+    except OSError as e:
+        problems.append(f"mirror {mirror}: {e.strerror or e}")
+    finally:
+        for d in dirs.values():
+            d.close()
+        top.close()
     return problems
 
 
-def _apply_ring(mirror: Path, ring: dict[str, Any]) -> None:
-    path = _safe(mirror, ring["name"])
-    capacity = int(ring["capacity"])
-    if path is None or not 0 < capacity <= L.DEFAULT_CAPACITY:  # a real rank's ring at most
-        raise ValueError("bad ring name or capacity")
+def _apply_ring(top: CheckedDir, dirs: dict[str, CheckedDir], ring: dict[str, Any]) -> None:
+    folder, name = _place(top, dirs, ring["name"])
+    capacity = ring["capacity"]
+    if type(capacity) is not int or not 0 < capacity <= L.DEFAULT_CAPACITY:
+        raise ValueError("bad ring name or capacity")  # a real rank's ring at most
     size = L.HEADER_SIZE + capacity * L.RECORD_SIZE
-    new = not path.exists()  # built under a temporary name: no reader sees it headerless
-    if new:
-        _room_for_one_more(path)
-    target, path = path, path.with_name(f".{path.name}.tmp") if new else path
-    fd = open_new(path, os.O_RDWR) if new else os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    head = _unb64(ring["header"])
+    if head[:8] != L.MAGIC or len(head) > L.HEADER_SIZE:
+        raise ValueError("not a trace header")
+    records = ring.get("records") or []
+    if not isinstance(records, list):
+        raise ValueError("records are not a list")
+    new = not _exists(folder, name)  # built under a temporary name: no reader sees it
+    if new:  # headerless
+        _room_for_one_more(folder)
+    tmp = f".{name}.tmp"
+    fd = folder.open_new(tmp, os.O_RDWR) if new else folder.open_rw(name)
     try:
         if os.fstat(fd).st_size < size:
             os.ftruncate(fd, size)  # sparse: only written slots take room
-        for index, raw in ring.get("records") or []:
+        for item in records:
+            index, raw = item
             data = _unb64(raw)
-            if len(data) == L.RECORD_SIZE and isinstance(index, int) and index >= 0:
+            if len(data) == L.RECORD_SIZE and type(index) is int and index >= 0:
                 os.pwrite(fd, data, L.HEADER_SIZE + (index % capacity) * L.RECORD_SIZE)
-        head = _unb64(ring["header"])
-        if head[:8] != L.MAGIC or len(head) > L.HEADER_SIZE:
-            raise ValueError("not a trace header")
         os.pwrite(fd, head, 0)  # last: the count never runs ahead of the records
     finally:
         os.close(fd)
     if new:
-        os.replace(path, target)
+        folder.replace(tmp, name)
 
 
-def _apply_file(mirror: Path, part: dict[str, Any]) -> None:
-    path = _safe(mirror, part["name"])
-    if path is None:
-        raise ValueError("bad file name")
+def _apply_file(top: CheckedDir, dirs: dict[str, CheckedDir], part: dict[str, Any]) -> None:
+    folder, name = _place(top, dirs, part["name"])
     data = _unb64(part["data"])
-    offset = int(part.get("offset", 0))
-    if not 0 <= offset <= MAX_MIRROR_FILE_BYTES - len(data):
+    offset = part.get("offset", 0)
+    if type(offset) is not int or not 0 <= offset <= MAX_MIRROR_FILE_BYTES - len(data):
         raise ValueError(f"the mirror would pass {MAX_MIRROR_FILE_BYTES >> 20} MiB")
-    if not path.exists():
-        _room_for_one_more(path)
+    if not _exists(folder, name):
+        _room_for_one_more(folder)
     if "offset" in part:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fd = folder.open_rw(name)
         try:
             os.pwrite(fd, data, offset)
         finally:
             os.close(fd)
         return
-    tmp = path.with_name(f".{path.name}.tmp")
-    with os.fdopen(open_new(tmp), "wb") as f:
+    tmp = f".{name}.tmp"
+    with os.fdopen(folder.open_new(tmp), "wb") as f:
         f.write(data)
-    os.replace(tmp, path)
+    folder.replace(tmp, name)
 
 
-def _room_for_one_more(path: Path) -> None:
-    """Raise ValueError when ``path``'s mirror dir already holds MAX_MIRROR_ENTRIES files."""
-    try:
-        count = len(os.listdir(path.parent))
-    except OSError:
-        return
+def _room_for_one_more(folder: CheckedDir) -> None:
+    """Raise ValueError when a mirror dir already holds MAX_MIRROR_ENTRIES files."""
+    count = len(folder.names())
     if count >= MAX_MIRROR_ENTRIES:
         raise ValueError(f"the mirror dir already holds {count} files")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ddpdoctor.host import host_name
-from ddpdoctor.rundir.layout import open_new
+from ddpdoctor.rundir.safe_path import CheckedDir
 from ddpdoctor.trace import layout as L
 
 _I32 = struct.Struct("<i")
@@ -75,22 +75,36 @@ class TraceWriter:
         size = L.HEADER_SIZE + capacity * L.RECORD_SIZE
         # Built under a temporary name and renamed once the header is in: a reader never
         # sees a ring file without its header.
-        tmp_path = self.ring_path.with_name(self.ring_path.name + ".tmp")
-        fd = open_new(tmp_path, os.O_RDWR)
+        # Every file is made relative to the trace dir's checked descriptor (safe_path).
+        tmp_name = self.ring_path.name + ".tmp"
+        folder = CheckedDir(trace_dir)
         try:
-            self._reserved = min(capacity, CHUNK_RECORDS)  # records whose disk is reserved
-            os.ftruncate(fd, size)
-            _reserve(fd, 0, L.HEADER_SIZE + self._reserved * L.RECORD_SIZE)
-            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            _unlink_quietly(tmp_path)
-            raise
-        self._fd = fd  # kept for the next chunks (close-on-exec: open_new)
-        self._grow_at = self._next_grow()
-        self._growing = threading.Lock()
-        self._on_full = on_full
-        self.full = False
+            fd = folder.open_new(tmp_name, os.O_RDWR)
+            try:
+                self._reserved = min(capacity, CHUNK_RECORDS)  # records whose disk is reserved
+                os.ftruncate(fd, size)
+                _reserve(fd, 0, L.HEADER_SIZE + self._reserved * L.RECORD_SIZE)
+                self._map = mmap.mmap(fd, size, mmap.MAP_SHARED,
+                                      mmap.PROT_READ | mmap.PROT_WRITE)
+            except BaseException:
+                os.close(fd)
+                folder.unlink(tmp_name)
+                raise
+            self._fd = fd  # kept for the next chunks (close-on-exec: open_new)
+            self._grow_at = self._next_grow()
+            self._growing = threading.Lock()
+            self._on_full = on_full
+            self.full = False
+            self._init_header(capacity, run_id)
+            folder.replace(tmp_name, self.ring_path.name)
+            self._meta_fd = folder.open_append(self.meta_path.name)
+        finally:
+            folder.close()
+        self._next = itertools.count()
+        self._pack = L.RECORD.pack_into
+        self.closed = False
+
+    def _init_header(self, capacity: int, run_id: str) -> None:
         now = time.time_ns()
         host = host_name().encode()[:64]
         L.HEADER.pack_into(
@@ -98,11 +112,6 @@ class TraceWriter:
             int(L.RankState.STARTING), -1 << 31, -1, -1, 0, now, -1, now, host,
             run_id.encode()[:32],
         )
-        os.replace(tmp_path, self.ring_path)
-        self._meta_fd = os.open(self.meta_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self._next = itertools.count()
-        self._pack = L.RECORD.pack_into
-        self.closed = False
 
     # -- records ---------------------------------------------------------------------
     def append(self, kind: int, op: int, reduce_op: int, flags: int, group: int, seq: int,

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +21,8 @@ from ddpdoctor.tui.screens.help import HelpScreen
 from ddpdoctor.tui.screens.main import MainScreen
 from ddpdoctor.tui.screens.rank import RankScreen
 from ddpdoctor.tui.source import ReportFeed, ReportSource
+from ddpdoctor.terminal_text import safe, say
+from ddpdoctor.rundir.layout import read_run_file
 
 #: Seconds between two polls of a live run (4 Hz).
 POLL_INTERVAL_S = 0.25
@@ -124,7 +124,7 @@ class DoctorApp(App[int]):
                 if finished:
                     return
             if error and error != last_error:
-                self.post_message(PollFailed(error))
+                self.post_message(PollFailed(safe(error)))
             last_error = error
             # a slow build (many ranks, a busy box) must not take more than half the CPU
             self._stop_polling.wait(max(self.poll_interval, time.monotonic() - started))
@@ -138,13 +138,15 @@ class DoctorApp(App[int]):
         self.report = message.view
         if was_live and not self.live:
             outcome = message.view.outcome or "ended"
-            self.notify(f"The job {outcome}: this is the final report. Press q to quit.", timeout=8)
+            self.notify(f"The job {outcome}: this is the final report. Press q to quit.", timeout=8,
+                        markup=False)
 
     def on_poll_failed(self, message: PollFailed) -> None:
         if self.report is None:
             self.main_screen.show_waiting(message.message)
         else:
-            self.notify(message.message, title="cannot update the report", severity="error")
+            self.notify(message.message, title="cannot update the report", severity="error",
+                        markup=False)
 
     def on_rank_selected(self, message: RankSelected) -> None:
         if self.report is None:
@@ -210,12 +212,12 @@ def run_ui(path: Path) -> int:
     try:
         app = make_app(Path(path))
     except UserError as exc:
-        print(f"ddpdoctor: {exc}", file=sys.stderr)
+        say(f"ddpdoctor: {exc}")
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - the user gets a sentence, not a traceback
         if os.environ.get("DDPDOCTOR_DEBUG"):
             raise
-        print(f"ddpdoctor: cannot show {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        say(f"ddpdoctor: cannot show {path}: {type(exc).__name__}: {exc}")
         return 2
     result = app.run()
     return result if isinstance(result, int) else 0
@@ -231,8 +233,8 @@ def run_live(run_dir: Path, job_log: Path, is_running: Callable[[], bool]) -> No
 def _run_command(run_dir: Path) -> list[str]:
     """The job's command from run.json, or [] when it cannot be read yet."""
     try:
-        data: Any = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_run_file(run_dir)
+    except UserError:
         return []
-    command = data.get("command") if isinstance(data, dict) else None
-    return [str(c) for c in command] if isinstance(command, list) else []
+    command = data.get("command")
+    return [safe(str(c)) for c in command] if isinstance(command, list) else []

@@ -10,7 +10,6 @@ the full report only when the supervisor's revision says something worth judging
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import deque
@@ -23,6 +22,9 @@ from ddpdoctor.report.schema import timeline_entry
 from ddpdoctor.trace.record import CallRecord
 from ddpdoctor.trace.reader import TraceError, TraceFile, record_of
 from ddpdoctor.trace.tail import TailView, TraceTail
+from ddpdoctor.rundir.bounded import BadInput, load_json, read_file
+
+MAX_LIVE_STATE_BYTES = 256 << 20  # the supervisor's live view of the biggest job
 
 LIVE_SCHEMA = "ddpdoctor.live/1"
 REPORT_SCHEMA = "ddpdoctor.report/1"
@@ -130,9 +132,13 @@ class LiveFollower:
         if mtime == self._state_mtime and self._state is not None:
             return not self._supervisor_alive()  # gone since: fall back
         try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
+            state = load_json(read_file(path, MAX_LIVE_STATE_BYTES), path)
+        except BadInput as e:
+            if not e.damaged:
+                raise  # a FIFO, a device, a link: shown as the UI's error
             return False  # replaced as we read it: the next poll reads it
+        except OSError:
+            return False
         self._state_mtime = mtime
         ok = isinstance(state, dict) and state.get("schema") == LIVE_SCHEMA
         self._state = state if ok else None

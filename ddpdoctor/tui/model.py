@@ -12,6 +12,7 @@ from ddpdoctor.trace.origin import Origin
 from ddpdoctor.trace.record import NS, CallRecord
 from ddpdoctor.tui.styles import SEVERITY_ORDER
 from ddpdoctor.tui.values import as_dict, as_float, as_int, as_list, as_str, parse_time
+from ddpdoctor.terminal_text import safe_value
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,9 @@ class ReportView:
         """The view of a report dict; `parser` reuses what the previous poll already parsed."""
         if not isinstance(data, Mapping):
             return cls(problems=("the report is not a JSON object",))
+        # what the UI shows is made safe for the terminal (terminal_text); the timeline's
+        # entries are, as each is parsed (once: the parser keeps them across polls)
+        data = {k: v if k in UNCLEANED else safe_value(v, free=True) for k, v in data.items()}
         parser = parser if parser is not None else CollectiveParser()
         ranks = tuple(
             RankView.from_dict(r, i, parser)
@@ -291,6 +295,9 @@ class ReportView:
         return self.ended_at
 
 
+UNCLEANED = frozenset({"timeline", "profile"})  # cleaned entry by entry, or numbers only
+
+
 class CollectiveParser:
     """Parses collectives, reusing those parsed at the previous poll (a live run re-sends them all).
 
@@ -319,7 +326,7 @@ class CollectiveParser:
         key = _entry_key(raw)
         entry = self._previous.get(key) or self._current.get(key)
         if entry is None:
-            entry = CallRecord.from_report_dict(raw)
+            entry = CallRecord.from_report_dict(safe_value(raw))
         self._current[key] = entry
         return entry
 
@@ -338,19 +345,24 @@ class CollectiveParser:
 
 
 def _entry_key(raw: Any) -> tuple[Any, ...]:
+    """What tells one timeline entry from another (each part hashable, whatever a report.json
+    holds there)."""
     if not isinstance(raw, dict):
         return (None,)
-    return (
-        raw.get("group"),
-        raw.get("seq"),
-        raw.get("op"),
-        raw.get("start", raw.get("since")),
-        raw.get("end"),
-        raw.get("callsite"),
-        str(raw.get("shapes")),
-        str(raw.get("dtypes")),
-        raw.get("origin"),
-        raw.get("iteration"),
+    return tuple(
+        v if v is None or isinstance(v, (str, int, float)) else str(v)
+        for v in (
+            raw.get("group"),
+            raw.get("seq"),
+            raw.get("op"),
+            raw.get("start", raw.get("since")),
+            raw.get("end"),
+            raw.get("callsite"),
+            str(raw.get("shapes")),
+            str(raw.get("dtypes")),
+            raw.get("origin"),
+            raw.get("iteration"),
+        )
     )
 
 

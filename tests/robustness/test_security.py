@@ -25,23 +25,38 @@ from .helpers import (COLLECTIVES, JOBS, TRAIN, free_port, job_pids, rank_header
 PACKAGE = Path(__file__).resolve().parents[2] / "ddpdoctor"
 
 
+DESERIALISERS = {"pickle": {"load", "loads", "Unpickler"}, "cPickle": {"load", "loads"},
+                 "dill": {"load", "loads"}, "cloudpickle": {"load", "loads"},
+                 "marshal": {"load", "loads"}, "shelve": {"open"}, "joblib": {"load"},
+                 "torch": {"load"}, "yaml": {"load", "unsafe_load"}}
+
+
+def _deserialising(tree: ast.AST) -> list[int]:
+    """The lines of ``tree`` that call (or import) a deserialiser that can run code: the
+    code, not a string that names one (lint's tables of calls do)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                node.attr in DESERIALISERS.get(node.value.id, ()):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module in DESERIALISERS and \
+                any(a.name in DESERIALISERS[node.module] for a in node.names):
+            lines.append(node.lineno)
+    return lines
+
+
 def test_nothing_is_unpickled():
     """torch's own object collectives pickle (the user's business); ddpdoctor never
-    deserialises with pickle (or its cousins) anything it reads.  Read from the code's
-    syntax: a name in a string (lint's table of loading calls) is no call."""
-    modules = {"pickle", "cPickle", "dill", "cloudpickle", "marshal", "shelve", "joblib"}
-    risky = {("torch", "load"), ("yaml", "load"), ("yaml", "unsafe_load")}
+    deserialises with pickle (or its cousins) anything it reads."""
     hits = []
     for path in PACKAGE.rglob("*.py"):
-        tree = ast.parse(path.read_text(errors="replace"))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                pair = (node.value.id, node.attr)
-                if (pair[0] in modules and pair[1] in ("load", "loads", "Unpickler", "open")) \
-                        or pair in risky:
-                    hits.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: "
-                                f"{pair[0]}.{pair[1]}")
+        text = path.read_text(errors="replace")
+        for n in _deserialising(ast.parse(text)):
+            hits.append(f"{path.relative_to(PACKAGE.parent)}:{n}: "
+                        f"{text.splitlines()[n - 1].strip()}")
     assert not hits, "deserialisation that can run code:\n" + "\n".join(hits)
+    assert _deserialising(ast.parse("import pickle\npickle.loads(b'')")) == [2]
+    assert _deserialising(ast.parse("CALLS = {'pickle.load', 'torch.load'}")) == []
 
 
 # -- sockets ---------------------------------------------------------------------------
@@ -305,8 +320,8 @@ def _node_stranger(port: int, *mode: str) -> subprocess.Popen:
 
 
 def _only_challenges(got: list[str]) -> list[bytes]:
-    """What node 0 sent a stranger that is not its challenge or its refusal."""
-    from multiprocessing.connection import MESSAGE_LENGTH
+    """What node 0 sent a stranger that is not its challenge."""
+    from ddpdoctor.supervisor.node_auth import CHALLENGE, NONCE_BYTES
 
     extra = []
     for text in got:
@@ -314,8 +329,7 @@ def _only_challenges(got: list[str]) -> list[bytes]:
         while data:
             size = int.from_bytes(data[:4], "big")
             body, data = data[4:4 + size], data[4 + size:]
-            if not (body.startswith(b"#CHALLENGE#") and size == 11 + MESSAGE_LENGTH or
-                    body == b"#FAILURE#"):
+            if not (body.startswith(CHALLENGE) and size == len(CHALLENGE) + NONCE_BYTES):
                 extra.append(body[:64])
     return extra
 
@@ -324,7 +338,7 @@ def _only_challenges(got: list[str]) -> list[bytes]:
 def two_supervisors(tmp_path):
     """Node 0's link and node 1's, over the real channel on loopback, with the secret; what
     each logs is kept."""
-    from ddpdoctor.supervisor.node_auth import Seal
+    from ddpdoctor.supervisor.node_auth import channel_key
     from ddpdoctor.supervisor.node_follower import NodeFollower
     from ddpdoctor.supervisor.node_leader import NodeLeader
     from ddpdoctor.supervisor.node_store import NodeSetup, open_hub
@@ -333,7 +347,7 @@ def two_supervisors(tmp_path):
     logs: list[tuple[str, dict]] = []
     log = lambda event, **fields: logs.append((event, fields))  # noqa: E731
     dropped = lambda key, why, count: log("store_refused", key=key, why=why)  # noqa: E731
-    leader = NodeLeader(lambda: open_hub(setup, Seal(STORE_SECRET, "0", "session-b"), dropped),
+    leader = NodeLeader(lambda: open_hub(setup, channel_key(STORE_SECRET), dropped),
                         lambda attempt: tmp_path / "node0", lambda *a: None, log, 30.0,
                         expected=1)
     leader.start()
@@ -390,77 +404,59 @@ def test_strangers_without_the_secret_read_nothing_and_change_nothing(two_superv
     assert _until(lambda: bool(follower.asks)) and follower.asks == [(n, [3])]
 
 
-def _raw_node(setup, secret: str):
-    """A client that passed the channel's challenge (with ``secret``): what an attacker
-    on the network path could do with a connection it did not open is no more than this."""
-    from ddpdoctor.supervisor.node_channel import connect
+def _raw_node(setup, secret: str, timeout: float = 10.0):
+    """A client that passed the channel's handshake (with ``secret``): a peer that holds
+    the secret, on a connection of its own."""
+    from ddpdoctor.supervisor.node_auth import channel_key
+    from ddpdoctor.supervisor.node_link import connect
 
-    return connect(setup.host, setup.port, secret, 10.0)
+    return connect(setup.host, setup.port, channel_key(secret), timeout)
 
 
 def test_a_wrong_secret_is_refused_at_the_door(two_supervisors):
-    from multiprocessing.connection import AuthenticationError
+    from ddpdoctor.supervisor.node_link import Unproven
 
     setup, leader, follower, logs = two_supervisors
-    with pytest.raises(AuthenticationError):
-        _raw_node(setup, OTHER_SECRET)
+    with pytest.raises(Unproven, match="does not prove this job's secret"):
+        _raw_node(setup, OTHER_SECRET, 2.0)
     assert sorted(leader.nodes) == ["1"] and not leader.hub.dropped
 
 
 def test_forged_or_replayed_messages_change_nothing(two_supervisors):
-    """Inside an authenticated connection: a message sealed with another secret, one of an
-    earlier job (another session), one that claims to be node 1, a replay of node 0's own
-    verdict to node 1, and node 1's report replayed to node 0: each is refused and logged;
-    nothing changes; the real verdict still arrives."""
-    from ddpdoctor.supervisor.node_auth import Refused, Seal
-    from ddpdoctor.supervisor.node_channel import frame
+    """A peer that holds the secret, on a connection of its own: a frame sealed in another
+    session, its own frame sent again (a replay), a report before its hello, and a hello
+    that names node 1 (joined already): each is refused and logged; node 1 stays node 1,
+    and node 0's verdict still reaches it."""
+    from ddpdoctor.supervisor.node_auth import Session, body_of
 
     setup, leader, follower, logs = two_supervisors
     before = _state(leader, follower)
-    conn = _raw_node(setup, STORE_SECRET)
-    session = follower.seal.session
+    link = _raw_node(setup, STORE_SECRET)
     done = {"t": time.time_ns(), "done": True, "exit_code": 9}
-    for seal, topic, value in [
-            (Seal(OTHER_SECRET, "1", session), "report", done),
-            (Seal(STORE_SECRET, "1", "an-earlier-job"), "report", done),
-            (Seal(STORE_SECRET, "1", session), "report", done),  # not its connection's node
-            (Seal(STORE_SECRET, "2", session), "hello", {"node": "1"})]:
-        conn.send_bytes(frame(topic, seal.seal(topic, value)))
+    link.link.queue(Session(b"k" * 32, leader=False).seal("report", done))  # another session
+    link.send("report", done)  # before any hello
+    frame = link.session.seal_body(body_of("hello", {"node": "1"}))
+    link.link.queue(frame)
+    link.link.queue(frame)  # the same frame again: a replay
+    link.link.flush(time.monotonic())
     assert _until(lambda: len(_refusals(logs, "")) >= 4)
-    for why in ("bad signature", "another session", "on the connection of", "a hello"):
+    for why in ("bad seal", "not yet joined", "already joined", "out of order"):
         assert _refusals(logs, why), (why, logs)
-    # node 1's own sealed report, captured and sent again: on its connection, a replay
-    real = follower.seal.seal("report", done)
-    conn2 = _raw_node(setup, STORE_SECRET)
-    conn2.send_bytes(frame("hello", follower.seal.seal("hello", {"node": "1"})))
-    assert _until(lambda: bool(_refusals(logs, "already joined")))
     assert leader._peers["1"] is not None and not leader._peers["1"].closed  # still node 1's
     leader.publish_verdict("hang", "the real one", False, 0)
     assert _until(lambda: follower.verdict is not None)
-    verdict_frame = leader.hub.sealed("verdict", {"reason": "hang", "message": "again",
-                                                   "stop": True, "exit_code": 124})
-    follower._take(verdict_frame)
-    follower._take(verdict_frame)  # the same bytes twice: the second is a replay
-    assert _refusals(logs, "replayed")
     assert follower.verdict["message"] == "the real one" and not follower.verdict["stop"]
-    try:  # node 1's report, as node 0 reads it (its later ones may have come first)
-        leader.hub.seal.open("report", real, once=True)
-    except Refused:
-        pass
-    with pytest.raises(Refused, match="replayed"):  # the same bytes again
-        leader.hub.seal.open("report", real, once=True)
     after = _state(leader, follower)
     assert after[:4] == before[:4] and after[-1]
-    conn.close()
-    conn2.close()
+    link.close()
 
 
 def test_the_channel_listens_on_its_own_address_only():
-    from ddpdoctor.supervisor.node_auth import Seal
+    from ddpdoctor.supervisor.node_auth import channel_key
     from ddpdoctor.supervisor.node_store import NodeSetup, open_hub
 
     port = free_port()
-    hub = open_hub(NodeSetup("127.0.0.1", port, 2, 0), Seal(STORE_SECRET, "0", "s"),
+    hub = open_hub(NodeSetup("127.0.0.1", port, 2, 0), channel_key(STORE_SECRET),
                    lambda *a: None)
     try:
         listening = [line.split()[1] for line in
@@ -561,16 +557,15 @@ def test_a_stranger_cannot_stop_or_starve_a_two_node_job(tmp_path):
 def test_a_big_copy_goes_in_messages_the_channel_takes():
     """A node's copy bigger than one message of the channel (8 MiB) goes in several, each
     sealed under the limit, in order."""
-    from ddpdoctor.supervisor.node_auth import MAX_VALUE_BYTES, Seal
-    from ddpdoctor.supervisor.node_channel import MAX_MESSAGE_BYTES, frame
+    from ddpdoctor.supervisor.node_auth import Session
+    from ddpdoctor.supervisor.node_frames import MAX_MESSAGE_BYTES
     from ddpdoctor.trace.sync import split_delta
 
     files = [{"name": f"stacks/pid-{i}.json", "data": "A" * (3 << 20)} for i in range(5)]
     parts = split_delta({"rings": [], "files": files}, MAX_MESSAGE_BYTES // 2)
     assert [f for p in parts for f in p["files"]] == files and len(parts) == 5
-    seal = Seal(STORE_SECRET, "1", "s")
-    assert all(len(frame("report", seal.seal("report", {"delta": p}))) < MAX_VALUE_BYTES
-               for p in parts)
+    session = Session(b"k" * 32, leader=False)
+    assert all(len(session.seal("report", {"delta": p})) < MAX_MESSAGE_BYTES for p in parts)
 
 
 # -- untrusted text ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpdoctor.analysis.load import flight_recorder as fr
+from ddpdoctor.analysis.load import fr_dumps
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.load.run_dirs import load_job
 from ddpdoctor.analysis.model import Severity
@@ -217,9 +217,9 @@ def test_a_flight_recorder_dump_gives_the_seq_and_the_stack_the_line(script, tmp
     stacks = {0: in_call("barrier", script, 6), 1: in_call("all_reduce", script, 7)}
     samples = [StackSample(i * 1_000_000_000, {p.pid: {"frames": stacks[p.rank]}
                                                for p in procs}) for i in (1, 2)]
-    dumps = {0: fr.load_dump(write_dump(tmp_path / "fr", 0, [
+    dumps = {0: fr_dumps.load_dump(write_dump(tmp_path / "fr", 0, [
         entry(1), entry(2), entry(3, "barrier", sizes=[], retired=False)], 2)),
-        1: fr.load_dump(write_dump(tmp_path / "fr", 1, [
+        1: fr_dumps.load_dump(write_dump(tmp_path / "fr", 1, [
             entry(1), entry(2), entry(3, retired=False)], 2))}
     job = build_job([rank_facts(p, samples) for p in procs], dumps, samples, tmp_path, [])
     root = analyze(job)[0]

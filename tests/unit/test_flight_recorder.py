@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddpdoctor.analysis.load import flight_recorder as fr
+from ddpdoctor.analysis.load import fr_dumps as dumps
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.load.run_dirs import load_job
 from ddpdoctor.analysis.model import Call
@@ -18,7 +19,7 @@ from tests.unit.flight_recorder_factory import entry, write_dump
 
 def test_entries_become_calls_with_seq_from_zero_and_gloo_completion(tmp_path):
     path = write_dump(tmp_path, 0, [entry(1), entry(2, "barrier", sizes=[], retired=False)], 1)
-    dump = fr.load_dump(path)
+    dump = dumps.load_dump(path)
     assert dump.rank == 0 and dump.group_ranks == {"0": [0, 1]}
     first, second = dump.calls["0"]
     assert (first.seq, first.op, first.in_shapes, first.dtypes) == (0, "all_reduce",
@@ -30,7 +31,7 @@ def test_nccl_state_and_p2p_peer(tmp_path):
     done = entry(1, backend="nccl", state="completed", time_discovered_completed_ns=5_000,
                  retired=False)
     send = entry(1, "send 0->1", backend="nccl", is_p2p=True, p2p_seq_id=1, retired=False)
-    dump = fr.load_dump(write_dump(tmp_path, 0, [done, send], 0))
+    dump = dumps.load_dump(write_dump(tmp_path, 0, [done, send], 0))
     assert not dump.calls["0"][0].open and dump.calls["0"][0].t_end == 5_000
     p2p = dump.calls["0"][1]
     assert p2p.op == "send" and p2p.peer == 1 and p2p.open
@@ -63,14 +64,14 @@ def test_pickle_dump_is_refused_without_unpickling(tmp_path):
 def test_corrupt_dump_is_one_line_error(tmp_path):
     (tmp_path / "fr-0").write_text('{"entries": [{"collective_seq_id": 1,')
     with pytest.raises(UserError) as err:
-        fr.load_dump_dir(tmp_path)
+        dumps.load_dump_dir(tmp_path)
     assert "not valid JSON" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_dump_without_rank_in_its_name_is_refused(tmp_path):
     path = write_dump(tmp_path, 0, [entry(1)], 1, name="dump.json")
     with pytest.raises(UserError, match="rank"):
-        fr.load_dump(path)
+        dumps.load_dump(path)
 
 
 def call(seq: int, op: str, site: str = "train.py:1", open_: bool = False) -> Call:
@@ -81,12 +82,12 @@ def call(seq: int, op: str, site: str = "train.py:1", open_: bool = False) -> Ca
 
 def test_align_adds_collectives_the_patches_missed_and_keeps_call_sites():
     traced = [call(0, "all_reduce", "a.py:1"), call(1, "barrier", "a.py:9", open_=True)]
-    recorded = [call(0, "all_reduce", fr.NO_CALLSITE), call(1, "all_reduce", fr.NO_CALLSITE),
-                call(2, "all_reduce", fr.NO_CALLSITE), call(3, "barrier", fr.NO_CALLSITE)]
+    recorded = [call(0, "all_reduce", dumps.NO_CALLSITE), call(1, "all_reduce", dumps.NO_CALLSITE),
+                call(2, "all_reduce", dumps.NO_CALLSITE), call(3, "barrier", dumps.NO_CALLSITE)]
     merged = fr.align(traced, recorded)
     assert [(c.seq, c.op, c.callsite) for c in merged] == [
-        (0, "all_reduce", "a.py:1"), (1, "all_reduce", fr.NO_CALLSITE),
-        (2, "all_reduce", fr.NO_CALLSITE), (3, "barrier", "a.py:9")]
+        (0, "all_reduce", "a.py:1"), (1, "all_reduce", dumps.NO_CALLSITE),
+        (2, "all_reduce", dumps.NO_CALLSITE), (3, "barrier", "a.py:9")]
     assert merged[-1].open
 
 
@@ -95,7 +96,7 @@ def test_a_functional_all_gather_is_the_recorders_allgather():
     on gloo as its list ``allgather``: the traced call keeps its line and its seq."""
     traced = [call(0, "all_reduce", "a.py:1"), call(1, "all_gather_into_tensor", "a.py:5",
                                                     open_=True)]
-    recorded = [call(0, "all_reduce", fr.NO_CALLSITE), call(1, "all_gather", fr.NO_CALLSITE,
+    recorded = [call(0, "all_reduce", dumps.NO_CALLSITE), call(1, "all_gather", dumps.NO_CALLSITE,
                                                             open_=True)]
     merged = fr.align(traced, recorded)
     assert [(c.seq, c.op, c.callsite) for c in merged] == [
@@ -114,17 +115,17 @@ def test_a_wrapped_recorder_gives_its_window_without_the_calls_before_it():
                                   t_end=11 * ms),
               dataclasses.replace(call(1, "all_reduce", "a.py:7", open_=True),
                                   t_start=500 * ms)]
-    recorded = [dataclasses.replace(call(i, "all_reduce", fr.NO_CALLSITE), t_start=t * ms,
+    recorded = [dataclasses.replace(call(i, "all_reduce", dumps.NO_CALLSITE), t_start=t * ms,
                                     t_end=0 if i == 6 else t * ms + 1)
                 for i, t in ((5, 300), (6, 500))]
     merged = fr.align(traced, recorded)
-    assert [(c.seq, c.callsite) for c in merged] == [(5, fr.NO_CALLSITE), (6, "a.py:7")]
+    assert [(c.seq, c.callsite) for c in merged] == [(5, dumps.NO_CALLSITE), (6, "a.py:7")]
 
 
 def test_an_absurd_rank_in_a_dump_name_is_refused(tmp_path):
     path = write_dump(tmp_path, 0, [entry(1)], 1, name="fr-99999999999")
     with pytest.raises(UserError, match="beyond any job"):
-        fr.load_dump(path)
+        dumps.load_dump(path)
 
 
 def test_align_does_not_take_a_direct_call_for_the_traced_one_after_it():
@@ -135,12 +136,12 @@ def test_align_does_not_take_a_direct_call_for_the_traced_one_after_it():
                                   t_end=20 * ms),
               dataclasses.replace(call(1, "all_reduce", "a.py:11", open_=True),
                                   t_start=500 * ms)]
-    recorded = [dataclasses.replace(call(i, "all_reduce", fr.NO_CALLSITE), t_start=t * ms,
+    recorded = [dataclasses.replace(call(i, "all_reduce", dumps.NO_CALLSITE), t_start=t * ms,
                                     t_end=0 if i == 2 else t * ms + 1)
                 for i, t in ((0, 10), (1, 300), (2, 500))]
     merged = fr.align(traced, recorded)
     assert [(c.seq, c.callsite) for c in merged] == [
-        (0, "a.py:7"), (1, fr.NO_CALLSITE), (2, "a.py:11")]
+        (0, "a.py:7"), (1, dumps.NO_CALLSITE), (2, "a.py:11")]
 
 
 def _two_traced_ranks() -> dict:

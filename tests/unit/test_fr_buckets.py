@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddpdoctor.analysis.load import flight_recorder as fr
+from ddpdoctor.analysis.load import fr_dumps as dumps
 from ddpdoctor.analysis.load import fr_buckets
 from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.trace import fr_files
@@ -71,7 +72,7 @@ def test_recorder_only_all_reduces_become_numbered_buckets(tmp_path):
 def test_without_the_trace_saying_so_recorder_entries_stay_as_they_are():
     run = rank(0, [rec(0, t=1.0)])
     calls = fr.align(run.calls["0"], [c for c in run.calls["0"]])
-    assert fr_buckets.mark(run, "0", calls, fr.NO_CALLSITE) == calls
+    assert fr_buckets.mark(run, "0", calls, dumps.NO_CALLSITE) == calls
 
 
 def test_a_backward_that_raised_for_a_gone_peer_failed_in_its_last_bucket(tmp_path):
@@ -116,10 +117,10 @@ def test_an_object_collective_goes_with_its_own_recorder_entries():
 
     obj = record(0, "broadcast_object_list", t=1.0, dur=0.01, flags=int(L.RecordFlag.OBJECT))
     run = rank(0, [obj], meta=BUCKETED)
-    recorded = [fr.entry_call(0, e, 9)[1] for e in
+    recorded = [dumps.entry_call(0, e, 9)[1] for e in
                 [at(1, 1.001, "broadcast", 1, "Long"), at(2, 1.005, "broadcast", 40, "Byte"),
                  *passes(3, 2.0, 1)]]
-    merged = fr_buckets.mark(run, "0", fr.align(run.calls["0"], recorded), fr.NO_CALLSITE)
+    merged = fr_buckets.mark(run, "0", fr.align(run.calls["0"], recorded), dumps.NO_CALLSITE)
     assert [(c.seq, c.op, bool(c.flags & L.RecordFlag.BUCKET)) for c in merged] == [
         (0, "broadcast_object_list", False), (2, "all_reduce", True), (3, "all_reduce", True),
         (4, "broadcast", False)]
@@ -149,16 +150,16 @@ def test_a_call_another_rank_traced_is_that_call_not_a_bucket() -> None:
 
     bucket = call(1, 3, fr_buckets.UNKNOWN_LINE, "avg", int(L.RecordFlag.BUCKET))
     merges = {0: [call(0, 3, "/job/train.py:69", "sum")], 1: [bucket]}
-    fr_buckets.unmark_traced(runs(failed=True), merges, fr.NO_CALLSITE)
+    fr_buckets.unmark_traced(runs(failed=True), merges, dumps.NO_CALLSITE)
     [theirs] = merges[1]
     assert theirs.reduce_op == "sum" and not theirs.flags & L.RecordFlag.BUCKET
-    assert theirs.callsite == fr.NO_CALLSITE  # its own line is not known
+    assert theirs.callsite == dumps.NO_CALLSITE  # its own line is not known
     healthy = {0: [call(0, 3, "/job/train.py:69", "sum")], 1: [bucket]}
-    fr_buckets.unmark_traced(runs(failed=False), healthy, fr.NO_CALLSITE)
+    fr_buckets.unmark_traced(runs(failed=False), healthy, dumps.NO_CALLSITE)
     assert healthy[1] == [bucket]  # its trace is whole: a real mismatch
     other_op = {0: [call(0, 3, "/job/train.py:70", op="broadcast")], 1: [bucket]}
-    fr_buckets.unmark_traced(runs(failed=True), other_op, fr.NO_CALLSITE)
+    fr_buckets.unmark_traced(runs(failed=True), other_op, dumps.NO_CALLSITE)
     assert other_op[1] == [bucket]
     both_buckets = {0: [replace(bucket, rank=0)], 1: [bucket]}
-    fr_buckets.unmark_traced(runs(failed=True), both_buckets, fr.NO_CALLSITE)
+    fr_buckets.unmark_traced(runs(failed=True), both_buckets, dumps.NO_CALLSITE)
     assert both_buckets[1] == [bucket]  # a bucket on every rank stays a bucket

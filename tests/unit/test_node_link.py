@@ -14,7 +14,7 @@ from ddpdoctor.supervisor.node_follower import NodeFollower
 from ddpdoctor.supervisor.node_leader import NodeLeader
 from ddpdoctor.config import parse_store
 from ddpdoctor.errors import UserError
-from ddpdoctor.supervisor.node_auth import Seal
+from ddpdoctor.supervisor.node_auth import channel_key
 from ddpdoctor.supervisor.node_channel import Hub
 from ddpdoctor.supervisor.node_store import NodeSetup, node_setup, open_hub
 from ddpdoctor.trace.reader import read_trace
@@ -27,7 +27,7 @@ SECRET = "a-secret-of-this-test-job"
 
 def _host(setup: NodeSetup, timeout: float) -> Hub:
     """Node 0's end of the channel, with the test's secret."""
-    return open_hub(setup, Seal(SECRET, "0", "session-0"), lambda *a: None)
+    return open_hub(setup, channel_key(SECRET), lambda *a: None)
 
 
 def _follower(setup: NodeSetup, node: str, run_dir, lost_after: float) -> NodeFollower:

@@ -16,6 +16,8 @@ per rank 12 bytes a collective.  ``Recorder``/``TraceWriter`` layout: see trace/
 
 from __future__ import annotations
 
+import os
+
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +31,7 @@ from ddpdoctor.analysis.align.matcher import Divergence, find_divergence, finger
 from ddpdoctor.analysis.model import Call
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace, decode_record, meta_path_for, read_meta
+from ddpdoctor.rundir.bounded import open_regular
 
 _W_OPS, _W_SEQ, _W_PEER, _W_TEXT = 1, 2, 6, 9  # word 1: kind, op, reduce op, flags, group
 _OPS_MASK = np.uint64(0x0000_0000_00FF_FFFF)  # kind, op, reduce op (not flags, not group)
@@ -285,9 +288,11 @@ def _call_at(rf: RankFile, group: str, seq: int) -> Call | None:
     h = rf.header
     first = max(0, h.count - h.capacity)
     index = first + (slot - first % h.capacity) % h.capacity
-    with open(rf.path, "rb") as f:
-        f.seek(L.HEADER_SIZE + slot * L.RECORD_SIZE)
-        raw = f.read(L.RECORD_SIZE)
+    fd = open_regular(rf.path)  # a FIFO swapped in meanwhile: BadInput, never a hang
+    try:
+        raw = os.pread(fd, L.RECORD_SIZE, L.HEADER_SIZE + slot * L.RECORD_SIZE)
+    finally:
+        os.close(fd)
     if len(raw) < L.RECORD_SIZE:
         return None
     rec = decode_record(raw, 0, index, h.rank)

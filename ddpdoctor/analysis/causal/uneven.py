@@ -26,6 +26,7 @@ from ddpdoctor.analysis.align.clocks import host_now
 from ddpdoctor.analysis.align.epochs import (EpochFacts, EpochKey, job_epochs,
                                                         loader_name, rank_list)
 from ddpdoctor.analysis.model import FindingKind, NS, Finding, JobView, Severity, ranks_values
+from ddpdoctor.rundir.bounded import open_regular
 
 FIX = ("Give every rank the same number of batches: use DistributedSampler (it pads the "
        "ranks to equal length) or drop_last=True; shard an IterableDataset into equal "
@@ -98,11 +99,15 @@ class MetaTail:
         import json
 
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read(1 << 20)
+            fd = open_regular(self.path)  # BadInput for a FIFO: never a hang
         except OSError:
             return
+        try:
+            data = os.pread(fd, 1 << 20, self.offset)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
         self.offset += len(data)
         data = self._partial + data
         lines = data.split(b"\n")

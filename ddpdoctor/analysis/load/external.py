@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,8 @@ from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.origin import Origin
 from ddpdoctor.trace.reader import RankTrace, TraceHeader
 from ddpdoctor.trace.record import CallRecord
+from ddpdoctor.rundir.bounded import BadInput, load_json, read_file
+from ddpdoctor.trace.text import clean_value
 
 DEFAULT_GROUP = "0"
 
@@ -125,26 +126,31 @@ def load_facts(run_dir: Path, problems: list[str]) -> dict[int, RankRun]:
     noted in ``problems`` and skipped)."""
     path = run_dir / FACTS_FILE
     try:
-        raw = path.read_bytes()[:MAX_FACTS_BYTES]
+        data = load_json(read_file(path, MAX_FACTS_BYTES), path)
     except FileNotFoundError:
+        return {}
+    except BadInput as e:
+        if not e.damaged:
+            raise  # a FIFO, a device, a link or a huge file: exit 2
+        problems.append(f"{path} is not valid JSON: its ranks are skipped")
         return {}
     except OSError as e:
         problems.append(f"cannot read {path}: {e.strerror or e}")
         return {}
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        problems.append(f"{path} is not valid JSON: its ranks are skipped")
+    data = clean_value(data)  # its text is shown: no control character survives
+    entries = data.get("ranks") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        problems.append(f"{path} holds no list of ranks: skipped")
         return {}
     runs: dict[int, RankRun] = {}
-    for d in data.get("ranks", []) if isinstance(data, dict) else []:
+    for d in entries:
         try:
             run = _run_from(path, d)
         except (KeyError, TypeError, ValueError, AttributeError):
             problems.append(f"{path}: a damaged rank entry was skipped")
             continue
         runs[run.rank] = run
-    relative = sorted(int(d["rank"]) for d in data.get("ranks", [])
+    relative = sorted(int(d["rank"]) for d in entries
                       if isinstance(d, dict) and d.get("relative_seq") is True
                       and type(d.get("rank")) is int)
     if relative:

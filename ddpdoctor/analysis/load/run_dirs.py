@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ddpdoctor.analysis.load import external as sources
-from ddpdoctor.analysis.load import flight_recorder
+from ddpdoctor.analysis.load import flight_recorder, fr_dumps
 from ddpdoctor.analysis.load.flow import rank_flow
 from ddpdoctor.analysis.load.implied import add_reducer_call
 from ddpdoctor.analysis.model import NS, Call, JobView, NodeFacts, RankRun
@@ -19,15 +18,18 @@ from ddpdoctor.config import HANG_TIMEOUT
 from ddpdoctor.errors import UserError
 from ddpdoctor.host import host_name
 from ddpdoctor.rundir.attempts import is_attempt_dir
+from ddpdoctor.rundir.bounded import BadInput, load_json, read_file
 from ddpdoctor.rundir.lint_results import read_lint_results
 from ddpdoctor.rundir.layout import is_run_dir, read_run_file
 from ddpdoctor.rundir.nodes import read_node_file, with_mirrors
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace, TraceError, read_meta, read_trace
 from ddpdoctor.trace.world import world_size
+from ddpdoctor.trace.text import clean, clean_value
 
 SUPERVISOR_LOG = "supervisor.jsonl"
 MAX_STACK_BYTES = 8 << 20
+MAX_FAULT_BYTES = 20000  # faulthandler's dump: what is shown of it
 
 
 _MEMBER_LISTS: dict[tuple[int, ...], list[int]] = {}  # one list per distinct membership
@@ -95,18 +97,21 @@ def rank_run(trace: RankTrace) -> RankRun:
 def load_stack(path: Path) -> tuple[list[dict[str, Any]] | None, str | None]:
     """A rank's py-spy stack as written by the supervisor: (frames, None) or (None, why)."""
     try:
-        raw = path.read_bytes()[:MAX_STACK_BYTES]
-        data = json.loads(raw)
+        data = load_json(read_file(path, MAX_STACK_BYTES), path)
     except FileNotFoundError:
         return None, None
-    except (OSError, ValueError, RecursionError) as e:
+    except BadInput as e:
+        if not e.damaged:
+            raise  # a FIFO, a device, a link or a huge file: hostile, exit 2
+        return None, f"unreadable stack file {path.name} (damaged)"
+    except OSError as e:
         return None, f"unreadable stack file {path.name} ({type(e).__name__})"
     if not isinstance(data, dict):
         return None, f"unreadable stack file {path.name}"
     frames = data.get("frames")
-    if isinstance(frames, list):
-        return [f for f in frames if isinstance(f, dict)], None
-    return None, str(data.get("error") or "no stack")
+    if isinstance(frames, list):  # its text is shown: no control character survives
+        return [clean_value(f) for f in frames if isinstance(f, dict)], None
+    return None, clean(str(data.get("error") or "no stack")[:500])
 
 
 def _read_traces(run_dir: Path, problems: list[str], tail: int | None = None,
@@ -129,7 +134,7 @@ def _fault_text(trace: RankTrace) -> str:
     other threads; ddpdoctor's own threads and the list of extension modules left out."""
     path = trace.path.with_name(trace.path.name.replace(".ring", ".fault.txt"))
     try:
-        text = path.read_text(errors="replace")[:20000].strip()
+        text = read_file(path, MAX_FAULT_BYTES, head=True).decode("utf-8", "replace").strip()
     except OSError:
         return ""
     return _user_threads_first(text)
@@ -186,8 +191,8 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
     here = host_name()
     for run_dir in with_mirrors(run_dirs):
         if run_dir.is_dir() and not is_run_dir(run_dir) and \
-                flight_recorder.is_dump_dir(run_dir):
-            fr_runs, _ = flight_recorder.rank_runs(flight_recorder.load_dump_dir(run_dir))
+                fr_dumps.is_dump_dir(run_dir):
+            fr_runs, _ = fr_dumps.rank_runs(fr_dumps.load_dump_dir(run_dir))
             for rank, run in fr_runs.items():
                 ranks.setdefault(rank, run)
             continue
@@ -199,7 +204,7 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
         if start:
             started.append(start)
         if not command and isinstance(info.get("command"), list):
-            command = [str(c) for c in info["command"]]
+            command = [clean(str(c)) for c in info["command"]]
         if timeout is None and isinstance(info.get("hang_timeout"), (int, float)):
             timeout = float(info["hang_timeout"])
         if bound is None and type(info.get("wait_bound")) in (int, float) and \
@@ -218,8 +223,9 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
         for rank, run in sources.load_facts(run_dir, problems).items():
             ranks.setdefault(rank, run)  # ranks ddpdoctor attach saw
         problems += flight_recorder.join_run_dir_dumps(run_dir, ranks)
-    world = max(world_size((rank, r.header.world_size) for rank, r in ranks.items()),
-                len(ranks))
+    world = world_size((rank, r.header.world_size) for rank, r in ranks.items())
+    _leave_out_unbelieved(ranks, world, problems)
+    world = max(world, len(ranks))
     outcome = next((e.get("outcome") for e in reversed(sup_events)
                     if e.get("event") == "outcome"), None)
     job = JobView(list(run_dirs), ranks, world, time.time_ns(), timeout or HANG_TIMEOUT, live,
@@ -230,6 +236,26 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
     for run_dir in run_dirs[:1]:
         job.lint_sites = lint_sites(run_dir)
     return job
+
+
+def _leave_out_unbelieved(ranks: dict[int, RankRun], world: int, problems: list[str]) -> None:
+    """A trace whose header claims a rank beyond the world its headers make believable
+    (``trace.world.world_size``: one header of a 3-rank job claiming rank 1,048,575) is no
+    rank of this job: it is left out, said in ``problems``, and no finding names it."""
+    for rank in [r for r in ranks if r >= world]:
+        run = ranks.pop(rank)
+        problems.append(f"{run.trace.path.name}: claims rank {rank:,} of a world of "
+                        f"{run.header.world_size:,}, beyond what {len(ranks) + 1} trace(s) "
+                        "make believable: left out")
+    clipped: dict[int, list[int]] = {}  # id of a shared member list -> its believable part
+    for run in ranks.values():
+        for group, members in run.group_ranks.items():
+            if members and max(members) >= world:
+                if id(members) not in clipped:
+                    clipped[id(members)] = [m for m in members if m < world]
+                    problems.append(f"rank {run.rank}: group {group} lists ranks beyond the "
+                                    f"world of {world:,}: left out of it")
+                run.group_ranks[group] = clipped[id(members)]
 
 
 RANK_DEPENDENT_LINT = ("rank_dependent_collective", "rank_dependent_stop", "rank_dependent_model",
@@ -321,9 +347,9 @@ def _attach_children(run_dir: Path, runs: list[RankRun], stack_files: set[str]) 
     for name in names:
         path = run_dir / "stacks" / name
         try:
-            data = json.loads(path.read_bytes()[:MAX_STACK_BYTES])
-        except (OSError, ValueError, RecursionError):
-            continue
+            data = load_json(read_file(path, MAX_STACK_BYTES), path)
+        except (BadInput, OSError):
+            continue  # a child's stack is a detail: an odd file is left out, not refused
         parent = data.get("parent") if isinstance(data, dict) else None
         run = by_pid.get(parent) if type(parent) is int else None
         frames = data.get("frames")

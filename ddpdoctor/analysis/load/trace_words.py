@@ -11,11 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ddpdoctor.rundir.bounded import open_regular, read_file
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.meta_line import parse_meta_line
 from ddpdoctor.trace.reader import (MAX_META_BYTES, RankTrace, TraceError, TraceHeader,
-                                    decode_slots, meta_path_for, read_header,
+                                    decode_slots, meta_path_for, read_header_file,
                                     runtime_errors)
+from ddpdoctor.trace.text import clean
 from ddpdoctor.trace.record import group_names as meta_group_names
 
 RECORD_DTYPE = np.dtype({
@@ -60,12 +62,7 @@ class RankFile:
 
 
 def read_trace_header(path: Path) -> TraceHeader:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(L.HEADER_SIZE)
-    except OSError as e:
-        raise TraceError(f"{path}: {e.strerror or e}") from None
-    return read_header(head, path)
+    return read_header_file(path)
 
 
 def rank_files(run_dirs: list[Path], problems: list[str]) -> list[RankFile]:
@@ -95,8 +92,7 @@ def group_names(path: Path, problems: list[str]) -> dict[int, str]:
     """Local group index -> name, from the meta log's ``group`` events."""
     names: dict[int, str] = {}
     try:
-        with open(meta_path_for(path), "rb") as f:
-            data = f.read(MAX_META_BYTES)
+        data = read_file(meta_path_for(path), MAX_META_BYTES, head=True)
     except FileNotFoundError:
         return names
     except OSError as e:
@@ -108,14 +104,14 @@ def group_names(path: Path, problems: list[str]) -> dict[int, str]:
         m = _GROUP_LINE.match(line)
         try:
             if m is not None:
-                names[int(m[1])] = str(json.loads(m[2]))
+                names[int(m[1])] = clean(str(json.loads(m[2])))
                 continue
             ev = parse_meta_line(line)
         except (ValueError, RecursionError):
             continue
         if isinstance(ev, dict) and ev.get("event") == "group" and \
                 isinstance(ev.get("index"), int):
-            names[ev["index"]] = str(ev.get("name", ev["index"]))
+            names[ev["index"]] = clean(str(ev.get("name", ev["index"])))
     return names
 
 
@@ -131,7 +127,8 @@ class Buffer:
         if len(self._buf) < nbytes:
             self._buf = bytearray(nbytes)
         view = memoryview(self._buf)[:nbytes]
-        with open(path, "rb", buffering=0) as f:
+        fd = open_regular(path)  # the header was read from a regular file: still one
+        with open(fd, "rb", buffering=0) as f:
             f.seek(L.HEADER_SIZE)
             got = f.readinto(view)
         self.last = view[:got or 0]

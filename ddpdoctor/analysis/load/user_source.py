@@ -5,22 +5,40 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from pathlib import Path
+
+from ddpdoctor.errors import UserError
+from ddpdoctor.rundir.bounded import read_file
 
 RANK_WORDS = re.compile(r"rank|is_main|main_process|is_master|master|process_zero|global_zero|"
                         r"^exists$|^isfile$|^is_file$", re.IGNORECASE)
 MAX_SOURCE_BYTES = 2 << 20
 
 
+@functools.lru_cache(maxsize=32)
+def read_source(path: str) -> str | None:
+    """The text of the source file a trace names, or None: a regular file of at most
+    MAX_SOURCE_BYTES only (a call site naming a FIFO or /dev/zero is read from no more)."""
+    try:
+        return read_file(path, MAX_SOURCE_BYTES, follow=True).decode("utf-8", "replace")
+    except (OSError, UserError):
+        return None
+
+
+def line_of(path: str, line: int) -> str:
+    """Line ``line`` (from 1) of the source file ``path``, "" when there is none."""
+    text = read_source(path)
+    lines = text.splitlines() if text is not None and line > 0 else []
+    return lines[line - 1] if line <= len(lines) else ""
+
+
 @functools.lru_cache(maxsize=64)
 def _parse(path: str) -> tuple[ast.AST, str] | None:
+    text = read_source(path)
+    if text is None:
+        return None
     try:
-        p = Path(path)
-        if not p.is_file() or p.stat().st_size > MAX_SOURCE_BYTES:
-            return None
-        text = p.read_text(errors="replace")
         return ast.parse(text), text
-    except (OSError, SyntaxError, ValueError, RecursionError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
 
@@ -123,7 +141,7 @@ def declares_launcher(path: str) -> bool:
     starts ranks that run the script named after it?  Its frames are not the user's code,
     and lint before the run reads the script after it."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return LAUNCHER_MARK in f.read(2048)
-    except OSError:
+        head = read_file(path, 2048, follow=True, head=True)
+    except (OSError, UserError):
         return False
+    return LAUNCHER_MARK in head.decode("utf-8", "replace")

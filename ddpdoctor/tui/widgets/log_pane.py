@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,10 @@ from textual import work
 from textual.message import Message
 from textual.widgets import Log
 from textual.worker import get_current_worker
+
+from ddpdoctor.errors import UserError
+from ddpdoctor.rundir.bounded import open_regular
+from ddpdoctor.terminal_text import safe_lines
 
 TAIL_INTERVAL_S = 0.25
 FIRST_READ_LIMIT = 256 * 1024
@@ -57,12 +62,19 @@ class LogPane(Log):
             position = 0
         if size == position:
             return position
-        with path.open("rb") as handle:
+        try:  # a regular file only: a FIFO planted there never hangs the UI
+            fd = open_regular(path)
+        except (OSError, UserError):
+            return position
+        with os.fdopen(fd, "rb") as handle:
             if position == 0 and size > FIRST_READ_LIMIT:
                 position = size - FIRST_READ_LIMIT
             handle.seek(position)
-            data = handle.read()
-        self.post_message(self.Appended(data.decode("utf-8", errors="replace")))
+            data = handle.read(4 * FIRST_READ_LIMIT)  # a burst: the rest at the next turn
+        # the job's output, made safe for the terminal: a progress bar's carriage returns
+        # become line breaks, every other control character is shown escaped
+        text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+        self.post_message(self.Appended(safe_lines(text)))
         return position + len(data)
 
     def on_log_pane_appended(self, message: Appended) -> None:

@@ -18,7 +18,8 @@ import sys
 
 HOLD = 400
 JUNK = 64 << 10
-CHALLENGE = b"#CHALLENGE#"
+CHALLENGE = b"ddpdoctor-nodes/2 challenge "
+ANSWER = b"ddpdoctor-nodes/2 answer "
 
 
 def frame(data: bytes) -> bytes:
@@ -45,8 +46,7 @@ def main() -> None:
                          "exit_code": 124}).encode()
     attempts = [b"GET / HTTP/1.0\r\n\r\n" * 100, struct.pack("!i", 0x7FFFFFF0) + b"x" * 4096,
                 frame(b"verdict\n" + forged),
-                frame(b'report\n{"from":"1","session":"","n":1,"t":1,"mac":"' + b"0" * 64 +
-                      b'"}\n{"done":true,"exit_code":9}')]
+                frame(b"\0" * 7 + b"\1" + b"0" * 32 + b'report\n{"done":true,"exit_code":9}')]
     got: list[str] = []
     held: list[socket.socket] = []
     rounds = 0
@@ -63,7 +63,9 @@ def main() -> None:
             with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
                 first = read_some(s)
                 nonce = first[4 + len(CHALLENGE):]
-                s.sendall(frame(hmac.new(os.urandom(32), nonce, "md5").digest()))
+                mine = os.urandom(32)
+                s.sendall(frame(ANSWER + mine + hmac.new(os.urandom(32), nonce + mine,
+                                                         hashlib.sha256).digest()))
                 got.append((first + read_some(s)).hex())
         except OSError:
             pass
