@@ -24,6 +24,7 @@ Errors name the neighbours by their global ranks.
 from __future__ import annotations
 
 import mmap
+import atexit
 import os
 import select
 import socket
@@ -234,4 +235,17 @@ def _forget_in_child() -> None:
     _links = weakref.WeakKeyDictionary()
 
 
+def _close_at_exit() -> None:
+    """The ring's sockets closed as the rank's interpreter ends (as its exit would), so that
+    a user who runs with warnings on sees no ResourceWarning of ddpdoctor's."""
+    for links in list(_links.values()):
+        if links is not None:
+            for wire in (links.out, links.into):
+                try:
+                    wire.sock.close()
+                except OSError:
+                    pass
+
+
 os.register_at_fork(after_in_child=_forget_in_child)
+atexit.register(_close_at_exit)

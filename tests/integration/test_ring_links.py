@@ -253,3 +253,21 @@ def test_each_groups_transport_is_recorded_reported_and_shown(tmp_path: Path) ->
     assert "gradients: group 0 over gloo (TCP) (" in shown and "asks for gloo" in shown
 
 
+
+
+def test_the_rings_sockets_are_closed_as_a_rank_ends(tmp_path: Path) -> None:
+    """A user who runs with warnings on (python -X dev, pytest -W error) sees no
+    ResourceWarning of ddpdoctor's: the shared-memory ring's sockets close at the rank's exit."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "ddpdoctor.cli", "run", "--run-dir", str(run_dir),
+         "--nproc-per-node", "2", "--master-port", str(free_port()), str(RING_JOB)],
+        env={**os.environ, "PYTHONWARNINGS": "always::ResourceWarning"},
+        capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    transports = json.loads((run_dir / "report.json").read_text())["transports"]
+    assert transports and all(t["transport"] == "shm" for t in transports), transports
+    assert "ResourceWarning" not in done.stderr + done.stdout, done.stderr[-3000:]
