@@ -36,6 +36,8 @@ SUPPORTED = sys.version_info >= (3, 12)
 REENABLE_NS = 100_000_000  # a silenced code object is counted again at most this often
 VALUE_CAPTURES = 3  # times each way of a site has its values noted, per process
 MAX_SITES = 20_000  # sites named per process (then new ones are not counted)
+ENV_SWITCH = "DDPDOCTOR_FLOW"  # 0 / off: no control flow recorded (a sub-millisecond step)
+ENCODED_KEPT = 64  # segments whose encoded texts are kept (then the cache starts again)
 _BRANCHES = {"POP_JUMP_IF_FALSE", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_NONE",
              "POP_JUMP_IF_NOT_NONE", "FOR_ITER"}
 _TOOL_NAME = "ddpdoctor"
@@ -75,8 +77,10 @@ class FlowRecorder:
         self.modules_seen = 0
         self.scanned: set[str] = set()
         self.user_files: dict[str, bool] = {}
-        self.last_seg: dict[tuple[int, int, int], int] = {}
-        self.last_texts: tuple[list[bytes], int] = ([], 0)
+        # the texts of the segments seen lately, by their (key, count) items: a training
+        # loop's steps go a few ways over and over (a step that logs, one that steps the
+        # optimizer), and encoding a segment anew costs tens of microseconds after a step
+        self.encoded: dict[tuple[Any, ...], tuple[list[bytes], int]] = {}
         self.opening = (-1, -1)  # the (group, seq) of the collective that began the segment
         self.number = 0
         self.flushed = -1  # the segment whose open part was written when a loop got hot
@@ -239,16 +243,21 @@ class FlowRecorder:
         return [t.encode() for t in F.encode_entries(entries, _TEXT_ROOM)], total
 
     def _write(self, group: int, seq: int) -> None:
-        """Write the segment (the same texts again when it went the very ways the last one
-        did: a training loop's steps mostly do) and, at a collective, start the next."""
+        """Write the segment (the texts kept from a segment that went the very same ways:
+        a training loop's steps mostly do) and, at a collective, start the next."""
         seg = self.seg
         now = time.time_ns()
         if seg or self.silenced:
-            if seg == self.last_seg and not self.silenced:
-                texts, total = self.last_texts
-            else:
-                texts, total = self._encode()
-                self.last_seg, self.last_texts = dict(seg), (texts, total)
+            items: tuple[Any, ...] = tuple(seg.items())
+            if self.silenced:  # the silenced branches are part of what is written
+                items += tuple((cid, frozenset(offs)) for cid, (_, offs)
+                               in self.silenced.items())
+            found = self.encoded.get(items)
+            if found is None:
+                if len(self.encoded) >= ENCODED_KEPT:
+                    self.encoded.clear()
+                found = self.encoded[items] = self._encode()
+            texts, total = found
             g, s = self.opening
             append = self.rec.writer.append
             for part, text in enumerate(texts):
@@ -286,10 +295,17 @@ _said: list[bool] = []  # the notice of an older Python, once a process
 def start(rec: Any, frame: types.FrameType | None = None) -> FlowRecorder | None:
     """Begin recording this process's control flow (once; from the main thread, as the
     user's code imports torch): the user's code on this thread's stack and in its modules.
-    Python < 3.12, or no free monitoring tool: nothing, said once in the meta log."""
+    Python < 3.12, DDPDOCTOR_FLOW=0, or no free monitoring tool: nothing, said once in the
+    meta log."""
     global _flow
     if _flow is not None or threading.get_ident() != threading.main_thread().ident:
         return _flow
+    if os.environ.get(ENV_SWITCH, "").strip().lower() in ("0", "off", "false", "no"):
+        if not _said:
+            _said.append(True)
+            rec.meta("flow_off", why=f"{ENV_SWITCH}=0 turned it off: decisions are read "
+                     "from the source instead")
+        return None
     if not SUPPORTED:
         if not _said:
             _said.append(True)

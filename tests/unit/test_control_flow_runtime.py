@@ -129,3 +129,21 @@ def test_a_bug_in_the_callback_turns_the_recording_off_and_the_code_runs_on(flow
 def test_the_segments_record_kind_is_what_the_reader_knows():
     assert int(L.RecordKind.PATH) == 6
     assert sys.version_info >= (3, 12)
+
+
+def test_the_switch_turns_the_recording_off(tmp_path, monkeypatch):
+    """DDPDOCTOR_FLOW=0: nothing instrumented, said once in the meta log."""
+    from ddpdoctor.runtime import control_flow
+
+    said = []
+
+    class Rec:
+        def meta(self, event, **fields):
+            said.append((event, fields))
+
+    monkeypatch.setenv(control_flow.ENV_SWITCH, "0")
+    monkeypatch.setattr(control_flow, "_flow", None)
+    monkeypatch.setattr(control_flow, "_said", [])
+    assert control_flow.start(Rec()) is None
+    assert control_flow.start(Rec()) is None
+    assert [e for e, _ in said] == ["flow_off"] and "DDPDOCTOR_FLOW" in said[0][1]["why"]
