@@ -1,0 +1,67 @@
+"""DDP(static_graph=True) with non-reentrant activation checkpointing and a permanently unused branch."""
+import hashlib
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.checkpoint import checkpoint
+
+def check_replicas(module):
+    named = list(module.named_parameters()) + list(module.named_buffers())
+    digests = []
+    for _, t in named:
+        raw = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        digests.append(int.from_bytes(hashlib.sha256(raw).digest()[:7], "little"))
+    mine = torch.tensor(digests, dtype=torch.int64)
+    everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    first = None
+    for i, (name, _) in enumerate(named):
+        if any(int(h[i]) != int(everyone[0][i]) for h in everyone):
+            first = name
+            break
+    if dist.get_rank() == 0:
+        print("REPLICAS identical" if first is None else f"REPLICAS differ: {first}", flush=True)
+    dist.barrier()
+    return first
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block1 = nn.Sequential(nn.Linear(16, 32), nn.GELU())
+        self.block2 = nn.Sequential(nn.Linear(32, 32), nn.GELU())
+        self.unused = nn.Linear(32, 32)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.block1(x)
+        h = checkpoint(self.block2, h, use_reentrant=False)
+        return self.head(h)
+
+
+def main():
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = Net()
+    ddp = DDP(model, static_graph=True)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(90 + rank)
+    for step in range(25):
+        x = torch.randn(8, 16, generator=gen)
+        y = torch.randint(0, 4, (8,), generator=gen)
+        loss = nn.functional.cross_entropy(ddp(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    if rank == 0:
+        print(f"final loss {loss.item():.4f}")
+    check_replicas(model)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
