@@ -418,6 +418,10 @@ def _analyzed_report(paths: list[Path], report_path: Path | None) -> tuple[dict,
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}; choose another with "
                         "--report") from None
+    from ddpdoctor.analysis.load.fr_dumps import EXIT_BAD_INPUT, NOTHING_PENDING
+
+    if NOTHING_PENDING in (report.get("problems") or []) and not report.get("findings"):
+        raise UserError(f"{NOTHING_PENDING} (report: {path})", EXIT_BAD_INPUT)
     return report, path
 
 

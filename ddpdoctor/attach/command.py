@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpdoctor.analysis.engine import analyze
-from ddpdoctor.analysis.load.fr_dumps import FlightRecorderDump, is_pickle, load_dump
+from ddpdoctor.analysis.load.fr_dumps import FlightRecorderDump, load_dump
 from ddpdoctor.analysis.model import NS, Finding, JobView, RankRun, Severity
 from ddpdoctor.analysis.load.external import FACTS_FILE, facts_of
 from ddpdoctor.attach.discover import RankProcess, find_ranks
@@ -85,10 +85,6 @@ def read_dumps(ranks: list[RankProcess], problems: list[str]) -> dict[int, Fligh
             continue
         path = Path(f"{prefix}{r.rank}")
         if not path.is_file():
-            continue
-        if is_pickle(path):
-            problems.append(f"flight recorder dump {path} is pickle and was not read "
-                            "(ddpdoctor never unpickles): dump JSON to use it")
             continue
         try:
             dump = load_dump(path)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ddpdoctor.analysis.engine import analyze_with_waits
+from ddpdoctor.analysis.load.fr_dumps import NOTHING_PENDING, dumps_alone
 from ddpdoctor.analysis.load.run_dirs import load_job
 from ddpdoctor.proc.table import live_state
 from ddpdoctor.analysis.model import JobView
@@ -20,7 +21,8 @@ from ddpdoctor.trace.reader import TraceError, read_header_file
 
 def infer_outcome(job: JobView) -> str:
     """completed | failed | hung from what the traces (and the supervisor's log) say; a
-    live view of a job that still runs with nothing wrong so far: running."""
+    live view of a job that still runs with nothing wrong so far: running; flight recorder
+    dumps alone with nothing pending: running, with a note (they cannot tell more)."""
     if job.outcome in schema.OUTCOMES:
         return job.outcome
     states = set(schema.shown_states(job))
@@ -32,6 +34,9 @@ def infer_outcome(job: JobView) -> str:
         return "running"  # nothing wrong so far
     if any(r.open_call() for r in job.ranks.values()):
         return "hung"
+    if job.ranks and all(dumps_alone(r) for r in job.ranks.values()):
+        job.problems.append(NOTHING_PENDING)  # a snapshot of a job: it ran when dumped
+        return "running"
     return "completed"
 
 

@@ -40,6 +40,7 @@ from typing import Any
 
 import ddpdoctor
 from ddpdoctor.analysis.causal.facts import os_wait_of, state_of
+from ddpdoctor.analysis.load.fr_dumps import NOTHING_PENDING
 from ddpdoctor.analysis.causal.state import StateKind
 from ddpdoctor.analysis.align.clocks import host_now
 from ddpdoctor.analysis.model import NS, Call, Finding, JobView, RankRun
@@ -169,7 +170,8 @@ def build(job: JobView, findings: list[Finding], outcome: str,
           exit_code: int | None = None, started_ns: int | None = None,
           waits: list[Any] | None = None) -> dict[str, Any]:
     """The report dict for ``job`` (see the module docstring for every field)."""
-    if outcome not in (LIVE_OUTCOMES if job.live else OUTCOMES):
+    snapshot = NOTHING_PENDING in job.problems  # dumps alone: the job ran when dumped
+    if outcome not in (LIVE_OUTCOMES if job.live or snapshot else OUTCOMES):
         raise ValueError(f"unknown outcome {outcome!r}")
     starts = [r.header.started_ns for r in job.ranks.values()] + [
         t.header.started_ns for t in job.launchers]

@@ -45,7 +45,8 @@ def shown_state(f: ShownFacts, hang_timeout: float) -> str:
     the hang timeout with every peer there; else waiting while a peer has not reached it
     (never for p2p: slow is not hung, and only the causal model says a late peer is stuck
     rather than straggling), else in_collective; blocked (outside any call, no CPU, the OS says in what); starting (not
-    in the rendezvous yet); computing (its own code, or its DataLoader)."""
+    in the rendezvous yet); unknown (outside any call, known from flight recorder dumps
+    alone); computing (its own code, or its DataLoader)."""
     k = f.kind
     if k == StateKind.DIED:
         return "killed" if f.killed else "failed"
@@ -58,7 +59,7 @@ def shown_state(f: ShownFacts, hang_timeout: float) -> str:
         return "waiting" if behind else "in_collective"
     return {StateKind.EXITED: "exited", StateKind.UNREACHABLE: "unreachable",
             StateKind.STOPPED: "stopped", StateKind.OS_BLOCKED: "blocked",
-            StateKind.NOT_ARRIVED: "starting"}.get(k, "computing")
+            StateKind.NOT_ARRIVED: "starting", StateKind.UNSEEN: "unknown"}.get(k, "computing")
 
 
 class Peers(Protocol):

@@ -2,7 +2,8 @@
 
 A rank blocked in a collective never returns to Python's main loop, so a signal handler
 would not run: a daemon thread polls the request file instead (one stat every
-POLL_S) and writes ``torch._C._distributed_c10d._dump_fr_trace_json`` when it changes.
+POLL_S) and writes ``torch._C._distributed_c10d._dump_fr_trace`` when it changes: torch's
+own pickle, under torch's own name (trace/fr_files.py), which torch's ``torchfrtrace`` reads.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from ddpdoctor.runtime import recorder
 from ddpdoctor.runtime.notices import notice
 from ddpdoctor.rundir.layout import write_bytes_atomic
-from ddpdoctor.trace import fr_files
+from ddpdoctor.trace import fr_files, fr_pickle
 from ddpdoctor.rundir.safe_path import make_dirs
 
 POLL_S = 0.5
@@ -44,7 +45,8 @@ def _mtime(path: Path) -> float | None:
 
 
 def dump_now(run_dir: Path, rank: int | None = None) -> Path | None:
-    """Write this rank's flight recorder entries as JSON; None when there is no process
+    """Write this rank's flight recorder entries as torch does (a pickle, no stack traces);
+    None when there is no process
     group yet (or this torch has no flight recorder).  With ``rank``, also after the
     process group was destroyed (the recorder keeps its entries)."""
     import torch
@@ -52,14 +54,27 @@ def dump_now(run_dir: Path, rank: int | None = None) -> Path | None:
 
     if not dist.is_available() or (rank is None and not dist.is_initialized()):
         return None
-    dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace_json", None)
+    dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace", None)
     if dump is None:
         return None
-    data = dump(True, False)
+    data = _as_torch_tool_reads(dump(True, False, False))
     path = fr_files.dump_path(run_dir, dist.get_rank() if rank is None else rank)
     make_dirs(path.parent)
     write_bytes_atomic(path, data if isinstance(data, bytes) else str(data).encode())
     return path
+
+
+def _as_torch_tool_reads(data: bytes) -> bytes:
+    """torch's pickle, with the group names its gloo dumps leave out put back (see
+    fr_pickle.repaired); as it came when there is nothing to repair."""
+    import pickle
+
+    try:
+        dump = fr_pickle.decode(data, "torch's dump")
+    except fr_pickle.NotPlainData:
+        return data
+    fixed = fr_pickle.repaired(dump) if isinstance(dump, dict) else dump
+    return data if fixed is dump else pickle.dumps(fixed, protocol=2)
 
 
 def _watch(run_dir: Path) -> None:

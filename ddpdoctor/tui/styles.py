@@ -14,6 +14,8 @@ RANK_STATES: tuple[str, ...] = (
     "stopped",
     "killed",
     "unreachable",
+    "blocked",
+    "unknown",
 )
 
 #: The Rich style of each state in the rank table.
@@ -28,6 +30,8 @@ STATE_STYLES: dict[str, str] = {
     "stopped": "magenta",
     "killed": "bold magenta",
     "unreachable": "bold yellow on grey23",
+    "blocked": "bold yellow",
+    "unknown": "dim italic",
 }
 
 #: The Rich style of each finding severity.

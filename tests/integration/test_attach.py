@@ -87,8 +87,13 @@ def test_flight_recorder_dumps_of_a_hung_job_give_the_root_cause_of_run(tmp_path
                       "--nproc-per-node", "2", str(JOB)], tmp_path)
     assert run.returncode == 124, run.stderr
     dumps = run.run_dir / "flight_recorder"
-    assert sorted(p.name for p in dumps.glob("fr-rank-*.json")) == ["fr-rank-0.json",
-                                                                    "fr-rank-1.json"]
+    assert sorted(p.name for p in dumps.glob("nccl_trace_rank_*")) == ["nccl_trace_rank_0",
+                                                                       "nccl_trace_rank_1"]
+    # torch's own tool reads them as its own (names, pickle, the default group's name)
+    tool = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
+                           str(dumps)], capture_output=True, text=True, timeout=120)
+    assert tool.returncode == 0, tool.stderr
+    assert "group info: 0:default_pg" in tool.stdout, tool.stdout
     by_run = run.report["findings"][0]
     # the direct process-group call joined the traced sequence at its seq
     assert any("seen only by torch's flight recorder" in p for p in run.report["problems"])
@@ -111,7 +116,7 @@ def test_flight_recorder_dumps_of_a_hung_job_give_the_root_cause_of_run(tmp_path
 @pytest.mark.parametrize("args, needle", [
     (["attach", "abc"], "not a PID"),
     (["attach", str(2 ** 22 + 4321)], "no process with PID"),
-    (["analyze", "{dumps}"], "pickle flight recorder dump"),
+    (["analyze", "{dumps}"], "not a torch flight recorder dump"),
 ])
 def test_bad_input_is_one_line_and_non_zero(tmp_path, args, needle):
     dumps = tmp_path / "dumps"

@@ -249,7 +249,7 @@ def test_a_barrier_on_node_1_with_its_clock_shifted(tmp_path):
     assert all(r["stack"] for r in report["ranks"]), "node 1's stacks, captured on demand"
     node_b = sorted(r for r, h in hosts.items() if h == "node-b")
     dumps = tmp_path / "node0" / "nodes" / "1" / "flight_recorder"
-    assert {f"fr-rank-{r}.json" for r in node_b} <= {p.name for p in dumps.iterdir()}
+    assert {f"nccl_trace_rank_{r}" for r in node_b} <= {p.name for p in dumps.iterdir()}
     assert len(_errors(report)) == 1  # the ranks that waited are not blamed
     merged = _analyze(tmp_path)
     assert [(f["kind"], f["ranks"], f["seq"]) for f in _errors(merged)] == \

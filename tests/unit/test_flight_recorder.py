@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import pickle
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from ddpdoctor.analysis.engine import analyze
 from ddpdoctor.analysis.load.run_dirs import load_job
 from ddpdoctor.analysis.model import Call
 from ddpdoctor.errors import UserError
+from ddpdoctor.report.build import build_report
+from ddpdoctor.trace import fr_pickle
 from tests.unit.flight_recorder_factory import entry, write_dump
 
 
@@ -47,18 +50,71 @@ def test_hung_dumps_give_the_mismatch_at_its_seq(tmp_path):
     assert {c["op"] for c in root.evidence["calls"].values()} == {"barrier", "all_reduce"}
 
 
-def test_pickle_dump_is_refused_without_unpickling(tmp_path):
+def test_a_pickle_that_asks_for_a_call_is_refused_and_nothing_runs(tmp_path):
     marker = tmp_path / "unpickled"
 
     class Boom:
         def __reduce__(self):
             return (Path.touch, (marker,))
 
-    (tmp_path / "fr-0").write_bytes(pickle.dumps(Boom()))
+    (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps({"entries": [Boom()]}))
     with pytest.raises(UserError) as err:
         load_job([tmp_path])
-    assert "pickle" in str(err.value) and "_dump_fr_trace_json" in str(err.value)
-    assert err.value.exit_code != 0 and not marker.exists()
+    assert "more than plain data" in str(err.value) and "\n" not in str(err.value)
+    assert err.value.exit_code == 2 and not marker.exists()
+
+
+@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
+def test_torch_pickle_dumps_read_as_their_json_twins(tmp_path, protocol):
+    """torch's own dumps are pickles of plain data (tuples for the group): decoded as data,
+    they give the calls their JSON gives."""
+    as_json = write_dump(tmp_path / "json", 0, [entry(1), entry(2, retired=False)], 1)
+    data = json.loads(as_json.read_text())
+    for e in data["entries"]:
+        e["process_group"] = tuple(e["process_group"])
+    as_pickle = tmp_path / "nccl_trace_rank_0"
+    as_pickle.write_bytes(pickle.dumps(data, protocol=protocol))
+    assert fr_pickle.decode(as_pickle.read_bytes(), "x") == data
+    assert dumps.load_dump(as_pickle).calls == dumps.load_dump(as_json).calls
+
+
+def test_broken_pickle_is_one_line_error(tmp_path):
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps({"entries": [1, 2, 3]})[:-6])
+    with pytest.raises(UserError, match="broken pickle") as err:
+        dumps.load_dump(path)
+    assert err.value.exit_code == 2
+
+
+def test_the_default_groups_name_is_put_back_for_torchs_tool():
+    """torch 2.13's gloo dumps key the default group's config by "": its own fr_trace then
+    fails; the repair names it as the entries do, and only when that is unambiguous."""
+    dump = {"pg_config": {"": {"name": "", "desc": "", "ranks": "[0, 1]"}},
+            "entries": [entry(1) | {"process_group": ("0", "default_pg")}]}
+    fixed = fr_pickle.repaired(dump)
+    assert fixed["pg_config"] == {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}
+    two = dict(dump, entries=dump["entries"] + [entry(1, pg="1")])
+    assert fr_pickle.repaired(two) is two
+
+
+def test_dumps_alone_say_the_rank_that_never_issued_not_that_it_computes(tmp_path):
+    write_dump(tmp_path, 0, [entry(1), entry(2, retired=False)], 1)
+    write_dump(tmp_path, 1, [entry(1)], 1)
+    report = build_report([tmp_path], live=False)
+    assert report["outcome"] == "hung"
+    assert [r["state"] for r in report["ranks"]] == ["waiting", "unknown"]
+    [root] = report["findings"]
+    assert (root["kind"], root["ranks"], root["seq"]) == ("missing_collective", [1], 1)
+    assert "computing" not in root["summary"] + root["detail"]
+    assert "timeout" not in root["fix"] and "stack" in root["fix"]
+
+
+def test_dumps_alone_with_nothing_pending_never_say_completed(tmp_path):
+    for rank in (0, 1):
+        write_dump(tmp_path, rank, [entry(1), entry(2)], 2)
+    report = build_report([tmp_path], live=False)
+    assert report["outcome"] == "running" and report["findings"] == []
+    assert dumps.NOTHING_PENDING in report["problems"]
 
 
 def test_corrupt_dump_is_one_line_error(tmp_path):

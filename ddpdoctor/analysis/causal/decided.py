@@ -33,7 +33,7 @@ DECIDED = (FindingKind.COLLECTIVE_MISMATCH, FindingKind.MISSING_COLLECTIVE,
 MAX_RANKS = 1024  # beyond, the fast scan's jobs: the decision is not read
 MAX_TURNS = 6  # places the paths parted that are weighed, first first
 WORKING = (StateKind.COMPUTING, StateKind.DATA_LOADING, StateKind.OS_BLOCKED,
-           StateKind.NOT_ARRIVED)
+           StateKind.NOT_ARRIVED, StateKind.UNSEEN)
 
 
 def _involved(job: JobView, f: Finding) -> list[int]:

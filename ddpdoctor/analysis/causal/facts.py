@@ -10,6 +10,7 @@ from dataclasses import replace
 from ddpdoctor.analysis.model import Call, JobView, RankRun
 from ddpdoctor.analysis.load.frames import (INTERNAL_PARTS, ddpdoctor_frame, user_frame,
                                            without_own_frames)
+from ddpdoctor.analysis.load.fr_dumps import dumps_alone
 from ddpdoctor.analysis.load.peer_errors import PEER_GONE, peer_absence
 from ddpdoctor.analysis.causal.state import Death, RankState, StateKind
 from ddpdoctor.trace import layout as L
@@ -251,6 +252,8 @@ def rank_state(run: RankRun, job: JobView, stop_ns: int | None) -> RankState:
         return replace(base, kind=StateKind.DATA_LOADING)
     if base.blocked_on:
         return replace(base, kind=StateKind.OS_BLOCKED)
+    if dumps_alone(run):
+        return replace(base, kind=StateKind.UNSEEN)
     return base
 
 

@@ -62,6 +62,9 @@ def whereabouts(s: RankState) -> str:
     at = f" at {at}" if at else ""
     if s.kind == StateKind.OS_BLOCKED:
         return f"is {blocked_text(s)}{at}, using no CPU"
+    if s.kind == StateKind.UNSEEN:
+        return (f"issued no collective {_after(s)}; its dump does not say where it is "
+                "instead")
     if s.kind == StateKind.COMPUTING:
         busy = {True: " (its CPU time advances)",
                 False: " (no CPU progress: sleeping, polling, or waiting on I/O or a lock)"}
@@ -155,6 +158,10 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
                "lock's owner, the pipe's or socket's other end), give the wait a timeout, or "
                "do that work on every rank (or on one rank before a collective everyone "
                "enters).")
+    elif target.kind == StateKind.UNSEEN:
+        fix = (f"The dumps show where rank {target.rank} stopped issuing collectives, not "
+               f"why: look at its stack (py-spy dump --pid PID, or `ddpdoctor attach` while it "
+               "hangs) or run the job under `ddpdoctor run`, which records it.")
     elif target.kind == StateKind.COMPUTING:
         fix = (f"Rank {target.rank} is doing work the others are not waiting for: balance it "
                "(evaluate on every rank or on none), or raise the process group's timeout "

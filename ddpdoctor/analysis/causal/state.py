@@ -22,6 +22,8 @@ class StateKind(str, enum.Enum):
     PEER_FAILED = "peer_failed"  # raised because a peer was absent (closed, timeout, abort)
     STOPPED = "stopped"  # SIGSTOPped
     UNREACHABLE = "unreachable"  # on a node that was lost: last seen state is stale
+    UNSEEN = "unseen"  # outside any call, known from flight recorder dumps alone: no process,
+    # no stack, nothing tells where it is
 
 
 @dataclass(frozen=True)

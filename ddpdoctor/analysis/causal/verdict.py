@@ -14,7 +14,7 @@ from ddpdoctor.analysis.model import NS, JobView
 from ddpdoctor.trace import layout as L
 
 WORKING = (StateKind.COMPUTING, StateKind.DATA_LOADING, StateKind.NOT_ARRIVED,
-           StateKind.OS_BLOCKED)  # (a blocked rank's I/O may still be progress)
+           StateKind.OS_BLOCKED, StateKind.UNSEEN)  # (a blocked rank's I/O may still be progress)
 
 
 MISMATCH_SETTLE_S = 0.25  # a rank inside a mismatched collective this long: it never returns

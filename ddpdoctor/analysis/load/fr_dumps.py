@@ -6,7 +6,8 @@ process group, ``collective_seq_id`` (from 1), the op (``profiling_name``, e.g.
 ``gloo:all_reduce``), sizes, dtypes, state and timestamps.  On gloo the state stays
 ``scheduled``: completion shows as ``retired`` or a seq at or below the group's
 ``last_completed_collective``; on NCCL ``state`` says completed and times are measured.
-Pickle dumps are refused: a dump file is never unpickled.  A dump is untrusted input: a
+torch's own pickle dumps (``_dump_fr_trace``, named ``<prefix><rank>``) are decoded as plain
+data (trace/fr_pickle.py), never unpickled.  A dump is untrusted input: a
 regular file only, its size checked before reading, its JSON bounded (rundir.bounded), the
 ranks it names capped as a trace header's are (a world past ``RANKS_PER_TRACE`` ranks per
 dump present is not believed): a bad dump is a one-line error, exit 2.  How dumps join a
@@ -27,15 +28,13 @@ from ddpdoctor.analysis.load.external import DEFAULT_GROUP, external_run
 from ddpdoctor.analysis.model import Call, RankRun
 from ddpdoctor.errors import UserError
 from ddpdoctor.rundir.bounded import BadInput, load_json, open_regular, read_file
+from ddpdoctor.trace import fr_pickle
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.text import clean
 from ddpdoctor.trace.world import RANKS_PER_TRACE
 
 MAX_DUMP_BYTES = 256 << 20
 PICKLE_MAGIC = b"\x80"
-HOW_TO_GET_JSON = ("write JSON instead: in the job, save "
-                   "torch._C._distributed_c10d._dump_fr_trace_json(True, False) to a file "
-                   "named <prefix><rank> (ddpdoctor never unpickles a file)")
 DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
           "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
           "Bool": "bool", "ComplexFloat": "complex64", "ComplexDouble": "complex128"}
@@ -47,6 +46,9 @@ P2P_OPS = ("send", "recv")
 NO_CALLSITE = "unknown (flight recorder)"  # a dump has no Python frames on gloo
 MAX_RANK = 1 << 20
 EXIT_BAD_INPUT = 2
+NOTHING_PENDING = ("the flight recorder dumps show no collective pending on any rank: from "
+                   "them alone it cannot be told whether the job hung outside its "
+                   "collectives, ran on or ended")
 TRAILING_RANK = re.compile(r"(\d+)(\.json)?$")
 
 
@@ -178,7 +180,8 @@ def _rank_of(path: Path, data: dict[str, Any]) -> int:
 def entry_call(rank: int, entry: dict[str, Any], last_completed: int) -> tuple[str, Call]:
     """(group name, Call) of one dump entry; seq counts from 0 as ddpdoctor's traces do."""
     pg = entry.get("process_group")
-    group = clean(str(pg[0]) if isinstance(pg, list) and pg else str(entry.get("pg_id", 0)))
+    group = clean(str(pg[0]) if isinstance(pg, (list, tuple)) and pg
+                  else str(entry.get("pg_id", 0)))
     op, peer = _op(clean(str(entry.get("profiling_name", ""))[:256]))
     p2p = bool(entry.get("is_p2p")) or op in P2P_OPS
     seq_id = _int(entry.get("p2p_seq_id" if p2p else "collective_seq_id"))
@@ -214,13 +217,13 @@ def load_dump(path: Path) -> FlightRecorderDump:
 
 
 def dump_of(raw: bytes, path: Path) -> FlightRecorderDump:
-    """The dump in ``raw`` (the bytes of ``path``); a UserError (exit 2) when it is no JSON
-    dump or an out-of-bounds one."""
-    if raw[:1] == PICKLE_MAGIC:
-        raise UserError(f"{path} is a pickle flight recorder dump: {HOW_TO_GET_JSON}",
-                        EXIT_BAD_INPUT)
+    """The dump in ``raw`` (the bytes of ``path``: JSON, or torch's pickle of plain data); a
+    UserError (exit 2) when it is no dump or an out-of-bounds one."""
     try:
-        data = load_json(raw, path)
+        data = fr_pickle.decode(raw, str(path)) if raw[:1] == PICKLE_MAGIC else \
+            load_json(raw, path)
+    except fr_pickle.NotPlainData as e:
+        raise UserError(f"flight recorder dump {e}", EXIT_BAD_INPUT) from None
     except BadInput as e:
         raise UserError(f"flight recorder dump {e}", EXIT_BAD_INPUT) from None
     if not isinstance(data, dict) or not isinstance(data.get("entries", []), list):
@@ -258,6 +261,27 @@ def load_dump_dir(directory: Path) -> list[FlightRecorderDump]:
     if not dumps:
         raise UserError(f"no flight recorder dump in {directory}", EXIT_BAD_INPUT)
     return [dumps[r] for r in sorted(dumps)]
+
+
+def dumps_alone(run: RankRun) -> bool:
+    """Is the rank known from a flight recorder dump alone (no process, no stack, no trace of
+    its own)?  Then nothing tells what it does outside its calls."""
+    return run.header.pid < 0 and run.stack is None and run.stack_error is None and \
+        run.cpu_busy is None and run.progress_ns is None
+
+
+def written_ns(dumps: list[FlightRecorderDump]) -> int:
+    """When the dumps were written, as their files tell (the oldest file's time: a dump
+    holds no time of its own), never before their newest entry."""
+    newest_entry = max((c.t_start for d in dumps for cs in d.calls.values() for c in cs),
+                       default=0)
+    times = []
+    for d in dumps:
+        try:
+            times.append(d.path.stat().st_mtime_ns)
+        except OSError:
+            continue
+    return max(min(times, default=0), newest_entry)
 
 
 def rank_runs(dumps: list[FlightRecorderDump]) -> tuple[dict[int, RankRun], int]:

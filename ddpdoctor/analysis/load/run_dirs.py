@@ -189,12 +189,15 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
     nodes: dict[str, NodeFacts] = {}
     all_launchers: list[RankTrace] = []
     here = host_name()
+    dumped: list[int] = []  # when each directory of dumps alone was written
     for run_dir in with_mirrors(run_dirs):
         if run_dir.is_dir() and not is_run_dir(run_dir) and \
                 fr_dumps.is_dump_dir(run_dir):
-            fr_runs, _ = fr_dumps.rank_runs(fr_dumps.load_dump_dir(run_dir))
+            dumps = fr_dumps.load_dump_dir(run_dir)
+            fr_runs, _ = fr_dumps.rank_runs(dumps)
             for rank, run in fr_runs.items():
                 ranks.setdefault(rank, run)
+            dumped.append(fr_dumps.written_ns(dumps))
             continue
         if not run_dir.is_dir() or not is_run_dir(run_dir):
             raise UserError(f"not a ddpdoctor run dir (no run.json or traces/) nor a "
@@ -228,7 +231,9 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
     world = max(world, len(ranks))
     outcome = next((e.get("outcome") for e in reversed(sup_events)
                     if e.get("event") == "outcome"), None)
-    job = JobView(list(run_dirs), ranks, world, time.time_ns(), timeout or HANG_TIMEOUT, live,
+    # dumps alone: the job as it was when dumped (a wait is measured to then, not to now)
+    now = max(dumped) if dumped and len(dumped) == len(run_dirs) else time.time_ns()
+    job = JobView(list(run_dirs), ranks, world, now, timeout or HANG_TIMEOUT, live,
                   all_launchers, problems, sup_events, command, outcome,
                   min(started) if started else None, None if live else _ended(ranks, sup_events))
     job.nodes = nodes
