@@ -2,33 +2,40 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as dt
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpdoctor.analysis.engine import analyze
+from ddpdoctor.analysis.causal.verdict import HangVerdict, judge
+from ddpdoctor.analysis.engine import analyze_with_waits
 from ddpdoctor.analysis.load.fr_dumps import FlightRecorderDump, load_dump
 from ddpdoctor.analysis.model import NS, Finding, JobView, RankRun, Severity
 from ddpdoctor.analysis.load.external import FACTS_FILE, facts_of
 from ddpdoctor.attach.discover import RankProcess, find_ranks
 from ddpdoctor.attach.job import (StackSample, build_job, main_thread_activity,
                                   process_state, rank_facts)
-from ddpdoctor.attach.stop import job_roots, stop_job_tree
+from ddpdoctor.attach.stop import job_roots, stop_job_tree, stopped_text
 from ddpdoctor.errors import UserError
 from ddpdoctor.rundir.layout import RUN_FILE, make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.rundir.runs import hold_live
 from ddpdoctor.report import schema
 from ddpdoctor.report.build import infer_outcome
+from ddpdoctor.proc.signals import say_to_stderr
+from ddpdoctor.supervisor.os_wait import os_wait
 from ddpdoctor.supervisor.stacks import capture_stacks, py_spy_path
 
 SAMPLES = 3
 INTERVAL_S = 1.0
 EXIT_PROBLEM = 1
-RELATIVE_NOTE = ("\n(From stacks alone: #0 / seq 0 is each rank's current call, not its "
-                 "position in the job's sequence of collectives.)")
+RELATIVE_NOTE = ("\n(From stacks alone: a rank's current call is known, not its position in "
+                 "the job's sequence of collectives, nor its step; flight recorder dumps the "
+                 "job wrote to TORCH_FR_DUMP_TEMP_FILE<rank> would tell them.)")
+UNKNOWN = "?"  # how the console shows a number attach cannot know (step, seq)
 
 
 @dataclass(frozen=True)
@@ -95,19 +102,42 @@ def read_dumps(ranks: list[RankProcess], problems: list[str]) -> dict[int, Fligh
     return dumps
 
 
+def _unnumbered(text: str, seq: int) -> str:
+    """``text`` without the relative seq that stacks alone gave (``all_reduce #0``)."""
+    return re.sub(rf" #{seq}\b", "", text.replace(f"seq {seq}", "current call"))
+
+
 def relative_seqs(findings: list[Finding], report: dict[str, Any],
                   ranks_without_dump: set[int]) -> list[Finding]:
-    """Stacks alone give no sequence numbers: a seq that rests on them is null."""
+    """Stacks alone give no sequence numbers nor steps: those that rest on them are null
+    (report.json), and a finding speaks of the current call."""
     if not ranks_without_dump:
         return findings
     for entry in report["ranks"]:
         if entry["rank"] in ranks_without_dump:
-            entry["last_seq"] = None
+            entry["last_seq"] = entry["step"] = None
             if entry.get("current"):
                 entry["current"]["seq"] = None
+    for wait in report.get("waits") or []:
+        if wait.get("rank") in ranks_without_dump:
+            wait["seq"] = None
     return [dataclasses.replace(
-        f, seq=None, summary=f.summary.replace(f"seq {f.seq}", "current call"),
-        detail=f.detail + RELATIVE_NOTE) if f.seq is not None else f for f in findings]
+        f, seq=None, summary=_unnumbered(f.summary, f.seq),
+        detail=_unnumbered(f.detail, f.seq) + RELATIVE_NOTE) if f.seq is not None else f
+        for f in findings]
+
+
+def shown(report: dict[str, Any]) -> dict[str, Any]:
+    """The report as the console shows it: a step or seq attach could not know reads
+    ``?``, never ``None`` (report.json keeps them null, as the contract says)."""
+    view = copy.deepcopy(report)
+    for entry in view.get("ranks") or []:
+        if entry.get("step", 0) is None:
+            entry["step"] = UNKNOWN
+        current = entry.get("current")
+        if isinstance(current, dict) and current.get("seq", 0) is None:
+            current["seq"] = UNKNOWN
+    return view
 
 
 def stuck_calls_only(job: JobView) -> dict[int, RankRun]:
@@ -151,15 +181,17 @@ def run_attach(config: AttachConfig) -> int:
     samples = sample_stacks(ranks, run_dir, config.samples, config.interval_s)
     problems: list[str] = []
     dumps = read_dumps(ranks, problems)
-    facts = [rank_facts(r, samples, process_state(r.pid)) for r in ranks]
+    facts = [rank_facts(r, samples, process_state(r.pid), os_wait(r.pid)) for r in ranks]
     job = build_job(facts, dumps, samples, run_dir, command)
     job.problems.extend(problems)
     if len(ranks) < job.world_size:
         job.problems.append(
             f"{len(ranks)} of {job.world_size} ranks run on this node: attach on the other "
             "nodes too and merge the run dirs with `ddpdoctor analyze DIR...`")
-    findings = analyze(job)
-    report = schema.build(job, findings, infer_outcome(job))
+    if isinstance(judge(job, job.hang_timeout), HangVerdict):
+        job.outcome = "hung"  # the supervisor's one rule, over the sampling window
+    findings, waits = analyze_with_waits(job)
+    report = schema.build(job, findings, infer_outcome(job), waits=waits)
     findings = relative_seqs(findings, report, {r.rank for r in ranks} - set(dumps))
     report["findings"] = [f.to_dict() for f in findings]
     report["sources"] = _sources(dumps, samples, ranks)
@@ -173,9 +205,11 @@ def run_attach(config: AttachConfig) -> int:
         raise UserError(f"cannot write {path}: {e.strerror or e}", 1) from None
     _show(report, path, config.ui)
     if config.stop:
-        left = stop_job_tree(job_roots(ranks, list(config.pids)))
-        if left:
-            raise UserError(f"could not stop processes {', '.join(map(str, left))}", 1)
+        stopped = stop_job_tree(job_roots(ranks, list(config.pids)))
+        if stopped.survivors:
+            raise UserError(f"{stopped_text(stopped)}; could not stop processes "
+                            f"{', '.join(map(str, stopped.survivors))}", 1)
+        say_to_stderr(f"ddpdoctor: {stopped_text(stopped)}")
     errors = any(f.severity == Severity.ERROR for f in findings)  # a warning alone: 0
     return EXIT_PROBLEM if errors else 0
 
@@ -191,7 +225,7 @@ def _show(report: dict[str, Any], path: Path, ui: bool) -> None:
     from ddpdoctor.report.console import print_summary
 
     console = Console()
-    print_summary(report, path, console)
+    print_summary(shown(report), path, console)
     sources = report.get("sources") or {}
     dumps = sources.get("flight_recorder")
     console.print(f"[dim]Sources: {sources.get('stacks')}; flight recorder: "

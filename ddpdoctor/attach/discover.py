@@ -85,10 +85,9 @@ def _one_job(found: list[RankProcess], how: str) -> list[RankProcess]:
     for rp in found:
         jobs.setdefault(rp.job_key, []).append(rp)
     if len(jobs) > 1:
-        listing = "; ".join(f"ranks {', '.join(str(r.pid) for r in rps)}"
-                            for rps in jobs.values())
-        raise UserError(f"{how} found {len(jobs)} jobs ({listing}): give the PID of one "
-                        "job's launcher or ranks")
+        listing = "\n".join(f"  {job_line(rps)}" for rps in jobs.values())
+        raise UserError(f"{how} found {len(jobs)} jobs; give the PID of one job's launcher "
+                        f"or ranks (ddpdoctor attach PID):\n{listing}")
     pids = {rp.pid for rp in found}
     ranks: dict[int, RankProcess] = {}
     for rp in sorted(found, key=lambda r: r.pid):
@@ -96,6 +95,30 @@ def _one_job(found: list[RankProcess], how: str) -> list[RankProcess]:
             continue  # a rank's own children (data loader workers) inherit its RANK
         ranks.setdefault(rp.rank, rp)
     return [ranks[r] for r in sorted(ranks)]
+
+
+def command_of(pid: int, most: int = 160) -> str:
+    """The command line of ``pid`` as one line (at most ``most`` characters), else ""."""
+    try:
+        raw = (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return ""
+    text = " ".join(a.decode(errors="replace") for a in raw.split(b"\0") if a)
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
+def job_line(ranks: list[RankProcess]) -> str:
+    """``launcher 120: torchrun --nproc-per-node 2 train.py; ranks 121, 122 (world 2)``:
+    one job as attach found it, with the command it was started with."""
+    pids = sorted(r.pid for r in ranks)
+    parent = parent_of(pids[0])
+    launcher = parent if parent and parent > 1 and \
+        all(parent_of(p) == parent for p in pids) else None
+    shown = f"launcher {launcher}: {command_of(launcher)}; " if launcher else \
+        f"{command_of(pids[0])}; "
+    return f"{shown}rank pid{'s' if len(pids) > 1 else ''} {', '.join(map(str, pids))} " \
+        f"(world {ranks[0].world_size})"
 
 
 def find_ranks(pids: list[int]) -> list[RankProcess]:

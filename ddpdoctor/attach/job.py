@@ -35,14 +35,44 @@ MOVED_CPU_S = 0.05
 
 @dataclass(frozen=True)
 class ThreadActivity:
-    """A main thread's context switches (voluntary + not) and CPU seconds so far."""
+    """A main thread's context switches (voluntary + not) and CPU seconds so far, and when
+    (wall clock, ns) it last started to run (None: /proc does not say)."""
 
     switches: int
     cpu_s: float
+    last_ran_ns: int | None = None
 
     def moved_since(self, before: "ThreadActivity") -> bool:
         return (self.switches - before.switches > MOVED_SWITCHES or
                 self.cpu_s - before.cpu_s > MOVED_CPU_S)
+
+
+def _exec_start_ms(path: str) -> float | None:
+    """``se.exec_start`` of a thread's /proc sched file: when it last started to run, in ms
+    of the scheduler's clock (not the wall clock, not CLOCK_MONOTONIC on every host)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "se.exec_start":
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
+def last_ran_ns(pid: int) -> int | None:
+    """When (wall clock, ns) the main thread of ``pid`` last started to run: for a thread
+    asleep in a wait, about when the wait began.  The scheduler's clock is read against this
+    thread's own, which runs now."""
+    theirs = _exec_start_ms(f"/proc/{pid}/task/{pid}/sched")
+    ours = _exec_start_ms("/proc/thread-self/sched")
+    if theirs is None or ours is None or theirs > ours:
+        return None
+    return time.time_ns() - int((ours - theirs) * 1e6)
 
 
 def main_thread_activity(pid: int) -> ThreadActivity | None:
@@ -55,7 +85,8 @@ def main_thread_activity(pid: int) -> ThreadActivity | None:
         fields = stat[stat.rfind(")") + 2:].split()
         return ThreadActivity(int(counts["voluntary_ctxt_switches"]) +
                               int(counts["nonvoluntary_ctxt_switches"]),
-                              (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"))
+                              (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"),
+                              last_ran_ns(pid))
     except (OSError, ValueError, IndexError, KeyError):
         return None
 
@@ -74,7 +105,9 @@ class StackSample:
 class RankFacts:
     """What attach learned about one rank: where each sample found it, and since when it
     has been stuck there (the first of the consecutive samples that agree, when its main
-    thread did not move in between; else the last sample: it is making progress)."""
+    thread did not move in between, or earlier: when that thread last ran before the first
+    of them; else the last sample: it is making progress).  ``waits_on``: what the OS says
+    a rank that did not move waits in outside any call (supervisor.os_wait's dict)."""
 
     process: RankProcess
     places: list[StackPlace] = field(default_factory=list)
@@ -84,11 +117,15 @@ class RankFacts:
     moved: bool | None = None  # its main thread switched or ran over the samples
     alive: bool = True  # at the last sample
     proc_state: str = ""  # kernel state letter at the last sample (T = stopped)
+    waits_on: dict[str, Any] | None = None
 
 
 def rank_facts(process: RankProcess, samples: list[StackSample],
-               state: tuple[bool, str] = (True, "")) -> RankFacts:
-    """Fold the samples of one rank into its facts; ``state`` is (alive, kernel state)."""
+               state: tuple[bool, str] = (True, ""),
+               waits_on: dict[str, Any] | None = None) -> RankFacts:
+    """Fold the samples of one rank into its facts; ``state`` is (alive, kernel state),
+    ``waits_on`` what the OS said it waits in at the end (os_wait), kept only for a rank
+    that did not move, outside any call."""
     facts = RankFacts(process, alive=state[0], proc_state=state[1])
     last_key = None
     since: StackSample | None = None
@@ -113,6 +150,11 @@ def rank_facts(process: RankProcess, samples: list[StackSample],
         facts.moved = last.moved_since(first)
         if facts.moved:
             facts.since_ns = samples[-1].t_ns
+        elif since is samples[0] and first.last_ran_ns is not None:
+            facts.since_ns = min(facts.since_ns, first.last_ran_ns)  # asleep since then
+    place = facts.places[-1] if facts.places else None
+    if facts.moved is False and not (place is not None and place.in_call):
+        facts.waits_on = waits_on
     return facts
 
 
@@ -184,7 +226,15 @@ def rank_run(facts: RankFacts, dump: FlightRecorderDump | None, host: str) -> Ra
                        group_ranks, _start_ns(p.pid), p.local_rank, marks=marks, state=state)
     run.stack, run.stack_error = facts.frames, facts.stack_error
     run.alive, run.proc_state = facts.alive, facts.proc_state
+    run.cpu_busy = facts.moved  # as the supervisor's sampling says it of a rank under `run`
     return run
+
+
+def os_wait_events(facts: list[RankFacts], t_ns: int) -> list[dict[str, Any]]:
+    """What the OS said each idle rank waits in, as the supervisor logs it under `run`
+    (``os_wait`` events): the analysis reads one rule for both."""
+    return [{"event": "os_wait", "t": t_ns, "pid": f.process.pid, "rank": f.process.rank,
+             **f.waits_on} for f in facts if f.waits_on]
 
 
 def build_job(facts: list[RankFacts], dumps: dict[int, FlightRecorderDump],
@@ -198,4 +248,5 @@ def build_job(facts: list[RankFacts], dumps: dict[int, FlightRecorderDump],
     window = max((last - first - 1) / 1e9, 1e-9)  # 1 ns below: a float never misses it
     started = [r.header.started_ns for r in ranks.values() if r.header.started_ns]
     return JobView([run_dir], ranks, world, last, window, True, command=command,
-                   started_ns=min(started) if started else None)
+                   started_ns=min(started) if started else None,
+                   supervisor_events=os_wait_events(facts, last))

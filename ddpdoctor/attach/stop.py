@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ddpdoctor.attach.discover import RankProcess, parent_of
-from ddpdoctor.proc.control import JobTree, stop_tree
+from ddpdoctor.proc.control import JobTree, StopResult, stop_tree
 
 LAUNCHER_WORDS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 GRACE_S = 5.0
@@ -30,7 +30,17 @@ def job_roots(ranks: list[RankProcess], given: list[int]) -> list[int]:
     return agents or sorted(rank_pids)
 
 
-def stop_job_tree(roots: list[int], grace: float = GRACE_S) -> list[int]:
+def stop_job_tree(roots: list[int], grace: float = GRACE_S) -> StopResult:
     """SIGCONT then SIGTERM every process of the roots' trees, SIGKILL what is left after
-    ``grace`` seconds.  Returns the pids still alive at the end (none, normally)."""
-    return list(stop_tree(JobTree(tuple(roots), session=False), grace).survivors)
+    ``grace`` seconds.  Returns what was done (``survivors``: none, normally)."""
+    return stop_tree(JobTree(tuple(roots), session=False), grace)
+
+
+def stopped_text(result: StopResult) -> str:
+    """``stopped the job: SIGTERM to pids 10, 11, 12; SIGKILL to 12 (alive after 5 s)``."""
+    text = f"stopped the job: {result.signal} to pid{'s' if len(result.pids) != 1 else ''} " \
+        f"{', '.join(map(str, result.pids)) or '(none left)'}"
+    if result.killed:
+        text += f"; SIGKILL to {', '.join(map(str, result.killed))} (alive after " \
+            f"{GRACE_S:.0f} s)"
+    return text

@@ -82,6 +82,55 @@ def test_attach_names_rank_0_and_its_line_and_leaves_the_job_running(tmp_path):
     assert living(tree) == set()
 
 
+def _hung_job(job: Path, tmp_path: Path) -> tuple[subprocess.Popen, set[int], float]:
+    """A plain torchrun job (not under ddpdoctor) up to its hang: the Popen, the pids of its
+    tree and when the ranks said they reached the hang (time.time())."""
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                             "--nproc-per-node", "2", str(job)],
+                            env={**os.environ, "READY_DIR": str(ready)}, cwd=tmp_path,
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(list(ready.iterdir())) < 2 and time.monotonic() < deadline:
+        assert proc.poll() is None, "the job ended before it hung"
+        time.sleep(0.1)
+    reached = max(p.stat().st_mtime for p in ready.iterdir())
+    return proc, {proc.pid} | descendants(scan(), [proc.pid]), reached
+
+
+def test_attach_on_a_rank_blocked_on_a_lock_says_what_run_says_and_stop_says_what(tmp_path):
+    """Rank 1 in lock.acquire(), rank 0 in all_reduce: attach judges with run's rules
+    (blocked in futex, not computing; hung), measures the wait from when rank 0's main thread
+    fell asleep (not the sampling window), shows no None, and --stop names what it stopped."""
+    job, tree, reached = _hung_job(JOBS / "rank1_lock.py", tmp_path)
+    try:
+        time.sleep(4.0)  # longer than attach's sampling window
+        proc, _ = attach([str(job.pid), "--stop", "--run-dir", str(tmp_path / "a")], tmp_path)
+        waited = time.time() - reached
+        assert proc.returncode == 1, proc.stderr
+        report = json.loads((tmp_path / "a" / "report.json").read_text())
+        assert report["outcome"] == "hung"
+        assert [(r["rank"], r["state"]) for r in report["ranks"]] == [(0, "hung"),
+                                                                       (1, "blocked")]
+        root = report["findings"][0]
+        assert (root["kind"], root["ranks"]) == ("missing_collective", [1])
+        assert "blocked in futex" in root["summary"] and "lock.acquire()" in root["summary"]
+        assert "raise the process group's timeout" not in root["fix"]
+        said = float(root["detail"].split("Waiting for ")[1].split(" s")[0])
+        assert 4.0 <= said <= waited + 1.0, (said, waited)
+        assert "None" not in proc.stdout and "#0" not in proc.stdout
+        ranks = sorted(r["pid"] for r in report["ranks"])
+        assert "stopped the job: SIGTERM to pids" in proc.stderr
+        assert all(str(p) in proc.stderr for p in ranks), proc.stderr
+        job.wait(timeout=30)
+    finally:
+        for pid in living(tree):
+            os.kill(pid, signal.SIGKILL)
+        job.wait(timeout=30)
+
+
 def test_flight_recorder_dumps_of_a_hung_job_give_the_root_cause_of_run(tmp_path):
     run = run_doctor(["run", "--hang-timeout", "3", "--", "torchrun", "--standalone",
                       "--nproc-per-node", "2", str(JOB)], tmp_path)
@@ -92,8 +141,9 @@ def test_flight_recorder_dumps_of_a_hung_job_give_the_root_cause_of_run(tmp_path
     # torch's own tool reads them as its own (names, pickle, the default group's name)
     tool = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
                            str(dumps)], capture_output=True, text=True, timeout=120)
-    assert tool.returncode == 0, tool.stderr
-    assert "group info: 0:default_pg" in tool.stdout, tool.stdout
+    said = tool.stdout + tool.stderr  # its logger writes to stderr
+    assert tool.returncode == 0 and "Traceback" not in said, said
+    assert "0:default_pg" in said and "'barrier' does not match" in said, said
     by_run = run.report["findings"][0]
     # the direct process-group call joined the traced sequence at its seq
     assert any("seen only by torch's flight recorder" in p for p in run.report["problems"])

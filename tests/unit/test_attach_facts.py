@@ -22,9 +22,11 @@ from ddpdoctor.analysis.load.external import FACTS_FILE, facts_of
 from ddpdoctor.attach.command import stuck_calls_only
 from ddpdoctor.attach.discover import RankProcess, find_ranks, rank_process
 from ddpdoctor.attach.frames import place_of
-from ddpdoctor.attach.job import StackSample, ThreadActivity, build_job, rank_facts
+from ddpdoctor.attach.job import (StackSample, ThreadActivity, build_job, last_ran_ns,
+                                  rank_facts)
 from ddpdoctor.errors import UserError
 from ddpdoctor.proc.table import descendants, scan
+from ddpdoctor.supervisor import os_wait
 from ddpdoctor.trace import layout as L
 from tests.unit.flight_recorder_factory import entry, write_dump
 
@@ -62,17 +64,20 @@ def process(rank: int) -> RankProcess:
 
 
 def job_of(stacks_by_sample: list[dict[int, list[dict]]], tmp_path: Path,
-           switches: dict[int, list[int]] | None = None):
+           switches: dict[int, list[int]] | None = None,
+           last_ran: dict[int, int] | None = None, waits_on: dict[int, dict] | None = None):
     """A JobView from samples 1 s apart: {rank: frames} per sample; ``switches``: a rank's
-    main-thread context switches at each sample (default: unknown)."""
+    main-thread context switches at each sample (default: unknown); ``last_ran``: when its
+    main thread last ran (ns); ``waits_on``: what the OS says it waits in."""
     procs = [process(r) for r in sorted(stacks_by_sample[0])]
-    switches = switches or {}
+    switches, last_ran, waits_on = switches or {}, last_ran or {}, waits_on or {}
     samples = [StackSample(1_000_000_000 * (i + 1),
                            {p.pid: {"pid": p.pid, "frames": s[p.rank]} for p in procs},
-                           {p.pid: ThreadActivity(switches[p.rank][i], 0.0)
+                           {p.pid: ThreadActivity(switches[p.rank][i], 0.0,
+                                                  last_ran.get(p.rank))
                             for p in procs if p.rank in switches})
                for i, s in enumerate(stacks_by_sample)]
-    facts = [rank_facts(p, samples) for p in procs]
+    facts = [rank_facts(p, samples, waits_on=waits_on.get(p.rank)) for p in procs]
     return build_job(facts, {}, samples, tmp_path, ["train.py"])
 
 
@@ -157,6 +162,47 @@ def test_a_rank_computing_its_backward_is_not_waiting(script, tmp_path):
     assert not [f for f in findings if f.severity == Severity.ERROR and 1 in f.ranks]
 
 
+FUTEX = {"syscall": "futex", "wchan": "", "meaning": os_wait.MEANING["futex"]}
+
+
+def test_a_rank_asleep_on_a_lock_is_blocked_as_run_says_not_computing(script, tmp_path):
+    """The analysis's own rule (the os_wait facts run's supervisor logs), not attach's: a
+    rank outside any call whose main thread did not move, in futex, is blocked."""
+    sample = {0: in_call("all_reduce", script, 7), 1: at_line(script, 8)}
+    still = {0: [100, 100, 100], 1: [50, 50, 50]}
+    job = job_of([sample] * 3, tmp_path, still, waits_on={1: FUTEX})
+    root = analyze(job)[0]
+    assert root.kind == "missing_collective" and root.ranks == (1,)
+    assert "blocked in futex" in root.summary and "computing" not in root.summary
+    assert "raise the process group's timeout" not in root.fix
+    moving = {0: [100, 100, 100], 1: [50, 350, 650]}  # its thread ran: a straggler
+    busy = analyze(job_of([sample] * 3, tmp_path, moving, waits_on={1: FUTEX}))
+    assert not [f for f in busy if f.severity == Severity.ERROR or "futex" in f.summary]
+
+
+def test_the_wait_counts_from_when_the_main_thread_fell_asleep(script, tmp_path):
+    sample = {0: in_call("all_reduce", script, 7), 1: at_line(script, 8)}
+    still = {0: [100, 100, 100], 1: [50, 50, 50]}
+    asleep_at = 1_000_000_000 - 15_000_000_000  # 15 s before the first sample
+    job = job_of([sample] * 3, tmp_path, still, last_ran={0: asleep_at, 1: asleep_at})
+    assert job.ranks[0].open_call().t_start == asleep_at
+    assert "Waiting for 17.0 s." in analyze(job)[0].detail  # to the last sample, 2 s later
+    moving = {0: [100, 400, 700], 1: [50, 50, 50]}
+    job = job_of([sample] * 3, tmp_path, moving, last_ran={0: asleep_at})
+    assert job.ranks[0].open_call().t_start == 3_000_000_000  # it moved: the last sample
+
+
+def test_last_ran_of_a_sleeping_process_is_when_it_fell_asleep():
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(1.5)
+        ran = last_ran_ns(sleeper.pid)
+        assert ran is not None and 1.0 < (time.time_ns() - ran) / 1e9 < 30
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_healthy_ranks_in_the_same_collective_give_no_error(script, tmp_path):
     both = {0: in_call("all_reduce", script, 7), 1: in_call("all_reduce", script, 7)}
     findings = analyze(job_of([both, both, both], tmp_path))
@@ -186,6 +232,28 @@ def test_find_ranks_below_a_launcher_and_by_pid(fake_job):
     ranks = find_ranks([fake_job.pid])
     assert [r.rank for r in ranks] == [0, 1] and all(r.world_size == 2 for r in ranks)
     assert [r.rank for r in find_ranks([ranks[1].pid])] == [1]
+
+
+def test_several_jobs_are_listed_with_their_commands_and_pids(fake_job):
+    sleeper = f"{sys.executable} -c 'import time; time.sleep(60)'"
+    other = subprocess.Popen(["sh", "-c", f"RANK=0 WORLD_SIZE=1 MASTER_PORT=2 {sleeper} & wait"],
+                             start_new_session=True)
+    try:
+        for _ in range(100):
+            if [p for p in descendants(scan(), [other.pid]) if rank_process(p)]:
+                break
+            time.sleep(0.05)
+        with pytest.raises(UserError) as err:
+            find_ranks([fake_job.pid, other.pid])
+        said = str(err.value)
+        assert "found 2 jobs" in said and "ddpdoctor attach PID" in said
+        for launcher in (fake_job, other):
+            ranks = sorted(p for p in descendants(scan(), [launcher.pid]) if rank_process(p))
+            line = next(x for x in said.splitlines() if f"launcher {launcher.pid}:" in x)
+            assert "sh -c" in line and all(str(p) in line for p in ranks), line
+    finally:
+        os.killpg(other.pid, signal.SIGKILL)
+        other.wait()
 
 
 def test_bad_pids_are_usage_errors(fake_job):
