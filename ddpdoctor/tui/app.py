@@ -29,6 +29,9 @@ POLL_INTERVAL_S = 0.25
 Clock = Callable[[], float]
 
 
+INTERRUPTED = 130  # the exit status of Ctrl-C (128 + SIGINT)
+
+
 class DoctorApp(App[int]):
     """Shows a ddpdoctor report: ranks side by side, the collective timeline, findings, stacks."""
 
@@ -36,6 +39,7 @@ class DoctorApp(App[int]):
     TITLE = "ddpdoctor"
     BINDINGS = [
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "interrupt", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help"),
     ]
 
@@ -78,6 +82,12 @@ class DoctorApp(App[int]):
 
     def on_unmount(self) -> None:
         self._stop_polling.set()
+
+    def action_interrupt(self) -> None:
+        """Ctrl-C, as in any terminal tool: leave with 130; under `run --ui` it then stops
+        the run as Ctrl-C does without the UI (run_live)."""
+        self._stop_polling.set()
+        self.exit(return_code=INTERRUPTED)
 
     async def action_quit(self) -> None:
         self._stop_polling.set()
@@ -220,6 +230,8 @@ def run_ui(path: Path) -> int:
         say(f"ddpdoctor: cannot show {path}: {type(exc).__name__}: {exc}")
         return 2
     result = app.run()
+    if app.return_code == INTERRUPTED:
+        return INTERRUPTED
     return result if isinstance(result, int) else 0
 
 
@@ -228,6 +240,8 @@ def run_live(run_dir: Path, job_log: Path, is_running: Callable[[], bool]) -> No
     source = ReportSource(Path(run_dir), is_running=is_running)
     app = make_app(Path(run_dir), live_command=_run_command(Path(run_dir)), source=source, job_log=Path(job_log))
     app.run()
+    if app.return_code == INTERRUPTED:
+        raise KeyboardInterrupt  # Ctrl-C in the UI: the run stops as on Ctrl-C without it
 
 
 def _run_command(run_dir: Path) -> list[str]:

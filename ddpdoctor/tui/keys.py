@@ -16,6 +16,7 @@ KEYS = (
     ("d", "timeline: scroll to the divergent seq"),
     ("?", "this help"),
     ("q", "quit (the job, if any, is not affected by leaving the UI)"),
+    ("ctrl+c", "quit with status 130; under `run --ui` the run stops, as Ctrl-C does"),
 )
 
 

@@ -116,6 +116,12 @@ class RankView:
     stack: tuple[Frame, ...] | None = None
     stack_error: str = ""
     recent: tuple[CallRecord, ...] = ()
+    blocked_on: str = ""  # the system call an idle rank waits in ("futex"), as the OS said
+
+    @property
+    def user_frame(self) -> Frame | None:
+        """The innermost frame of the user's code in its stack, if any."""
+        return next((f for f in self.stack or () if not f.is_library), None)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], index: int, parser: CollectiveParser | None = None) -> RankView:
@@ -146,6 +152,8 @@ class RankView:
             stack=frames,
             stack_error=as_str(data.get("stack_error")) or "",
             recent=(parser or CollectiveParser()).entries(as_list(data.get("recent"))),
+            blocked_on=as_str((data.get("blocked_on") or {}).get("syscall")
+                              if isinstance(data.get("blocked_on"), dict) else None) or "",
         )
 
 

@@ -54,10 +54,10 @@ async def test_op_and_site_shown_whole_enough_at_80_columns() -> None:
         for _ in range(50):  # until the table is laid out at its width (no time limit)
             await pilot.pause()
             text = screen_text(running)
-            if "…ckpoint.py:55" in text:
+            if "…oint.py:55" in text:
                 break
     assert "barrier " in text and "all_reduce [DDP" in text
-    assert "…ckpoint.py:60" in text and "…ckpoint.py:55" in text  # the line is never cut
+    assert "…oint.py:60" in text and "…oint.py:55" in text  # the line is never cut
 
 
 async def test_finding_card_numbers_and_lint(tmp_path) -> None:

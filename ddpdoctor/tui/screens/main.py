@@ -69,7 +69,7 @@ class MainScreen(Screen[None]):
                 yield WaitGraph(id="wait-graph")
         with Vertical(id="filter-bar"):
             yield Input(placeholder="filter ranks: 3  0-7  1,5  hung  broadcast  gpu-node-02", id="filter")
-        yield Footer()
+        yield Footer(show_command_palette=False, compact=True)  # whole at 80 columns
 
     def on_unmount(self) -> None:
         self._ready = False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping
 
 from rich.console import Group, RenderableType
@@ -12,7 +11,8 @@ from textual import events
 from textual.widgets import Static
 
 from ddpdoctor.report.console import finding_number
-from ddpdoctor.report.lint_match import LINT_KEY, lint_note
+from ddpdoctor.report.lint_match import lint_note
+from ddpdoctor.tui.evidence_text import evidence_sentences
 from ddpdoctor.tui.messages import RankSelected
 from ddpdoctor.tui.model import FindingView
 from ddpdoctor.tui.styles import SEVERITY_STYLES
@@ -58,8 +58,9 @@ def finding_panel(finding: FindingView) -> RenderableType:
         parts += [Text(""), Text(note[0].upper() + note[1:] + ".", style="bold cyan")]
     if finding.fix:
         parts += [Text(""), Text.assemble(("Fix: ", "bold green"), finding.fix)]
-    if finding.evidence:
-        parts += [Text(""), Text("Evidence", style="bold dim"), _evidence(finding.evidence)]
+    said = _evidence(finding.evidence) if finding.evidence else Text()
+    if said:
+        parts += [Text(""), Text("Evidence", style="bold dim"), said]
     return Panel(
         Group(*parts),
         title=title,
@@ -72,26 +73,5 @@ def finding_panel(finding: FindingView) -> RenderableType:
 
 
 def _evidence(evidence: Mapping[str, Any]) -> Text:
-    """Evidence compactly: a line a key, nested objects one level deeper, values as JSON."""
-    text = Text()
-    for key, value in evidence.items():
-        if key == LINT_KEY:
-            continue  # said in words above the evidence
-        if isinstance(value, dict) and value:
-            text.append(f"{key}:\n", style="cyan")
-            for sub_key, sub_value in value.items():
-                text.append(f"  {sub_key}: ", style="cyan")
-                text.append(f"{_compact(sub_value)}\n")
-        else:
-            text.append(f"{key}: ", style="cyan")
-            text.append(f"{_compact(value)}\n")
-    text.rstrip()
-    return text
-
-
-def _compact(value: Any, limit: int = 300) -> str:
-    try:
-        out = json.dumps(value, default=str, separators=(", ", ": "))
-    except (TypeError, ValueError):
-        out = repr(value)
-    return out if len(out) <= limit else out[: limit - 1] + "…"
+    """Evidence as sentences (evidence_text): the recorded decision first, no JSON."""
+    return Text("\n".join(evidence_sentences(evidence)))

@@ -22,6 +22,7 @@ class FindingsList(VerticalScroll, can_focus=True):
         if key == self._shown:
             return
         self._shown = key
+        kept = self.scroll_y  # a live job's findings change as its waits grow: stay put
         self.remove_children()
         widgets: list[Static] = []
         if view.problems:
@@ -34,3 +35,5 @@ class FindingsList(VerticalScroll, can_focus=True):
             message = "No findings yet: the job looks healthy so far." if view.live else "No findings: nothing went wrong that ddpdoctor can tell."
             widgets.append(Static(message, classes="empty"))
         self.mount_all(widgets)
+        if kept:
+            self.call_after_refresh(self.scroll_to, y=kept, animate=False)

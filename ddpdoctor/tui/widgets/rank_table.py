@@ -13,23 +13,56 @@ from ddpdoctor.tui.styles import STATE_STYLES, format_duration
 from ddpdoctor.tui.rank_filter import iter_ranks
 from ddpdoctor.tui.widgets.synced_table import Cell, SyncedTable
 
+ENDED = ("exited", "failed", "killed")
 #: Seconds in one collective after which "time in op" turns yellow, then red.
 SLOW_S, STUCK_S = 5.0, 30.0
 #: (narrowest, widest) of the current op and the user's site columns
 OP_WIDTH, SITE_WIDTH = (18, 34), (14, 30)
 #: the columns left of and between them: rank, state, time in op
 FIXED_FIRST = 4 + 11 + 6
+#: op and site before seq and the others get any width
+COMFORT = (20, 16)
+#: seq, step, epoch, host, pid (as in COLUMNS): shown whole or scrolled off whole
+OPTIONAL_WIDTHS = (5, 5, 5, 14, 8)
 
 
-def column_widths(table_width: int, padding: int) -> dict[str, int]:
-    """The widths of the op and site columns for a table ``table_width`` cells wide: what
-    the rank, state and time columns leave (less a scrollbar), split evenly, each within its
-    (narrowest, widest); what is left goes to seq, step, epoch, host and pid, which scroll
-    off to the right on a narrow terminal."""
-    room = table_width - FIXED_FIRST - 5 * padding - 2
-    op = min(OP_WIDTH[1], max(OP_WIDTH[0], room // 2))
-    site = min(SITE_WIDTH[1], max(SITE_WIDTH[0], room - op))
+def column_widths(table_width: int, padding: int, scrollbar: int = 2) -> dict[str, int]:
+    """The widths of the op and site columns for a table ``table_width`` cells wide (less
+    ``scrollbar``): first a comfortable width each, then seq, step, epoch, host and pid as
+    many as fit whole, then the rest to op and site (within their widest; past it, to op
+    when a column follows, so that no column shows cut at the right edge: those that do not
+    fit scroll off whole)."""
+    room = table_width - scrollbar - FIXED_FIRST - 5 * padding
+    if room < sum(COMFORT):
+        op = min(OP_WIDTH[1], max(OP_WIDTH[0], room // 2))
+        return {"op": op, "site": min(SITE_WIDTH[1], max(SITE_WIDTH[0], room - op))}
+    extra = room - sum(COMFORT)
+    shown = 0
+    for width in OPTIONAL_WIDTHS:
+        if extra < width + padding:
+            break
+        extra -= width + padding
+        shown += 1
+    op = min(OP_WIDTH[1], COMFORT[0] + (extra + 1) // 2)
+    site = min(SITE_WIDTH[1], COMFORT[1] + extra - (op - COMFORT[0]))
+    op = min(OP_WIDTH[1], COMFORT[0] + extra - (site - COMFORT[1]))
+    left = extra - (op - COMFORT[0]) - (site - COMFORT[1])
+    if shown < len(OPTIONAL_WIDTHS):
+        op += left
     return {"op": op, "site": site}
+
+
+def columns_shown_whole(table: "RankTable") -> list[str]:
+    """The keys of the columns that fit whole in the table's width (for tests and checks)."""
+    room = table.size.width - (table.scrollbar_size_vertical
+                               if table.show_vertical_scrollbar else 0)
+    shown, used = [], 0
+    for key, column in table.columns.items():
+        used += column.get_render_width(table)
+        if used > room:
+            break
+        shown.append(str(key.value))
+    return shown
 
 
 def fit_site(site: str, width: int) -> str:
@@ -72,7 +105,8 @@ class RankTable(SyncedTable):
 
     def on_resize(self) -> None:
         """Give the current op and the user's site the width the table has."""
-        widths = column_widths(self.size.width, 2 * self.cell_padding)
+        scrollbar = self.scrollbar_size_vertical if self.show_vertical_scrollbar else 0
+        widths = column_widths(self.size.width, 2 * self.cell_padding, scrollbar)
         changed = False
         for key, width in widths.items():
             column = self.columns.get(ColumnKey(key))
@@ -148,9 +182,14 @@ def rank_cells(rank: RankView, at_fault: bool, reference: float,
     elif rank.state in ("exited", "failed", "killed") and rank.exit_code is not None:
         op.append(f"exit code {rank.exit_code}", style="dim")
     seq = current.seq if current and current.seq >= 0 else rank.last_seq
-    site = Text(fit_site(current.short_site, site_width)
-                if current is not None and current.callsite else "",
-                style="bold cyan" if at_fault else "cyan")
+    site_text = fit_site(current.short_site, site_width) \
+        if current is not None and current.callsite else ""
+    frame = rank.user_frame if current is None and rank.state not in ENDED else None
+    if frame is not None:  # outside any call: where in the user's code, and in what wait
+        op.append(f"in {rank.blocked_on}" if rank.blocked_on else f"{frame.name}()",
+                  style="bold red" if at_fault else "bold")
+        site_text = fit_site(f"{frame.filename.rsplit('/', 1)[-1]}:{frame.line}", site_width)
+    site = Text(site_text, style="bold cyan" if at_fault else "cyan")
     return (
         Text(f"{'!' if at_fault else ' '}{rank.rank}", style="bold red" if at_fault else ""),
         Text(rank.state, style=STATE_STYLES.get(rank.state, "")),
