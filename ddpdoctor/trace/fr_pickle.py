@@ -28,6 +28,9 @@ _PUSH_ARG = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "F
 _CONSTANT = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
 _EMPTY = {"EMPTY_DICT": dict, "EMPTY_LIST": list, "EMPTY_TUPLE": tuple}
 _IGNORED = {"PROTO", "FRAME"}
+MAX_DEPTH = 64  # torch's dumps nest 4 deep
+NODES_PER_BYTE = 4  # the values reached, counted again where shared: a shared or cyclic
+# structure that would unfold far beyond its bytes (a "billion laughs") is refused
 _MEMO_PUT = {"PUT", "BINPUT", "LONG_BINPUT"}
 _MEMO_GET = {"GET", "BINGET", "LONG_BINGET"}
 
@@ -93,6 +96,23 @@ def _apply(name: str, arg: Any, stack: list[Any], memo: dict[Any, Any]) -> None:
         raise _NotPlain(name)
 
 
+def _check_size(value: Any, most: int, what: str) -> None:
+    """NotPlainData when ``value`` nests deeper than MAX_DEPTH or unfolds into more than
+    ``most`` values (what printing or walking it would visit)."""
+    todo = [(value, 0)]
+    seen = 0
+    while todo:
+        item, depth = todo.pop()
+        seen += 1
+        if seen > most or depth > MAX_DEPTH:
+            raise NotPlainData(f"{what} is a pickle nested too deeply or shared too widely "
+                               "to be read")
+        if isinstance(item, dict):
+            todo.extend((v, depth + 1) for kv in item.items() for v in kv)
+        elif isinstance(item, (list, tuple)):
+            todo.extend((v, depth + 1) for v in item)
+
+
 def decode(raw: bytes, what: str) -> Any:
     """The plain data pickled in ``raw``; NotPlainData (naming ``what``) when the pickle is
     broken or asks for anything but plain data (a class, a function, a persistent id)."""
@@ -105,8 +125,11 @@ def decode(raw: bytes, what: str) -> Any:
             if name == "STOP":
                 if len(stack) != 1 or stack[0] is _MARK:
                     break
+                _check_size(stack[0], NODES_PER_BYTE * len(raw) + 1024, what)
                 return stack[0]
             _apply(name, arg, stack, memo)
+    except NotPlainData:
+        raise
     except _NotPlain:
         raise NotPlainData(f"{what} is a pickle that asks for more than plain data (opcode "
                        f"{name}): not read (ddpdoctor never unpickles)") from None

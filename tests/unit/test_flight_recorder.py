@@ -86,6 +86,18 @@ def test_broken_pickle_is_one_line_error(tmp_path):
     assert err.value.exit_code == 2
 
 
+def test_a_pickle_that_unfolds_far_beyond_its_bytes_is_refused(tmp_path):
+    laughs: list = []
+    for _ in range(40):
+        laughs = [laughs, laughs]  # 2**40 lists from a few hundred bytes
+    deep = b"\x80\x02" + b"]" * 5000 + b"a" * 4999 + b"."
+    for raw in (pickle.dumps({"entries": laughs}), deep):
+        path = tmp_path / "nccl_trace_rank_0"
+        path.write_bytes(raw)
+        with pytest.raises(UserError, match="nested too deeply or shared too widely"):
+            dumps.load_dump(path)
+
+
 def test_the_default_groups_name_is_put_back_for_torchs_tool():
     """torch 2.13's gloo dumps key the default group's config by "": its own fr_trace then
     fails; the repair names it as the entries do, and only when that is unambiguous."""
