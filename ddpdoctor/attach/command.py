@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime as dt
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -21,7 +22,9 @@ from ddpdoctor.attach.job import (StackSample, build_job, main_thread_activity,
                                   process_state, rank_facts)
 from ddpdoctor.attach.stop import job_roots, stop_job_tree, stopped_text
 from ddpdoctor.errors import UserError
-from ddpdoctor.rundir.layout import RUN_FILE, make_run_dir, new_run_id, write_json_atomic
+from ddpdoctor.analysis.load.run_dirs import SUPERVISOR_LOG
+from ddpdoctor.rundir.layout import (RUN_FILE, make_run_dir, new_run_id, write_bytes_atomic,
+                                     write_json_atomic)
 from ddpdoctor.rundir.runs import hold_live
 from ddpdoctor.report import schema
 from ddpdoctor.report.build import infer_outcome
@@ -200,6 +203,12 @@ def run_attach(config: AttachConfig) -> int:
     try:
         write_json_atomic(run_dir / FACTS_FILE, facts_of(stuck_calls_only(job),
                                                          {r.rank for r in ranks} - set(dumps)))
+        # what the OS said idle ranks wait in and the verdict, where `run`'s supervisor logs
+        # them: analyze of this run dir judges alike
+        verdict = [{"event": "outcome", "t": job.now_ns, "outcome": job.outcome,
+                    "exit_code": None}] if job.outcome else []
+        write_bytes_atomic(run_dir / SUPERVISOR_LOG, "".join(
+            json.dumps(e) + "\n" for e in job.supervisor_events + verdict).encode())
         write_json_atomic(path, report)
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}", 1) from None

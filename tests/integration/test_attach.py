@@ -125,6 +125,12 @@ def test_attach_on_a_rank_blocked_on_a_lock_says_what_run_says_and_stop_says_wha
         assert "stopped the job: SIGTERM to pids" in proc.stderr
         assert all(str(p) in proc.stderr for p in ranks), proc.stderr
         job.wait(timeout=30)
+        again = subprocess.run([sys.executable, "-m", "ddpdoctor.cli", "analyze",
+                                str(tmp_path / "a"), "--report", str(tmp_path / "b.json")],
+                               capture_output=True, text=True, timeout=120)
+        assert again.returncode == 1, again.stderr  # attach's run dir, read again alike
+        offline = json.loads((tmp_path / "b.json").read_text())
+        assert [r["state"] for r in offline["ranks"]] == ["hung", "blocked"]
     finally:
         for pid in living(tree):
             os.kill(pid, signal.SIGKILL)

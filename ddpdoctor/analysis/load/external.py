@@ -74,7 +74,8 @@ def facts_of(runs: dict[int, RankRun], relative: set[int] | None = None) -> dict
         ranks.append({
             "rank": run.rank, "pid": h.pid, "host": h.host, "world_size": h.world_size,
             "local_rank": h.local_rank, "state": h.state.name, "started_ns": h.started_ns,
-            "alive": run.alive, "proc_state": run.proc_state, "stack": run.stack,
+            "alive": run.alive, "proc_state": run.proc_state, "cpu_busy": run.cpu_busy,
+            "stack": run.stack,
             "stack_error": run.stack_error, "group_ranks": run.group_ranks,
             "relative_seq": run.rank in (relative or set()),
             "calls": [_call_dict(c) for c in calls],
@@ -118,6 +119,7 @@ def _run_from(path: Path, d: dict[str, Any]) -> RankRun:
     run.stack_error = d.get("stack_error") if isinstance(d.get("stack_error"), str) else None
     run.alive = d.get("alive") if isinstance(d.get("alive"), bool) else None
     run.proc_state = str(d.get("proc_state") or "")
+    run.cpu_busy = d.get("cpu_busy") if isinstance(d.get("cpu_busy"), bool) else None
     return run
 
 
