@@ -151,7 +151,8 @@ def _add_attach(sub: argparse._SubParsersAction) -> None:
                    "(default: ./ddpdoctor-runs/<time>-<id>-attach)")
     p.add_argument("--ui", action="store_true", help="open the terminal UI on the report")
     p.add_argument("--stop", action="store_true",
-                   help="after the report, stop the whole job (launcher and ranks)")
+                   help="after the report, stop the whole job (launcher and ranks: SIGTERM, "
+                   "then SIGKILL after 5 s) and say which PIDs, on stderr")
 
 
 def _add_lint(sub: argparse._SubParsersAction) -> None:
