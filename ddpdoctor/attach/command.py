@@ -177,7 +177,7 @@ def run_attach(config: AttachConfig) -> int:
     run_dir = make_run_dir(config.run_dir, new_run_id() + "-attach")
     hold_live(run_dir)  # `ddpdoctor runs prune` leaves it alone while this process runs
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
-    command = _command(ranks[0].pid)
+    command = _command(job_roots(ranks, list(config.pids))[0])  # the launcher's, if any
     write_json_atomic(run_dir / RUN_FILE, {"command": command, "started_at": started,
                                            "attached": [r.pid for r in ranks],
                                            "named_run_dir": config.run_dir is not None})

@@ -112,6 +112,7 @@ def test_attach_on_a_rank_blocked_on_a_lock_says_what_run_says_and_stop_says_wha
         assert proc.returncode == 1, proc.stderr
         report = json.loads((tmp_path / "a" / "report.json").read_text())
         assert report["outcome"] == "hung"
+        assert "torch.distributed.run" in report["command"]  # the launcher's, not a rank's
         assert [(r["rank"], r["state"]) for r in report["ranks"]] == [(0, "hung"),
                                                                        (1, "blocked")]
         root = report["findings"][0]
