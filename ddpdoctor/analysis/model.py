@@ -232,6 +232,7 @@ class JobView:
     started_ns: int | None = None  # when `ddpdoctor run` started the job (run.json)
     ended_ns: int | None = None  # offline: when the job ended (the supervisor's last word)
     big: bool = False  # only each rank's newest records were loaded: match with analysis.fast
+    dumps_alone: bool = False  # known from flight recorder dumps alone: no process, no clock
     nodes: dict[str, NodeFacts] = field(default_factory=dict)  # other nodes, by host
     # lines lint flagged before the run as a collective reached on some ranks only:
     # (file basename, line) -> lint's kind (rundir/lint_results.py)

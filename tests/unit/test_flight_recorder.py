@@ -121,6 +121,15 @@ def test_dumps_alone_say_the_rank_that_never_issued_not_that_it_computes(tmp_pat
     assert "timeout" not in root["fix"] and "stack" in root["fix"]
 
 
+def test_dumps_alone_tell_a_missing_dump_and_no_wait_they_cannot_time(tmp_path):
+    write_dump(tmp_path, 0, [entry(1), entry(2, retired=False)], 1)  # rank 1's dump not copied
+    report = build_report([tmp_path], live=False)
+    [root] = report["findings"]
+    assert root["ranks"] == [1] and "left no flight recorder dump" in root["summary"]
+    assert "Waiting for" not in root["detail"] and "Waiting since" in root["detail"]
+    assert "not joined" not in root["summary"] and "dump" in root["fix"]
+
+
 def test_dumps_alone_with_nothing_pending_never_say_completed(tmp_path):
     for rank in (0, 1):
         write_dump(tmp_path, rank, [entry(1), entry(2)], 2)

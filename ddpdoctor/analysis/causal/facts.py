@@ -272,8 +272,9 @@ def rank_states(job: JobView) -> dict[int, RankState]:
     """Every rank of the world: its state; a rank with no trace has not arrived."""
     states = {r: rank_state(run, job, _stop_of(run, job)) for r, run in job.ranks.items()}
     members = {m for g in job.groups() for m in job.group_members(g)}
+    missing = StateKind.UNSEEN if job.dumps_alone else StateKind.NOT_ARRIVED
     for r in set(range(job.world_size)) | members:
-        states.setdefault(r, RankState(r, StateKind.NOT_ARRIVED))
+        states.setdefault(r, RankState(r, missing))  # (dumps alone: its dump is missing)
     for r, s in states.items():
         if s.death is not None and s.death.teardown and _behind(job.ranks[r], job):
             states[r] = replace(s, death=replace(s.death, teardown=False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from dataclasses import replace
 
@@ -29,6 +30,12 @@ UNEVEN_FIX = ("Give every rank the same number of steps: split the data evenly (
               "drop the remainder), or stop all ranks together (all_reduce a 'done' flag, "
               "or torch's Join context manager).")
 
+
+
+def utc_clock(ns: int) -> str:
+    """``10:18:20.509 UTC`` of a wall-clock time in ns."""
+    moment = dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc)
+    return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"
 
 def _short(site: str) -> str:
     path, _, line = site.rpartition(":")
@@ -62,6 +69,8 @@ def whereabouts(s: RankState) -> str:
     at = f" at {at}" if at else ""
     if s.kind == StateKind.OS_BLOCKED:
         return f"is {blocked_text(s)}{at}, using no CPU"
+    if s.kind == StateKind.UNSEEN and s.call is None:
+        return "left no flight recorder dump among those read: nothing tells where it is"
     if s.kind == StateKind.UNSEEN:
         return (f"issued no collective {_after(s)}; its dump does not say where it is "
                 "instead")
@@ -137,7 +146,10 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
                      f"(seq {target.call.seq} on group {target.call.group}) at "
                      f"{target.call.short_site}.")
     since = states[first.rank].since_ns
-    if since:
+    if since and job.dumps_alone:  # no clock of the job: when its files were written is
+        lines.append(f"Waiting since {utc_clock(since)} by rank {first.rank}'s flight "
+                     "recorder (a dump does not say when it was taken).")  # not that
+    elif since:
         lines.append(f"Waiting for {(host_now(job, first.rank) - since) / 1e9:.1f} s.")
     if cond:
         lines.append(f"The awaited call is inside {cond}: it runs on some ranks only.")
@@ -158,6 +170,10 @@ def absent_rank(job: JobView, target: RankState, waits: list[Wait],
                "lock's owner, the pipe's or socket's other end), give the wait a timeout, or "
                "do that work on every rank (or on one rank before a collective everyone "
                "enters).")
+    elif target.kind == StateKind.UNSEEN and target.call is None:
+        fix = (f"Add rank {target.rank}'s dump (the same directory, named with its rank) to "
+               "see how far it came, or look at its stack (py-spy dump --pid PID, or "
+               "`ddpdoctor attach` while it hangs).")
     elif target.kind == StateKind.UNSEEN:
         fix = (f"The dumps show where rank {target.rank} stopped issuing collectives, not "
                f"why: look at its stack (py-spy dump --pid PID, or `ddpdoctor attach` while it "

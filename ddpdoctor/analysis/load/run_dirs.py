@@ -238,6 +238,7 @@ def load_job(run_dirs: list[Path], live: bool = False, hang_timeout: float | Non
                   min(started) if started else None, None if live else _ended(ranks, sup_events))
     job.nodes = nodes
     job.wait_bound = bound
+    job.dumps_alone = bool(dumped) and len(dumped) == len(run_dirs)
     for run_dir in run_dirs[:1]:
         job.lint_sites = lint_sites(run_dir)
     return job
