@@ -14,9 +14,10 @@ from typing import Any
 
 from ddpdoctor.config import OnHang, RunConfig
 from ddpdoctor.proc.control import JobTree, StopResult, stop_job
+from ddpdoctor.proc.job_output import JobOutput
 from ddpdoctor.proc.signals import say_to_stderr, signal_of
 from ddpdoctor.report.build import build_report, fallback_report
-from ddpdoctor.report.console import print_summary
+from ddpdoctor.report.console import show_report
 from ddpdoctor.report.finished import RunFacts, finish_report
 from ddpdoctor.report.outcome import EXIT_HUNG, RunEnd, exit_status, recorded_outcome
 from ddpdoctor.rundir.layout import write_json_atomic
@@ -55,11 +56,13 @@ class Ending:
         report_path: where the job's report goes (a restarted job's top-level report; each
             attempt's own is RUN_DIR/attempt-K/report.json).
         attempts: the attempts of a job torchrun may restart, else None.
+        job_output: the job's output, tee'd (into RUN_DIR/job.log alone once it is stopped).
     """
 
     def __init__(self, config: RunConfig, proc: subprocess.Popen, tree: JobTree,
                  voice: Voice, nodes: Nodes, stop: StopRequest, report_path: Path,
-                 attempts: Attempts | None, started_ns: int) -> None:
+                 attempts: Attempts | None, started_ns: int,
+                 job_output: JobOutput | None = None) -> None:
         self.config = config
         self.proc = proc
         self.tree = tree
@@ -69,6 +72,7 @@ class Ending:
         self.report_path = report_path
         self.attempts = attempts
         self.started_ns = started_ns
+        self.job_output = job_output
         self.stopped: dict[str, Any] | None = None  # what the last stop did
         self.report: dict[str, Any] | None = None  # the job's report, once written
         self.written: Path | None = None  # where it was written (None: it could not be)
@@ -231,7 +235,7 @@ class Ending:
         if self.voice.quiet:
             return
         try:
-            print_summary(report, path, self.voice.console)
+            show_report(report, path, self.voice.out, self.voice.shown)
         except Exception as e:  # noqa: BLE001 - the report on disk is what matters
             say_to_stderr(f"ddpdoctor: could not print the summary ({e}); see {path}")
 
@@ -245,6 +249,12 @@ class Ending:
         # traceback over the verdict). Whatever still runs after a short grace (a rank
         # stuck in C++, the frozen launcher) is SIGKILLed: its stacks are saved by then.
         ctrl_c = interrupted and signum == signal.SIGINT
+        # what the job prints as it is stopped (its launcher's and ranks' tracebacks) is
+        # kept in job.log, not shown over the verdict and the summary
+        if self.job_output is not None and not self.job_output.muted:
+            self.job_output.mute()
+            self.voice.say(f"stopping the job; what it prints from now on goes to "
+                           f"{self.job_output.path}")
         result = stop_job(self.proc, self.tree, watch.live.pids(),
                           first=signal.SIGINT if ctrl_c else signal.SIGTERM,
                           quiet_launcher=not ctrl_c)
