@@ -29,6 +29,8 @@ from ddpdoctor.supervisor.nodes import Nodes
 
 POLL_SECONDS = 0.1
 SELF_END_S = 5.0  # after a rank failed, the launcher's time to end the job by itself
+SELF_END_LEFT_S = 2.0  # at least, once the verdict's stacks are taken (a launcher polls 1/s)
+SELF_END_MAX_S = 30.0  # at most, while the job's processes keep ending
 
 
 class StopRequest:
@@ -93,14 +95,24 @@ class Ending:
         watch.check_processes()
         if self.proc.poll() is not None:
             return True
-        if watch.failure_seen_at is None:
+        since = watch.failing_since()  # a rank died, or its trace says it failed
+        if since is None:
             return False
-        deadline = watch.failure_seen_at + SELF_END_S  # the launcher had its chance then
+        # the launcher's chance: SELF_END_S from the failure, longer while the job's
+        # processes are still ending one by one (a launcher that polls, then stops the rest)
+        # (the seconds ddpdoctor spent capturing the job's state counted as little as may be)
+        deadline = max(since + SELF_END_S, time.monotonic() + SELF_END_LEFT_S)
+        last = len(self.tree.snapshot())
+        cap = since + max(SELF_END_MAX_S, self.config.hang_timeout)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return True
             time.sleep(POLL_SECONDS)
-        return False
+            alive = len(self.tree.snapshot())
+            if alive < last:
+                deadline = min(max(deadline, time.monotonic() + SELF_END_S), cap)
+            last = alive
+        return self.proc.poll() is not None
 
     def judged(self, watch: AttemptWatch, verdict: Verdict) -> int:
         """A verdict (a hang, or an interruption): the report as the job stands, then the
@@ -253,8 +265,8 @@ class Ending:
         # kept in job.log, not shown over the verdict and the summary
         if self.job_output is not None and not self.job_output.muted:
             self.job_output.mute()
-            self.voice.say(f"stopping the job; what it prints from now on goes to "
-                           f"{self.job_output.path}")
+            self.voice.say(f"stopping the job; its output from now on goes to "
+                           f"{self.job_output.path.name} in the run dir")
         result = stop_job(self.proc, self.tree, watch.live.pids(),
                           first=signal.SIGINT if ctrl_c else signal.SIGTERM,
                           quiet_launcher=not ctrl_c)

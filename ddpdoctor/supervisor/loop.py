@@ -111,16 +111,19 @@ class Supervisor:
     def _end(self, verdict: Verdict | None) -> int:
         """The ending a verdict (or the job's own end) calls for."""
         if verdict is not None:
-            self.voice.say(verdict.message,
-                           "bold magenta" if verdict.reason != "interrupt" else "")
             self.watch.log("verdict", reason=verdict.reason, message=verdict.message)
             if verdict.reason == "node0":
+                self.voice.say(verdict.message, "bold magenta")
                 return self.ending.followed(self.watch)
+            if verdict.reason == "interrupt":
+                self.voice.say(verdict.message)
             self.watch.capture(verdict.reason)
             if verdict.reason != "interrupt" and self.ending.ends_by_itself(self.watch):
                 self.watch.log("ended_by_itself", reason=verdict.reason)
                 verdict = None
         if verdict is not None:
+            if verdict.reason != "interrupt":  # said once it stands: the job did not end
+                self.voice.say(verdict.message, "bold magenta")
             return self.ending.judged(self.watch, verdict)
         code = self.proc.wait()
         self.ending.stop_leftovers(self.watch)
