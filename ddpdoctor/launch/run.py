@@ -26,13 +26,13 @@ from ddpdoctor.rundir.command import prune_before_run
 from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.rundir.runs import hold_live
 from ddpdoctor.redact import redact_argv
-from ddpdoctor.report.console import summary_console
+from ddpdoctor.report.console import ClosableConsole, summary_console
 from ddpdoctor.report.outcome import status_under_fail_on
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
 from ddpdoctor.supervisor.node_secret import node_secret
 from ddpdoctor.supervisor.node_store import claim_channel, node_setup
-from ddpdoctor.terminal_text import SafeConsole, say
+from ddpdoctor.terminal_text import say
 from ddpdoctor.rundir.safe_path import CheckedDir, UnsafePath, open_append
 
 
@@ -50,22 +50,6 @@ def _check_report_path(path: Path) -> None:
                         "--report") from None
 
 
-class RunConsole(SafeConsole):
-    """ddpdoctor's console during a run: when its reader closes it (`| head`, a killed
-    `| tee`: EPIPE) or its terminal hangs up (EIO), it falls silent instead of exiting
-    (rich's default) or raising; the supervisor sees the closed output, or gets SIGHUP,
-    and ends the run as interrupted, with a report."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            super().print(*args, **kwargs)
-        except OSError:  # a hung-up terminal: EIO
-            self.quiet = True
-
-
 def run_job(config: RunConfig, console: Console | None = None) -> int:
     """Run the job under supervision and return ddpdoctor's exit status.  Ctrl-C, SIGTERM,
     SIGHUP and a closed output each end it as interrupted: the job stopped, the report
@@ -74,7 +58,7 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
         say("ddpdoctor: --ui needs a terminal (stdin and stdout are not both one); "
             "supervising with the console summary instead")
         config = dataclasses.replace(config, ui=False)
-    console = console or RunConsole(stderr=True, soft_wrap=True,  # a notice is one line
+    console = console or ClosableConsole(stderr=True, soft_wrap=True,  # a notice is one line
                                     quiet=config.shown is Shown.QUIET)
     argv = job_argv(config)  # validates the command before anything is created
     nodes = node_setup(argv, config.doctor_store)
@@ -95,7 +79,7 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
 def _run_in(config: RunConfig, console: Console, argv: list[str], nodes: Any,
             secret: Any, run_id: str, run_dir: Path) -> int:
     """run_job in its run dir, held live."""
-    out = summary_console(RunConsole)  # the verdict, the table, the findings: stdout
+    out = summary_console()  # the verdict, the table, the findings: stdout
     report_path = (config.report or run_dir / "report.json").absolute()
     _check_report_path(report_path)
     started = time.time_ns()

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ddpdoctor.analysis.model import rank_groups, ranks_text
 from ddpdoctor.report.lint_match import lint_note
+from ddpdoctor.terminal_text import SafeConsole
 
 STATE_STYLE = {"computing": "green", "in_collective": "cyan", "waiting": "yellow",
                "exited": "dim", "failed": "bold red", "hung": "bold magenta",
@@ -140,13 +141,28 @@ def _no_activity_text(report: dict[str, Any]) -> str:
     return note[0].upper() + note[1:] + "."
 
 
-def summary_console(cls: type[Console] | None = None, file: IO[str] | None = None) -> Console:
+class ClosableConsole(SafeConsole):  # type: ignore[misc,valid-type]
+    """ddpdoctor's console (made safe: terminal_text) on an output its reader may close
+    (`| head`, a killed `| tee`: EPIPE) or whose terminal may hang up (EIO): it falls silent
+    instead of exiting (rich's default) or raising; the exit status stays the command's (a
+    run's supervisor sees the closed output, or gets SIGHUP, and ends the run as
+    interrupted, with a report)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().print(*args, **kwargs)
+        except OSError:  # a hung-up terminal: EIO
+            self.quiet = True
+
+
+def summary_console(file: IO[str] | None = None) -> Console:
     """A console for the summary on ``file`` (stdout): on a terminal (or at the COLUMNS the
     user set) boxes at its width; elsewhere (a pipe, a log, CI) never hard-wrapped: the
     plain layout (``soft_wrap``), a path or a command never split, a table never cut."""
-    from ddpdoctor.terminal_text import SafeConsole
-
-    console = (cls or SafeConsole)(file=file or sys.stdout, highlight=False)
+    console = ClosableConsole(file=file or sys.stdout, highlight=False)
     if not console.is_terminal and not os.environ.get("COLUMNS"):
         console.soft_wrap = True
     return console
@@ -157,8 +173,11 @@ def show_report(report: dict[str, Any], path: Path | None, console: Console,
     """What stdout gets once there is a report: the summary, the verdict line and the
     report's path (``quiet``), or the report as JSON and nothing else (``json``)."""
     if shown == "json":
-        console.file.write(json.dumps(report, indent=2, default=str) + "\n")
-        console.file.flush()
+        try:
+            console.file.write(json.dumps(report, indent=2, default=str) + "\n")
+            console.file.flush()
+        except OSError:  # its reader went (`| head`): nobody reads the rest
+            console.quiet = True
     elif shown == "quiet":
         console.print(verdict_line(report), soft_wrap=True)
         if path is not None:

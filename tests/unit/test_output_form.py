@@ -168,3 +168,19 @@ def test_the_job_output_reaches_the_log_after_its_reader_went(tmp_path):
     assert os.read(err_r, 100) == b""  # muted: into the log alone
     os.close(err_r)
     os.close(write_end)
+
+
+@pytest.mark.parametrize("shown", ["summary", "json"])
+def test_a_summary_whose_reader_went_falls_silent(shown):
+    """`ddpdoctor analyze ... | head -1`: the rest is not read, the status stays the
+    command's (rich's own console would exit 1, which analyze means as an error found)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    stream = os.fdopen(write_end, "w")
+    console = summary_console(stream)
+    show_report(load("train_hang"), LONG, console, shown)
+    assert console.quiet
+    try:
+        stream.close()
+    except BrokenPipeError:
+        pass  # what was left in its buffer: nowhere to go (cli.main silences that flush)
