@@ -15,7 +15,7 @@ from typing import Any
 from ddpdoctor.config import OnHang, RunConfig
 from ddpdoctor.proc.control import JobTree, StopResult, stop_job
 from ddpdoctor.proc.job_output import JobOutput
-from ddpdoctor.proc.signals import say_to_stderr, signal_of
+from ddpdoctor.proc.signals import reader_gone, say_to_stderr, signal_of
 from ddpdoctor.report.build import build_report, fallback_report
 from ddpdoctor.report.console import show_report
 from ddpdoctor.report.finished import RunFacts, finish_report
@@ -131,14 +131,18 @@ class Ending:
         stop = interrupted or self.config.on_hang == OnHang.STOP
         self.nodes.publish_verdict(verdict.reason, verdict.message, stop,
                                    exit_status(end, signum=verdict.signum))
+        # --on-hang wait: the summary at the verdict (the job runs on); --json and --quiet
+        # print once, the report as it ends
+        at_once = not stop and self.voice.shown == "summary"
         if stop:
             code = self._stop(watch, verdict.reason, interrupted, verdict.signum)
             exit_code = exit_status(end, signum=verdict.signum)
         else:
-            self._summary(at_verdict, self._path(watch))
+            if at_once:
+                self._summary(at_verdict, self._path(watch))
             code, exit_code = self._wait(watch)
         self._finish(watch, self._facts(watch, end, exit_code, code, verdict.signum),
-                     built=built, summary=stop)
+                     built=built, summary=not at_once)
         return exit_code
 
     def _wait(self, watch: AttemptWatch) -> tuple[int | None, int]:
@@ -246,8 +250,11 @@ class Ending:
     def _summary(self, report: dict[str, Any], path: Path | None) -> None:
         if self.voice.quiet:
             return
+        out = self.voice.out
+        if self.voice.shown == "summary" and (out.quiet or reader_gone(out.file)):
+            out = self.voice.console  # stdout's reader went (`| head`): stderr still reads
         try:
-            show_report(report, path, self.voice.out, self.voice.shown)
+            show_report(report, path, out, self.voice.shown)
         except Exception as e:  # noqa: BLE001 - the report on disk is what matters
             say_to_stderr(f"ddpdoctor: could not print the summary ({e}); see {path}")
 
