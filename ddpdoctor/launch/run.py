@@ -105,7 +105,7 @@ def _run_in(config: RunConfig, console: Console, argv: list[str], nodes: Any,
     # the job's output where it went, and in job.log (under the UI: in job.log alone)
     job_log = run_dir / "job.log"
     job_output = JobOutput(os.fdopen(open_append(job_log), "ab", buffering=0), job_log,
-                           None if config.ui else (1, 2))
+                           console=not config.ui)
     env = job_env(run_dir, run_id, config, argv)
     if not config.ui and (os.isatty(1) or os.isatty(2)):
         env.setdefault("PYTHONUNBUFFERED", "1")  # through the tee as timely as to a terminal

@@ -11,13 +11,16 @@ import io
 import json
 import os
 import re
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from ddpdoctor.errors import UserError
-from ddpdoctor.proc.job_output import JobOutput
+from ddpdoctor.proc.job_output import _Copier
 from ddpdoctor.report.console import (finding_body, said_once, show_report,
                                       summary_console)
 from ddpdoctor.rundir.layout import clear_earlier_run, make_run_dir
@@ -152,22 +155,43 @@ def test_a_run_dir_a_running_ddpdoctor_holds_is_refused(tmp_path):
 
 
 def test_the_job_output_reaches_the_log_after_its_reader_went(tmp_path):
+    source_r, source_w = os.pipe()
     read_end, write_end = os.pipe()
-    err_r, err_w = os.pipe()
-    log = tmp_path / "job.log"
-    out = JobOutput(open(log, "ab", buffering=0), log, (write_end, err_w))
-    os.write(out.stdout, b"first\n")
+    log = os.open(tmp_path / "job.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    copier = _Copier(log)
+    thread = threading.Thread(target=copier.copy, args=(source_r, write_end))
+    thread.start()
+    os.write(source_w, b"first\n")
     assert os.read(read_end, 100) == b"first\n"
-    os.close(read_end)  # `| head` exited
-    os.write(out.stdout, b"second\n")
-    out.mute()
-    os.write(out.stderr, b"a traceback\n")
-    out.close()
-    assert sorted(log.read_bytes().splitlines()) == [b"a traceback", b"first", b"second"]
-    os.close(err_w)
-    assert os.read(err_r, 100) == b""  # muted: into the log alone
-    os.close(err_r)
-    os.close(write_end)
+    os.close(read_end)  # `| head` exited: the copy goes on into the log
+    os.write(source_w, b"second\n")
+    copier.muted = True
+    os.write(source_w, b"a traceback\n")
+    os.close(source_w)
+    thread.join(10)
+    assert not thread.is_alive()
+    assert (tmp_path / "job.log").read_bytes() == b"first\nsecond\na traceback\n"
+    for fd in (source_r, write_end, log):
+        os.close(fd)
+
+
+def test_the_copier_outlives_a_supervisor_that_is_killed(tmp_path):
+    """A job's output keeps its reader when the process that started the copier dies."""
+    log = tmp_path / "job.log"
+    starter = subprocess.run([sys.executable, "-c", (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from ddpdoctor.proc.job_output import JobOutput\n"
+        f"out = JobOutput(open({str(log)!r}, 'ab', buffering=0), Path({str(log)!r}))\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"  # the job, writing after its starter is gone
+        "    os.dup2(out.stdout, 1); out.started(); time.sleep(1)\n"
+        "    os.write(1, b'still shown\\n'); os._exit(0)\n"
+        "out.started(); os.kill(os.getpid(), 9)\n")],
+        capture_output=True, timeout=60)
+    assert starter.returncode == -9
+    assert starter.stdout == b"still shown\n"  # the copier held our stdout till the end
+    assert log.read_bytes() == b"still shown\n"
 
 
 @pytest.mark.parametrize("shown", ["summary", "json"])
