@@ -63,18 +63,19 @@ def test_a_log_keeps_the_summary_and_a_run_dir_used_again_only_this_run(tmp_path
 
 
 def test_a_failed_rank_under_a_polling_launcher_exits_with_the_jobs_status(tmp_path):
-    """Rank 3 works past the hang timeout while the others wait, then raises; its process
-    takes a moment to end, the launcher looks once a second: the job's status (1), every
-    time (python -m tests.stress_exit_status runs it many times)."""
+    """Rank 2 (the last) works past the hang timeout while the others wait, then raises;
+    its process takes a moment to end, the launcher looks once a second: the job's status
+    (1), every time (python -m tests.stress_exit_status runs it many times), and no hang
+    verdict said that does not stand."""
     run_dir = tmp_path / "run"
     done = subprocess.run([*DOCTOR, "run", "--json", "--run-dir", str(run_dir),
                            "--hang-timeout", "2", "--", sys.executable,
                            str(JOBS / "polling_launcher.py"), str(JOBS / "rank_fails.py")],
-                          env={**os.environ, "NPROC": "4", "MASTER_PORT": "29583"},
+                          env={**os.environ, "NPROC": "3", "MASTER_PORT": "29583"},
                           cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 1, done.stderr[-3000:]
     report = json.loads(done.stdout)  # --json: the report, nothing else on stdout
     assert report == json.loads((run_dir / "report.json").read_text())
     assert report["outcome"] == "failed" and report["exit_code"] == 1
-    assert report["findings"][0]["kind"] == "rank_failed" and report["findings"][0]["ranks"] == [3]
+    assert report["findings"][0]["kind"] == "rank_failed" and report["findings"][0]["ranks"] == [2]
     assert "made no progress" not in done.stderr  # no hang verdict said, then not kept
