@@ -93,7 +93,9 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    help="ring: the script's DistributedDataParallel runs with ddpdoctor's "
                    "instrumented ring all-reduce as its comm hook; torch: torch's DDP as it "
                    "is, its bucket all-reduces recorded as they are issued (default: ring)")
-    p.add_argument("--ui", action="store_true", help="show the live terminal UI")
+    p.add_argument("--ui", action="store_true", help="show the live terminal UI (on a "
+                   "terminal; elsewhere the console summary, said so)")
+    _add_shown(p, "the report as JSON on stdout, nothing else there (notices stay on stderr)")
     p.add_argument("--fail-on", choices=("error", "warning", "never"), default="never",
                    help="for CI: exit 1 when the job itself exited 0 but a finding of this "
                    "severity or worse was named (a drift error, a data warning); the job's "
@@ -122,6 +124,19 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                                   action="store_true")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS...]",
                    help="the script (with --nproc-per-node) or the full command after --")
+
+
+def _add_shown(p: argparse.ArgumentParser, json_help: str) -> None:
+    """--quiet and --json: what stdout gets (the summary by default)."""
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", "-q", action="store_true",
+                       help="print only the verdict line and the report's path")
+    shown.add_argument("--json", action="store_true", help=json_help)
+
+
+def _shown(args: argparse.Namespace) -> str:
+    return "json" if getattr(args, "json", False) else \
+        "quiet" if getattr(args, "quiet", False) else "summary"
 
 
 def _pid(text: str) -> int:
@@ -203,7 +218,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
                    help="run dirs, flight recorder dump dirs, or one report.json")
     p.add_argument("--report", type=Path, metavar="PATH",
                    help="where to write the report (default: RUN_DIR/report.analyzed.json)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_shown(p, "print the report as JSON, nothing else")
 
 
 def _add_ui(sub: argparse._SubParsersAction) -> None:
@@ -331,7 +346,7 @@ def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ddpdoctor.config import DdpMode, FailOn, OnHang, RunConfig
+    from ddpdoctor.config import DdpMode, FailOn, OnHang, RunConfig, Shown
     from ddpdoctor.host import apply_clock_shift
     from ddpdoctor.launch.run import run_job
 
@@ -357,21 +372,16 @@ def _run(args: argparse.Namespace) -> int:
                        OnHang(args.on_hang), args.report, args.run_dir, DdpMode(args.ddp),
                        args.ui, tuple(launcher_args), args.doctor_store,
                        args.node_secret_file, args.insecure_node_channel, args.wait_bound,
-                       FailOn(args.fail_on), args.keep)
+                       FailOn(args.fail_on), args.keep, Shown(_shown(args)))
     return run_job(config)
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    import json
-
-    from ddpdoctor.report.console import print_summary
-    from ddpdoctor.terminal_text import SafeConsole as Console
+    from ddpdoctor.report.console import show_report, summary_console
 
     report, path = _analyzed_report(list(args.run_dirs), args.report)
-    if args.json:
-        print(json.dumps(report, indent=2, default=str))
-    else:
-        print_summary(report, path, Console())
+    show_report(report, path, summary_console(), _shown(args))
+    if _shown(args) == "summary":
         if report.get("attempts"):
             from ddpdoctor.report.attempts import describe_attempts
 

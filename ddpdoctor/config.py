@@ -23,6 +23,14 @@ class DdpMode(str, enum.Enum):
     TORCH = "torch"  # torch's own DDP, its buckets recorded through a comm hook
 
 
+class Shown(str, enum.Enum):
+    """What a diagnosing command prints on stdout once it has a report."""
+
+    SUMMARY = "summary"  # the verdict, the rank table, the findings, the report's path
+    QUIET = "quiet"  # the verdict line and the report's path
+    JSON = "json"  # the report as JSON, nothing else
+
+
 class FailOn(str, enum.Enum):
     """When `ddpdoctor run` fails a job that exited 0 (for CI): a finding named of this
     severity or worse makes the exit status 1; never keeps the job's own status."""
@@ -78,6 +86,7 @@ class RunConfig:
     insecure_node_channel: many nodes without a secret, accepted by the user.
     fail_on: exit 1 when the job exited 0 but a finding of this severity or worse was named.
     keep: the newest runs of ./ddpdoctor-runs kept when this run is made there (None: all).
+    shown: what stdout gets at the end (the summary, the verdict line, or the report's JSON).
     """
 
     command: tuple[str, ...]
@@ -95,6 +104,7 @@ class RunConfig:
     wait_bound: float | None = None
     fail_on: FailOn = FailOn.NEVER
     keep: int | None = KEEP_RUNS
+    shown: Shown = Shown.SUMMARY
 
     @property
     def bound(self) -> float:

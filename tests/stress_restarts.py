@@ -16,14 +16,13 @@ ended."""
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from tests.conftest import JOBS, run_doctor
+from tests.stress import run_many
 
 EXPECTED = [(0, "failed"), (1, "completed")]
 
@@ -51,17 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time")
     a = ap.parse_args(argv)
-    base = Path(tempfile.mkdtemp(prefix="ddpdoctor-restarts-"))
-    places = [base / f"run-{i}" for i in range(a.runs)]
-    for where in places:
-        where.mkdir()
-    bad = 0
-    with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
-        for where, (code, outcome, attempts) in zip(places, pool.map(one_run, places)):
-            ok = code == 0 and outcome == "completed" and attempts == EXPECTED
-            bad += not ok
-            print(f"{'ok' if ok else 'LOST'} {where.name}: exit {code}, {outcome}, "
-                  f"attempts {attempts}", flush=True)
+    bad, base = run_many(lambda _, where: one_run(where),
+                         lambda got: got[0] == 0 and got[1] == "completed" and
+                         got[2] == EXPECTED, a.runs, a.jobs, "ddpdoctor-restarts-")
     print(f"{a.runs - bad} of {a.runs} runs listed every attempt; runs in {base}")
     return 1 if bad else 0
 

@@ -2,34 +2,37 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
 import ddpdoctor
-from ddpdoctor.config import RunConfig
+from ddpdoctor.config import RunConfig, Shown
 from ddpdoctor.errors import UserError
 from ddpdoctor.launch.command import job_argv, job_env
 from ddpdoctor.launch.torch_range import torch_notice
 from ddpdoctor.lint.prerun import lint_before_run
 from ddpdoctor.proc.control import become_subreaper, start_job, stop_job
+from ddpdoctor.proc.job_output import JobOutput
 from ddpdoctor.proc.signals import interrupts_raised, say_to_stderr, signal_of
 from ddpdoctor.rundir.attempts import max_restarts
 from ddpdoctor.rundir.command import prune_before_run
 from ddpdoctor.rundir.layout import make_run_dir, new_run_id, write_json_atomic
 from ddpdoctor.rundir.runs import hold_live
 from ddpdoctor.redact import redact_argv
+from ddpdoctor.report.console import ClosableConsole, summary_console
 from ddpdoctor.report.outcome import status_under_fail_on
 from ddpdoctor.report.schema import iso
 from ddpdoctor.supervisor.loop import Supervisor
 from ddpdoctor.supervisor.node_secret import node_secret
 from ddpdoctor.supervisor.node_store import claim_channel, node_setup
-from ddpdoctor.terminal_text import SafeConsole, say
+from ddpdoctor.terminal_text import say
 from ddpdoctor.rundir.safe_path import CheckedDir, UnsafePath, open_append
 
 
@@ -47,27 +50,16 @@ def _check_report_path(path: Path) -> None:
                         "--report") from None
 
 
-class RunConsole(SafeConsole):
-    """ddpdoctor's console during a run: when its reader closes it (`| head`, a killed
-    `| tee`: EPIPE) or its terminal hangs up (EIO), it falls silent instead of exiting
-    (rich's default) or raising; the supervisor sees the closed output, or gets SIGHUP,
-    and ends the run as interrupted, with a report."""
-
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        try:
-            super().print(*args, **kwargs)
-        except OSError:  # a hung-up terminal: EIO
-            self.quiet = True
-
-
 def run_job(config: RunConfig, console: Console | None = None) -> int:
     """Run the job under supervision and return ddpdoctor's exit status.  Ctrl-C, SIGTERM,
     SIGHUP and a closed output each end it as interrupted: the job stopped, the report
     written, exit 128 + the signal (proc.signals)."""
-    console = console or RunConsole(stderr=True)
+    if config.ui and not _on_terminal():
+        say("ddpdoctor: --ui needs a terminal (stdin and stdout are not both one); "
+            "supervising with the console summary instead")
+        config = dataclasses.replace(config, ui=False)
+    console = console or ClosableConsole(stderr=True, soft_wrap=True,  # a notice is one line
+                                    quiet=config.shown is Shown.QUIET)
     argv = job_argv(config)  # validates the command before anything is created
     nodes = node_setup(argv, config.doctor_store)
     secret = node_secret(config.node_secret_file, config.insecure_node_channel) \
@@ -76,7 +68,18 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
         nodes = claim_channel(nodes, secret.value)
     run_id = new_run_id()
     run_dir = make_run_dir(config.run_dir, run_id)
-    hold_live(run_dir)  # `ddpdoctor runs prune` leaves it alone while this process runs
+    live = hold_live(run_dir)  # `ddpdoctor runs prune` leaves it alone while the run runs
+    try:
+        return _run_in(config, console, argv, nodes, secret, run_id, run_dir)
+    finally:
+        if live is not None:
+            os.close(live)
+
+
+def _run_in(config: RunConfig, console: Console, argv: list[str], nodes: Any,
+            secret: Any, run_id: str, run_dir: Path) -> int:
+    """run_job in its run dir, held live."""
+    out = summary_console()  # the verdict, the table, the findings: stdout
     report_path = (config.report or run_dir / "report.json").absolute()
     _check_report_path(report_path)
     started = time.time_ns()
@@ -99,16 +102,24 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
             console.print(f"[bold]ddpdoctor:[/bold] {escape(said)}", style="yellow",
                           highlight=False)
     lint_before_run(list(config.command), run_dir, console)  # notices; the job starts anyway
-    log: IO[bytes] | None = None
-    if config.ui:
-        log = os.fdopen(open_append(run_dir / "job.log"), "ab", buffering=0)
+    # the job's output where it went, and in job.log (under the UI: in job.log alone)
+    job_log = run_dir / "job.log"
+    job_output = JobOutput(os.fdopen(open_append(job_log), "ab", buffering=0), job_log,
+                           console=not config.ui)
+    env = job_env(run_dir, run_id, config, argv)
+    if not config.ui and (os.isatty(1) or os.isatty(2)):
+        env.setdefault("PYTHONUNBUFFERED", "1")  # through the tee as timely as to a terminal
     proc = None
     try:
         with interrupts_raised():
             become_subreaper()  # orphans of the job come back here, not to init
-            proc = start_job(argv, job_env(run_dir, run_id, config, argv), log)
+            try:
+                proc = start_job(argv, env, streams=(job_output.stdout, job_output.stderr))
+            finally:
+                job_output.started()
             supervisor = Supervisor(config, run_dir, proc, report_path, console, started,
-                                    max_restarts=max_restarts(argv))
+                                    max_restarts=max_restarts(argv), out=out,
+                                    job_output=job_output)
             supervisor.nodes.open(nodes, secret)  # none for a one-node job
             status = _run_with_ui(supervisor, run_dir) if config.ui else supervisor.run()
             return _judged(status, supervisor, config)
@@ -118,8 +129,15 @@ def run_job(config: RunConfig, console: Console | None = None) -> int:
         raise
     finally:
         become_subreaper(False)
-        if log is not None:
-            log.close()
+        job_output.close()
+
+
+def _on_terminal() -> bool:
+    """Can the UI run here: are stdin and stdout a terminal?"""
+    try:
+        return os.isatty(0) and os.isatty(1)
+    except (OSError, ValueError):
+        return False
 
 
 def _judged(status: int, supervisor: Supervisor, config: RunConfig) -> int:

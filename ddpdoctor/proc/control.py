@@ -29,12 +29,15 @@ def become_subreaper(on: bool = True) -> bool:
         return False
 
 
-def start_job(argv: list[str], env: dict[str, str],
-              output: IO[bytes] | None = None) -> subprocess.Popen:
-    """Start the job as the leader of a new session, so one signal reaches all of it."""
+def start_job(argv: list[str], env: dict[str, str], output: IO[bytes] | None = None,
+              streams: tuple[int, int] | None = None) -> subprocess.Popen:
+    """Start the job as the leader of a new session, so one signal reaches all of it; its
+    stdout and stderr go to ``output`` (both), to ``streams`` (stdout's fd, stderr's), or
+    where this process's go."""
+    stdout, stderr = streams if streams else (output, subprocess.STDOUT if output else None)
     try:
         return subprocess.Popen(argv, env=env, start_new_session=True,
-                                stdout=output, stderr=subprocess.STDOUT if output else None)
+                                stdout=stdout, stderr=stderr)
     except OSError as e:
         raise UserError(f"cannot start {argv[0]}: {e.strerror or e}") from None
 

@@ -78,13 +78,7 @@ def interrupts_raised(signals: tuple[int, ...] = ENDING_SIGNALS) -> Iterator[Non
 def _watchable(fd: int) -> bool:
     """Can a reader close ``fd`` on us (a pipe, a socket or a terminal), and is it open and
     not closed already?"""
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError:
-        return False
-    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)):
-        return False
-    return not _closed(fd)
+    return _watchable_kind(fd) and not _closed(fd)
 
 
 def _closed(fd: int) -> bool:
@@ -116,6 +110,23 @@ class OutputWatch:
         if not closed:
             return None
         return signal.SIGHUP if self.ttys.intersection(closed) else OUTPUT_CLOSED
+
+
+def reader_gone(stream: Any) -> bool:
+    """Has the reader of ``stream`` (a pipe, a socket, a terminal) closed it?"""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    return _watchable_kind(fd) and _closed(fd)
+
+
+def _watchable_kind(fd: int) -> bool:
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
 
 
 def silence_closed_output(fds: tuple[int, ...] = WATCHED_FDS) -> None:

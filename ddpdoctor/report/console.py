@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
@@ -12,6 +16,7 @@ from rich.text import Text
 
 from ddpdoctor.analysis.model import rank_groups, ranks_text
 from ddpdoctor.report.lint_match import lint_note
+from ddpdoctor.terminal_text import SafeConsole
 
 STATE_STYLE = {"computing": "green", "in_collective": "cyan", "waiting": "yellow",
                "exited": "dim", "failed": "bold red", "hung": "bold magenta",
@@ -21,6 +26,7 @@ SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
 OUTCOME_STYLE = {"completed": "bold green", "failed": "bold red", "hung": "bold magenta",
                  "interrupted": "bold yellow", "running": "bold cyan"}
 MAX_RANK_ROWS = 16
+WIDE = 100_000  # the width of a table off a terminal: its own, never cut
 
 
 def _op(current: Any) -> str:
@@ -135,8 +141,73 @@ def _no_activity_text(report: dict[str, Any]) -> str:
     return note[0].upper() + note[1:] + "."
 
 
+class ClosableConsole(SafeConsole):  # type: ignore[misc,valid-type]
+    """ddpdoctor's console (made safe: terminal_text) on an output its reader may close
+    (`| head`, a killed `| tee`: EPIPE) or whose terminal may hang up (EIO): it falls silent
+    instead of exiting (rich's default) or raising; the exit status stays the command's (a
+    run's supervisor sees the closed output, or gets SIGHUP, and ends the run as
+    interrupted, with a report)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().print(*args, **kwargs)
+        except OSError:  # a hung-up terminal: EIO
+            self.quiet = True
+
+
+def summary_console(file: IO[str] | None = None) -> Console:
+    """A console for the summary on ``file`` (stdout): on a terminal (or at the COLUMNS the
+    user set) boxes at its width; elsewhere (a pipe, a log, CI) never hard-wrapped: the
+    plain layout (``soft_wrap``), a path or a command never split, a table never cut."""
+    console = ClosableConsole(file=file or sys.stdout, highlight=False)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.soft_wrap = True
+    return console
+
+
+def show_report(report: dict[str, Any], path: Path | None, console: Console,
+                shown: str = "summary") -> None:
+    """What stdout gets once there is a report: the summary, the verdict line and the
+    report's path (``quiet``), or the report as JSON and nothing else (``json``)."""
+    if shown == "json":
+        try:
+            console.file.write(json.dumps(report, indent=2, default=str) + "\n")
+            console.file.flush()
+        except OSError:  # its reader went (`| head`): nobody reads the rest
+            console.quiet = True
+    elif shown == "quiet":
+        console.print(verdict_line(report), soft_wrap=True)
+        if path is not None:
+            console.print(Text(f"Report: {path}"), soft_wrap=True)
+    else:
+        print_summary(report, path, console)
+
+
+def verdict_line(report: dict[str, Any]) -> Text:
+    """``ddpdoctor: hung (2 ranks): <the first finding's summary>`` on one line."""
+    outcome = str(report.get("outcome"))
+    findings = [f for f in report.get("findings") or [] if isinstance(f, dict)]
+    line = Text.assemble(("ddpdoctor: ", "bold"), (outcome, OUTCOME_STYLE.get(outcome, "")),
+                         f" ({report.get('world_size')} ranks)" if report.get("ranks")
+                         else " (no rank recorded)")
+    first = next((f for f in findings if f.get("severity") == "error"),
+                 findings[0] if findings else None)
+    if first is not None:
+        more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
+        line.append(f": {first.get('severity')} {first.get('kind')}: "
+                    f"{' '.join(str(first.get('summary', '')).split())}{more}")
+    elif report.get("ranks"):
+        line.append(": no problem found")
+    return line
+
+
 def print_summary(report: dict[str, Any], path: Path | None, console: Console) -> None:
-    """Outcome, ranks, findings (errors first) and where the report is."""
+    """Outcome, ranks, findings (errors first), notes and where the report is; boxed on a
+    terminal, plain (never hard-wrapped) where ``console.soft_wrap`` (a pipe, a log)."""
+    plain = console.soft_wrap
     outcome = str(report.get("outcome"))
     title = Text.assemble(("ddpdoctor: ", "bold"), (outcome, OUTCOME_STYLE.get(outcome, "")),
                           f"  ({report.get('world_size')} ranks)" if report.get("ranks")
@@ -144,7 +215,8 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
     console.print()
     console.rule(title)
     if report.get("ranks"):
-        console.print(rank_table(report))
+        # off a terminal at its natural width: every cell whole, none cut with "..."
+        _print_whole(console, rank_table(report)) if plain else console.print(rank_table(report))
     waits = wait_lines([w for w in report.get("waits") or []
                         if isinstance(w, dict) and w.get("waits_for")])
     for line in waits[:8]:
@@ -159,28 +231,86 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
             console.print(Text(_no_activity_text(report), "yellow"))
     for number, f in enumerate(findings[:8], start=1):
         sev = str(f.get("severity"))
-        body = Text(overflow="fold")
-        if isinstance(f.get("caused_by"), int):
-            body.append(f"(a consequence of finding {finding_number(f['caused_by'])})\n", "dim")
-        body.append(str(f.get("summary", "")) + "\n", "bold")
-        if f.get("detail"):
-            body.append(str(f["detail"])[:1500] + "\n")
-        note = lint_note(f)
-        if note:
-            body.append(note[0].upper() + note[1:] + ".\n", "cyan")
-        if f.get("fix"):
-            body.append("Fix: ", "bold green")
-            body.append(str(f["fix"]))
-        body.rstrip()
-        console.print(Panel(body, title=Text(f"finding {number}, {sev}: {f.get('kind')}",
-                                             SEVERITY_STYLE.get(sev, "")),
-                            title_align="left", border_style=SEVERITY_STYLE.get(sev, "")))
+        head = Text(f"finding {number}, {sev}: {f.get('kind')}", SEVERITY_STYLE.get(sev, ""))
+        body = finding_body(f)
+        if plain:
+            console.print(head)
+            for line in body.split("\n"):
+                console.print(Text("  ") + line if line.plain else line)
+        else:
+            console.print(Panel(body, title=head, title_align="left",
+                                border_style=SEVERITY_STYLE.get(sev, "")))
     if len(findings) > 8:
         console.print(f"… and {len(findings) - 8} more findings in the report")
     for problem in (report.get("problems") or [])[:5]:
         console.print(Text(f"note: {problem}", "dim"))
     if path is not None:
-        console.print(Text(f"Report: {path}", overflow="fold"))
+        console.print(Text(f"Report: {path}"), soft_wrap=True)  # a path is never split
+
+
+def _print_whole(console: Console, renderable: RenderableType) -> None:
+    """``renderable`` at its own width, however wide (rich's print takes no wider one)."""
+    width = console.width
+    console.width = WIDE
+    try:
+        console.print(renderable)
+    finally:
+        console.width = width
+
+
+def finding_body(f: dict[str, Any]) -> Text:
+    """A finding's text: what it is a consequence of, its summary, its detail (each
+    sentence once: none the summary or the fix already says), lint's note, the fix."""
+    body = Text(overflow="fold")
+    if isinstance(f.get("caused_by"), int):
+        body.append(f"(a consequence of finding {finding_number(f['caused_by'])})\n", "dim")
+    summary, fix = str(f.get("summary", "")), str(f.get("fix") or "")
+    body.append(summary + "\n", "bold")
+    detail = said_once(str(f.get("detail") or "")[:1500], (summary, fix))
+    if detail:
+        body.append(detail + "\n")
+    note = lint_note(f)
+    if note:
+        body.append(note[0].upper() + note[1:] + ".\n", "cyan")
+    if fix:
+        body.append("Fix: ", "bold green")
+        body.append(fix)
+    body.rstrip()
+    return body
+
+
+def said_once(detail: str, already: tuple[str, ...]) -> str:
+    """``detail`` without the sentences (or the clauses of one, parted by "; ") said
+    already in ``already`` or earlier in it: each fact once in a finding's box."""
+    seen = {_said(c) for text in already for s in _sentences(text) for c in _clauses(s)}
+    kept = []
+    for line in detail.split("\n"):
+        sentences = []
+        for sentence in _sentences(line):
+            clauses = [c for c in _clauses(sentence) if _said(c) not in seen]
+            seen.update(_said(c) for c in clauses)
+            if clauses:
+                text = "; ".join(clauses)
+                sentences.append(text if text[-1] in ".:!?" or len(clauses) == 1 and
+                                 clauses[0] == sentence else text + ".")
+        if sentences or not line.strip():
+            indent = line[:len(line) - len(line.lstrip())]
+            kept.append(indent + " ".join(sentences))
+        elif kept and kept[-1].endswith(":"):  # what it introduced was said: it ends here
+            kept[-1] = kept[-1][:-1] + "."
+    return "\n".join(kept).strip("\n")
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z`])", text.strip()) if s]
+
+
+def _clauses(sentence: str) -> list[str]:
+    return [c for c in re.split(r";\s+", sentence) if c]
+
+
+def _said(sentence: str) -> str:
+    return " ".join(sentence.lower().rstrip(".").split())
 
 
 def finding_number(index: int) -> int:

@@ -9,9 +9,12 @@ descriptor (``safe_path``): a run dir swapped for a link after the checks change
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import secrets
+import shutil
 import stat
 import time
 from pathlib import Path
@@ -42,6 +45,7 @@ def make_run_dir(run_dir: Path | None, run_id: str) -> Path:
     try:
         with CheckedDir(path, create=True) as top:
             _check_own(top.stat(), path)
+            clear_earlier_run(top)
             for sub in ("traces", "stacks"):
                 with top.subdir(sub, create=True) as d:
                     _check_own(d.stat(), path / sub)
@@ -54,6 +58,39 @@ def make_run_dir(run_dir: Path | None, run_id: str) -> Path:
         raise UserError(f"cannot write the run dir {path}: {e.strerror or e}; "
                         "choose another with --run-dir") from None
     return path.resolve()
+
+
+# what a run leaves in its run dir (run, attach, a node's, a restarted job's attempts)
+EARLIER_RUN = re.compile(r"traces|stacks|flight_recorder|attempt-\d+|run\.json|report\.json|"
+                         r"report\.analyzed\.json|live\.json|lint\.json|supervisor\.jsonl|"
+                         r"job\.log|facts\.json|node\.json")
+
+
+def clear_earlier_run(top: CheckedDir) -> list[str]:
+    """A run dir used again (``--run-dir``): what the earlier run left (its traces, its
+    events, its report) removed, so that none of it is read as this run's; the names
+    removed.  Only a ddpdoctor run dir (one with a run.json) is cleared, only the names a
+    run writes, relative to the checked descriptor (a link is removed, never followed);
+    one that a running ddpdoctor holds is refused."""
+    names = top.names()
+    if RUN_FILE not in names:
+        return []
+    try:
+        fcntl.flock(top.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # runs.hold_live's lock
+    except BlockingIOError:
+        raise UserError(f"the run dir {top.path} is in use by a running ddpdoctor; choose "
+                        "another with --run-dir") from None
+    finally:
+        fcntl.flock(top.fd, fcntl.LOCK_UN)
+    removed = []
+    for name in sorted(n for n in names if EARLIER_RUN.fullmatch(n)):
+        st = os.stat(name, dir_fd=top.fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(name, dir_fd=top.fd)
+        else:
+            top.unlink(name)
+        removed.append(name)
+    return removed
 
 
 def check_own_dir(path: Path) -> None:

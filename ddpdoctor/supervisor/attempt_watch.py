@@ -73,6 +73,7 @@ class AttemptWatch:
         self.os_waits: dict[int, tuple] = {}  # pid -> what its last os_wait event said
         self.mismatch_seen = False
         self.failure_seen_at: float | None = None  # monotonic: a rank died
+        self._failing_seen_at: float | None = None  # a rank's trace said it failed
         self.judged_hung = False  # the causal model's hang rule has spoken (see judge)
         self.stragglers_said: set[tuple[int, ...]] = set()
         self._last_counts: tuple = ()
@@ -105,6 +106,17 @@ class AttemptWatch:
             if not p.stop_logged:
                 p.stop_logged = True
                 self.log("rank_stopped", pid=p.header.pid, rank=p.rank)
+
+    def failing_since(self) -> float | None:
+        """Since when (monotonic) a rank is known to have failed: its process died, or its
+        trace says it failed while its process still ends (a teardown at exit); None while
+        none has."""
+        if self.failure_seen_at is not None:
+            return self.failure_seen_at
+        if self._failing_seen_at is None and any(
+                p.header.state == L.RankState.FAILED for p in self.live.local_ranks().values()):
+            self._failing_seen_at = time.monotonic()
+        return self._failing_seen_at
 
     def check_traces(self) -> Verdict | None:
         """A first look at a mismatch (said at once), predictions, then the causal model's
@@ -215,8 +227,11 @@ class AttemptWatch:
             if found.ranks not in self.stragglers_said:
                 self.stragglers_said.add(found.ranks)
                 found = self._with_frames(found)
-                self.say(found.message + " (a straggler so far: a hang if they still wait "
-                         f"at the wait bound, {self.config.bound:g} s)", "yellow")
+                # the verdict that may follow never contradicts it: a straggler that stops
+                # making progress is a hang at the hang timeout, one still working at the bound
+                self.say(found.message + " (a straggler so far: a hang if it stops making "
+                         "progress, or if they still wait at the wait bound, "
+                         f"{self.config.bound:g} s)", "yellow")
                 self.log("straggler", ranks=list(found.ranks), message=found.message)
             return None
         if isinstance(found, HangVerdict):

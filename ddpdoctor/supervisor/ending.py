@@ -14,9 +14,10 @@ from typing import Any
 
 from ddpdoctor.config import OnHang, RunConfig
 from ddpdoctor.proc.control import JobTree, StopResult, stop_job
-from ddpdoctor.proc.signals import say_to_stderr, signal_of
+from ddpdoctor.proc.job_output import JobOutput
+from ddpdoctor.proc.signals import reader_gone, say_to_stderr, signal_of
 from ddpdoctor.report.build import build_report, fallback_report
-from ddpdoctor.report.console import print_summary
+from ddpdoctor.report.console import show_report
 from ddpdoctor.report.finished import RunFacts, finish_report
 from ddpdoctor.report.outcome import EXIT_HUNG, RunEnd, exit_status, recorded_outcome
 from ddpdoctor.rundir.layout import write_json_atomic
@@ -28,6 +29,8 @@ from ddpdoctor.supervisor.nodes import Nodes
 
 POLL_SECONDS = 0.1
 SELF_END_S = 5.0  # after a rank failed, the launcher's time to end the job by itself
+SELF_END_LEFT_S = 2.0  # at least, once the verdict's stacks are taken (a launcher polls 1/s)
+SELF_END_MAX_S = 30.0  # at most, while the job's processes keep ending
 
 
 class StopRequest:
@@ -55,11 +58,13 @@ class Ending:
         report_path: where the job's report goes (a restarted job's top-level report; each
             attempt's own is RUN_DIR/attempt-K/report.json).
         attempts: the attempts of a job torchrun may restart, else None.
+        job_output: the job's output, tee'd (into RUN_DIR/job.log alone once it is stopped).
     """
 
     def __init__(self, config: RunConfig, proc: subprocess.Popen, tree: JobTree,
                  voice: Voice, nodes: Nodes, stop: StopRequest, report_path: Path,
-                 attempts: Attempts | None, started_ns: int) -> None:
+                 attempts: Attempts | None, started_ns: int,
+                 job_output: JobOutput | None = None) -> None:
         self.config = config
         self.proc = proc
         self.tree = tree
@@ -69,6 +74,7 @@ class Ending:
         self.report_path = report_path
         self.attempts = attempts
         self.started_ns = started_ns
+        self.job_output = job_output
         self.stopped: dict[str, Any] | None = None  # what the last stop did
         self.report: dict[str, Any] | None = None  # the job's report, once written
         self.written: Path | None = None  # where it was written (None: it could not be)
@@ -89,14 +95,24 @@ class Ending:
         watch.check_processes()
         if self.proc.poll() is not None:
             return True
-        if watch.failure_seen_at is None:
+        since = watch.failing_since()  # a rank died, or its trace says it failed
+        if since is None:
             return False
-        deadline = watch.failure_seen_at + SELF_END_S  # the launcher had its chance then
+        # the launcher's chance: SELF_END_S from the failure, longer while the job's
+        # processes are still ending one by one (a launcher that polls, then stops the rest)
+        # (the seconds ddpdoctor spent capturing the job's state counted as little as may be)
+        deadline = max(since + SELF_END_S, time.monotonic() + SELF_END_LEFT_S)
+        last = len(self.tree.snapshot())
+        cap = since + max(SELF_END_MAX_S, self.config.hang_timeout)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return True
             time.sleep(POLL_SECONDS)
-        return False
+            alive = len(self.tree.snapshot())
+            if alive < last:
+                deadline = min(max(deadline, time.monotonic() + SELF_END_S), cap)
+            last = alive
+        return self.proc.poll() is not None
 
     def judged(self, watch: AttemptWatch, verdict: Verdict) -> int:
         """A verdict (a hang, or an interruption): the report as the job stands, then the
@@ -115,14 +131,18 @@ class Ending:
         stop = interrupted or self.config.on_hang == OnHang.STOP
         self.nodes.publish_verdict(verdict.reason, verdict.message, stop,
                                    exit_status(end, signum=verdict.signum))
+        # --on-hang wait: the summary at the verdict (the job runs on); --json and --quiet
+        # print once, the report as it ends
+        at_once = not stop and self.voice.shown == "summary"
         if stop:
             code = self._stop(watch, verdict.reason, interrupted, verdict.signum)
             exit_code = exit_status(end, signum=verdict.signum)
         else:
-            self._summary(at_verdict, self._path(watch))
+            if at_once:
+                self._summary(at_verdict, self._path(watch))
             code, exit_code = self._wait(watch)
         self._finish(watch, self._facts(watch, end, exit_code, code, verdict.signum),
-                     built=built, summary=stop)
+                     built=built, summary=not at_once)
         return exit_code
 
     def _wait(self, watch: AttemptWatch) -> tuple[int | None, int]:
@@ -230,8 +250,11 @@ class Ending:
     def _summary(self, report: dict[str, Any], path: Path | None) -> None:
         if self.voice.quiet:
             return
+        out = self.voice.out
+        if self.voice.shown == "summary" and (out.quiet or reader_gone(out.file)):
+            out = self.voice.console  # stdout's reader went (`| head`): stderr still reads
         try:
-            print_summary(report, path, self.voice.console)
+            show_report(report, path, out, self.voice.shown)
         except Exception as e:  # noqa: BLE001 - the report on disk is what matters
             say_to_stderr(f"ddpdoctor: could not print the summary ({e}); see {path}")
 
@@ -245,6 +268,12 @@ class Ending:
         # traceback over the verdict). Whatever still runs after a short grace (a rank
         # stuck in C++, the frozen launcher) is SIGKILLed: its stacks are saved by then.
         ctrl_c = interrupted and signum == signal.SIGINT
+        # what the job prints as it is stopped (its launcher's and ranks' tracebacks) is
+        # kept in job.log, not shown over the verdict and the summary
+        if self.job_output is not None and not self.job_output.muted:
+            self.job_output.mute()
+            self.voice.say(f"stopping the job; its output from now on goes to "
+                           f"{self.job_output.path.name} in the run dir")
         result = stop_job(self.proc, self.tree, watch.live.pids(),
                           first=signal.SIGINT if ctrl_c else signal.SIGTERM,
                           quiet_launcher=not ctrl_c)

@@ -43,16 +43,20 @@ class EventLog:
 
 
 class Voice:
-    """The supervisor's notices on the console, silent while the UI shows the run
-    (``quiet``)."""
+    """The supervisor's notices on ``console`` (stderr), silent while the UI shows the run
+    (``quiet``) or when the user asked for less (``notices`` False); the summary at the end
+    goes to ``out`` (stdout), in the form ``shown``."""
 
-    def __init__(self, console: Console, quiet: bool = False) -> None:
+    def __init__(self, console: Console, quiet: bool = False, out: Console | None = None,
+                 shown: str = "summary") -> None:
         self.console = console
         self.quiet = quiet
+        self.out = out if out is not None else console
+        self.shown = shown
 
     def say(self, text: str, style: str = "") -> None:
         """One line on the console; ``text`` is plain (a rank's error text can hold what
         rich would read as markup, e.g. gloo's ``[/__w/...pair.cc:553]``)."""
         if not self.quiet:
             self.console.print(f"[bold]ddpdoctor:[/bold] {escape(text)}", style=style,
-                               highlight=False)
+                               highlight=False, soft_wrap=True)  # one line, never split

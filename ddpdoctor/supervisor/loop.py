@@ -19,6 +19,7 @@ from rich.console import Console
 
 from ddpdoctor.config import RunConfig
 from ddpdoctor.proc.control import JobTree, stop_job
+from ddpdoctor.proc.job_output import JobOutput
 from ddpdoctor.proc.signals import ENDING_SIGNALS, OutputWatch, describe, say_to_stderr, \
     signal_of
 from ddpdoctor.redact import redact_argv
@@ -43,18 +44,22 @@ class Supervisor:
     """Runs beside the job (the job is ``proc``, its own process group).
 
     Args:
+        console: where notices go (stderr); out: where the summary goes (stdout; default
+            ``console``).  job_output: the job's output, tee'd into RUN_DIR/job.log.
         max_restarts: torchrun's ``--max-restarts`` of the job: above 0, each attempt gets
             RUN_DIR/attempt-K/ and its own report, and the job's report lists them.
     """
 
     def __init__(self, config: RunConfig, run_dir: Path, proc: subprocess.Popen,
                  report_path: Path, console: Console, started_ns: int,
-                 max_restarts: int = 0):
+                 max_restarts: int = 0, out: Console | None = None,
+                 job_output: JobOutput | None = None):
         self.config = config
         self.base_dir = run_dir
         self.proc = proc
         self.started_ns = started_ns
-        self.voice = Voice(console, quiet=config.ui)  # the UI shows everything while it runs
+        # the UI shows everything while it runs; the summary goes to ``out`` (stdout)
+        self.voice = Voice(console, quiet=config.ui, out=out, shown=config.shown.value)
         self.stop = StopRequest()
         self.output = OutputWatch()  # ddpdoctor's stdout and stderr, closed by their reader?
         self.tree = JobTree((proc.pid,))
@@ -62,7 +67,7 @@ class Supervisor:
         self.nodes = Nodes(config, self.voice.say, lambda: self.watch,
                            self.attempts.run_dir_of if self.attempts else lambda _: run_dir)
         self.ending = Ending(config, proc, self.tree, self.voice, self.nodes, self.stop,
-                             report_path, self.attempts, started_ns)
+                             report_path, self.attempts, started_ns, job_output)
         self.watch = self._watch_of(0)
         self._due = {"tree": 0.0, "progress": 0.0, "processes": 0.0}  # monotonic times
 
@@ -106,16 +111,19 @@ class Supervisor:
     def _end(self, verdict: Verdict | None) -> int:
         """The ending a verdict (or the job's own end) calls for."""
         if verdict is not None:
-            self.voice.say(verdict.message,
-                           "bold magenta" if verdict.reason != "interrupt" else "")
             self.watch.log("verdict", reason=verdict.reason, message=verdict.message)
             if verdict.reason == "node0":
+                self.voice.say(verdict.message, "bold magenta")
                 return self.ending.followed(self.watch)
+            if verdict.reason == "interrupt":
+                self.voice.say(verdict.message)
             self.watch.capture(verdict.reason)
             if verdict.reason != "interrupt" and self.ending.ends_by_itself(self.watch):
                 self.watch.log("ended_by_itself", reason=verdict.reason)
                 verdict = None
         if verdict is not None:
+            if verdict.reason != "interrupt":  # said once it stands: the job did not end
+                self.voice.say(verdict.message, "bold magenta")
             return self.ending.judged(self.watch, verdict)
         code = self.proc.wait()
         self.ending.stop_leftovers(self.watch)

@@ -1,7 +1,7 @@
 """Stopped early, still told: a run interrupted (SIGINT, as Ctrl-C sends) before the hang
 timeout runs the causal model on what was recorded.  It names what it saw as a suspect (a
 warning, not a verdict): the waiting ranks and the line where the rank they wait for is
-held, with two ranks and with four, never "No problem found"."""
+held, with two ranks and with four, never "No problem found", and no traceback shown."""
 
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ def test_an_interrupted_run_names_the_held_rank_as_a_suspect(tmp_path, nproc):
             proc.kill()
     assert proc.returncode == 130, err[-3000:]
     assert "No problem found" not in out + err
+    # the summary with no traceback over it: what the job printed as it stopped (its
+    # launcher's KeyboardInterrupt) is kept in job.log
+    assert "Traceback" not in out + err and "ddpdoctor: interrupted" in out, out + err
+    assert "job.log" in err and (run_dir / "job.log").is_file()
     report = json.loads((run_dir / "report.json").read_text())
     assert report["outcome"] == "interrupted"
     serious = [f for f in report["findings"] if f["severity"] in ("error", "warning")]
