@@ -107,8 +107,8 @@ def _run_in(config: RunConfig, console: Console, argv: list[str], nodes: Any,
     job_output = JobOutput(os.fdopen(open_append(job_log), "ab", buffering=0), job_log,
                            console=not config.ui)
     env = job_env(run_dir, run_id, config, argv)
-    if not config.ui and (os.isatty(1) or os.isatty(2)):
-        env.setdefault("PYTHONUNBUFFERED", "1")  # through the tee as timely as to a terminal
+    if job_output.piped_terminal:  # no pseudo-terminal: a pipe, as timely as a terminal
+        env.setdefault("PYTHONUNBUFFERED", "1")
     proc = None
     try:
         with interrupts_raised():

@@ -105,7 +105,7 @@ def rank_groups_shown(report: dict[str, Any], ranks: list[dict[str, Any]]) -> Gr
     rest = groups[MAX_RANK_ROWS:]
     if rest:
         lines.append(Text(f"… {len(rest)} more groups "
-                          f"({sum(len(m) for m, _ in rest)} ranks)"))
+                          f"({_ranks_word(sum(len(m) for m, _ in rest))})"))
     return Group(*lines)
 
 
@@ -191,7 +191,7 @@ def verdict_line(report: dict[str, Any]) -> Text:
     outcome = str(report.get("outcome"))
     findings = [f for f in report.get("findings") or [] if isinstance(f, dict)]
     line = Text.assemble(("ddpdoctor: ", "bold"), (outcome, OUTCOME_STYLE.get(outcome, "")),
-                         f" ({report.get('world_size')} ranks)" if report.get("ranks")
+                         f" ({_ranks_word(report.get('world_size'))})" if report.get("ranks")
                          else " (no rank recorded)")
     first = next((f for f in findings if f.get("severity") == "error"),
                  findings[0] if findings else None)
@@ -210,7 +210,7 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
     plain = console.soft_wrap
     outcome = str(report.get("outcome"))
     title = Text.assemble(("ddpdoctor: ", "bold"), (outcome, OUTCOME_STYLE.get(outcome, "")),
-                          f"  ({report.get('world_size')} ranks)" if report.get("ranks")
+                          f"  ({_ranks_word(report.get('world_size'))})" if report.get("ranks")
                           else "  (no rank recorded)")
     console.print()
     console.rule(title)
@@ -317,3 +317,8 @@ def finding_number(index: int) -> int:
     """Findings are numbered from 1 for people wherever they are shown (console, why text,
     TUI); ``caused_by`` in report.json stays the 0-based index into ``findings``."""
     return index + 1
+
+
+def _ranks_word(n: object) -> str:
+    """"1 rank", "4 ranks"."""
+    return f"{n} rank" if n == 1 else f"{n} ranks"
