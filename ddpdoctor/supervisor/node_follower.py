@@ -104,6 +104,9 @@ class NodeFollower:
         try:
             self.link = connect(self.setup.host, self.setup.port, self.key, CONNECT_S,
                                 self._stop.is_set)
+            # node 0 just proved the secret: it answers now, however long it took to reach
+            # (a slow node 0, a relay holding the connection); silence counts from here
+            self._leader_seen = time.monotonic()
             self._send("hello", {"node": self.node, "host": host_name()})
         except Unproven as e:  # another program holds the port: said as such, loud
             self.unproven = True

@@ -24,9 +24,10 @@ class NodeLink:
     """A following node's connection to node 0, past the handshake: frames sealed in its
     session, each read whole within ``MESSAGE_S``, each sent within ``SEND_S``."""
 
-    def __init__(self, link: Framed, session: Session):
+    def __init__(self, link: Framed, session: Session, early: list[bytes] | None = None):
         self.link = link
         self.session = session
+        self._early = list(early or [])  # read with the handshake's last step
 
     def fileno(self) -> int:
         return self.link.fileno()
@@ -34,6 +35,9 @@ class NodeLink:
     def receive(self, timeout: float) -> list[bytes]:
         """The frames that arrived within ``timeout`` (raw: open each with ``open``);
         raises ChannelError when the connection is gone or past a deadline."""
+        if self._early:  # node 0's first frames, read with its proof
+            early, self._early = self._early, []
+            return early
         ready = _wait(self.link.sock, timeout, write=False)
         now = time.monotonic()
         frames = self.link.read(now) if ready else []
@@ -75,7 +79,9 @@ def _wait(sock: socket.socket, timeout: float, write: bool) -> bool:
         return bool(sel.select(max(0.0, timeout)))
 
 
-def _next_frame(link: Framed, deadline: float) -> bytes:
+def _next_frames(link: Framed, deadline: float) -> list[bytes]:
+    """The frames of the next read that completes one (all of them: a peer quick to
+    follow up sends its next frames in the same read)."""
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -88,7 +94,7 @@ def _next_frame(link: Framed, deadline: float) -> bytes:
                     raise Refused("it speaks another protocol") from None
                 raise Silent("it closed the connection during the handshake") from None
             if frames:
-                return frames[0]
+                return frames
 
 
 def handshake(sock: socket.socket, key: bytes, timeout_s: float = HANDSHAKE_S) -> NodeLink:
@@ -99,20 +105,20 @@ def handshake(sock: socket.socket, key: bytes, timeout_s: float = HANDSHAKE_S) -
     mine = NodeHandshake(key)
     deadline = time.monotonic() + timeout_s
     try:
-        link.queue(mine.answer(_next_frame(link, deadline)))
+        link.queue(mine.answer(_next_frames(link, deadline)[0]))  # node 0 waits for it
         while link.flush(time.monotonic()):
             if time.monotonic() > deadline:
                 raise Silent("it reads no answer")
             _wait(sock, 0.2, write=True)
         try:
-            proof = _next_frame(link, deadline)
+            proof, *early = _next_frames(link, deadline)
         except Silent:  # a node 0 that challenged, then closed at the answer: not ours
             raise Refused("it took this node's answer for no proof of the secret") from None
         session = mine.session(proof)
     except BaseException:
         link.close()
         raise
-    return NodeLink(link, session)
+    return NodeLink(link, session, early)  # a first beat read with the proof is kept
 
 
 def connect(host: str, port: int, key: bytes, timeout_s: float,

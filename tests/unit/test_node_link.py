@@ -3,6 +3,8 @@ process: copies, stack requests, the verdict, the final word, a lost node, no no
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -14,8 +16,9 @@ from ddpdoctor.supervisor.node_follower import NodeFollower
 from ddpdoctor.supervisor.node_leader import NodeLeader
 from ddpdoctor.config import parse_store
 from ddpdoctor.errors import UserError
-from ddpdoctor.supervisor.node_auth import channel_key
+from ddpdoctor.supervisor.node_auth import LeaderHandshake, channel_key
 from ddpdoctor.supervisor.node_channel import Hub
+from ddpdoctor.supervisor.node_link import handshake
 from ddpdoctor.supervisor.node_store import NodeSetup, node_setup, open_hub
 from ddpdoctor.trace.reader import read_trace
 from tests.integration.jobs.ports import free_port
@@ -108,6 +111,55 @@ def test_a_silent_node_is_lost(tmp_path):
     assert any("lost contact with node 1" in s for s in said)
     assert leader.members() == ["0"]
     leader.close()
+
+
+def test_a_node_that_took_longer_than_the_grace_to_reach_node_0_stays_joined(tmp_path):
+    """Node 0 comes up (or a relay lets the connection through) after more than a grace of
+    silence: the node joins, its copies arrive, and neither end takes the other for lost."""
+    setup = NodeSetup("127.0.0.1", free_port(), 2, None)
+    (tmp_path / "n1" / "traces").mkdir(parents=True)
+    w = _write_trace(tmp_path / "n1" / "traces", 2)
+    follower = _follower(setup, "1", lambda: (0, tmp_path / "n1"), 1.0)
+    follower.start()  # dials a node 0 not listening yet
+    time.sleep(2.0)  # twice the grace
+    leader = NodeLeader(lambda: _host(setup, 10), lambda attempt: tmp_path / "node0",
+                        lambda *a, **k: None, lambda *a, **k: None, 1.0, expected=1)
+    leader.start()
+    assert _until(lambda: "1" in leader.nodes)
+    ring = node_dir(tmp_path / "node0", "1") / "traces" / w.ring_path.name
+    assert _until(lambda: ring.exists() and len(read_trace(ring).records) == 2)
+    time.sleep(2.5)  # past the grace on both ends, beats and copies flowing
+    assert follower.failed is None and follower.linked
+    assert not leader.nodes["1"].lost and leader.members() == ["0", "1"]
+    follower.close()
+    leader.close()
+
+
+def test_a_frame_read_with_node_0s_proof_is_not_lost():
+    """Node 0's first beat, in the same read as its proof (a node slow to read, a relay
+    that passes both at once), is the session's first frame: kept, opened in order."""
+    key = channel_key(SECRET)
+    ours, theirs = socket.socketpair()
+
+    def frames(*items: bytes) -> bytes:
+        return b"".join(len(f).to_bytes(4, "big") + f for f in items)
+
+    def node_0() -> None:
+        hs = LeaderHandshake(key)
+        theirs.sendall(frames(hs.challenge()))
+        proof, session = hs.answer(theirs.recv(4096)[4:])
+        theirs.sendall(frames(proof, session.seal("beat", {"n": 1}),
+                              session.seal("beat", {"n": 2})))  # in one write
+
+    peer = threading.Thread(target=node_0)
+    peer.start()
+    link = handshake(ours, key, 5.0)
+    peer.join()
+    got = []
+    assert _until(lambda: got.extend(link.receive(0.1)) or len(got) >= 2, 5.0)
+    assert [link.open(f) for f in got] == [("beat", {"n": 1}), ("beat", {"n": 2})]
+    link.close()
+    theirs.close()
 
 
 def test_no_node_0_means_deciding_alone(tmp_path, monkeypatch):
