@@ -139,6 +139,18 @@ def mentions(nodes: list[ast.AST], words: tuple[str, ...]) -> bool:
     return False
 
 
+def children(node: ast.AST) -> list[ast.AST]:
+    """The nodes directly under ``node``, in field order (``ast.iter_child_nodes`` as a list)."""
+    out: list[ast.AST] = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, ast.AST):
+            out.append(value)
+        elif isinstance(value, list):
+            out.extend(v for v in value if isinstance(v, ast.AST))
+    return out
+
+
 def walk(node: ast.AST) -> list[ast.AST]:
     """Every node under ``node`` (itself included), breadth first: ``ast.walk`` as a list,
     without its generators (lint walks every tree several times)."""
@@ -147,12 +159,7 @@ def walk(node: ast.AST) -> list[ast.AST]:
     while i < len(out):
         n = out[i]
         i += 1
-        for name in n._fields:
-            value = getattr(n, name, None)
-            if isinstance(value, ast.AST):
-                out.append(value)
-            elif isinstance(value, list):
-                out.extend(v for v in value if isinstance(v, ast.AST))
+        out.extend(children(n))
     return out
 
 
@@ -170,12 +177,22 @@ def own(scope: ast.AST) -> list[ast.AST]:
             continue
         if node is not scope:
             out.append(node)
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if isinstance(value, ast.AST):
-                stack.append(value)
-            elif isinstance(value, list):
-                stack.extend(v for v in value if isinstance(v, ast.AST))
+        stack.extend(children(node))
+    return out
+
+
+def inner_functions(scope: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The functions defined directly inside ``scope`` (a closure, a local helper), not those
+    defined inside them, nor inside a nested class or lambda."""
+    out: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+    stack: list[ast.AST] = [scope]
+    while stack:
+        node = stack.pop()
+        if node is not scope and isinstance(node, NESTED):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append(node)
+            continue
+        stack.extend(children(node))
     return out
 
 
@@ -193,14 +210,7 @@ def preorder(tree: ast.AST) -> tuple[list[ast.AST], dict[int, tuple[int, int]]]:
             spans[id(node)] = (len(order), -1)
             stack.append((node, True))
         order.append(node)
-        children: list[ast.AST] = []
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if isinstance(value, ast.AST):
-                children.append(value)
-            elif isinstance(value, list):
-                children.extend(v for v in value if isinstance(v, ast.AST))
-        stack.extend((c, False) for c in reversed(children))
+        stack.extend((c, False) for c in reversed(children(node)))
     return order, spans
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ddpdoctor.lint import hidden_collectives
 from ddpdoctor.lint.attributes import ObjectFacts
-from ddpdoctor.lint.collectives import Site, call_kinds, classify
-from ddpdoctor.lint.module import ParsedModule
+from ddpdoctor.lint.collectives import Site, call_kinds, classify, flat
+from ddpdoctor.lint.module import ParsedModule, children, inner_functions, own
 from ddpdoctor.lint.known_calls import bound_arguments
 from ddpdoctor.lint.taint import Taint, key_of
 
@@ -38,6 +38,7 @@ class FunctionInfo:
     nested: bool = False  # defined inside another function (walked with it)
     returns_elts: list[Taint | None] | None = None  # item by item, for tuple returns
     switches: frozenset[str] = frozenset()  # parameters that must be true for its collectives
+    sequence: tuple[str, ...] | None = None  # what every call issues, when no path differs
 
 
 @dataclass
@@ -57,6 +58,8 @@ class Program:
     monitors: dict[str, str] = field(default_factory=dict)  # metric key -> the callback
     objects: ObjectFacts = field(default_factory=ObjectFacts)  # taint in attributes, params
     by_file: dict[Path, ParsedModule] = field(default_factory=dict)
+    nested: dict[tuple[str, str], list[tuple[FunctionNode, FunctionInfo]]] = field(
+        default_factory=dict)  # (path, name) -> (the function that defines it, it)
 
     def resolve(self, call: ast.Call, module: ParsedModule, cls: str | None) -> FunctionInfo | None:
         """The linted function a call reaches: ``f()``, ``self.m()``, a function of a project
@@ -76,7 +79,7 @@ class Program:
                         not module.import_files:
                     return self.top_level[imported.rsplit(".", 1)[-1]][0]
                 return None
-            return self.functions.get((module.path, f"<nested>.{func.id}"))
+            return self._nested(module, func.id, call.lineno)
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
                 func.value.id in ("self", "cls") and cls is not None:
             return self.functions.get((module.path, f"{cls}.{func.attr}"))
@@ -84,6 +87,16 @@ class Program:
             found = self._imported(module.qualified(func) or "", module)
             return found if isinstance(found, FunctionInfo) else None
         return None
+
+    def _nested(self, module: ParsedModule, name: str, line: int) -> FunctionInfo | None:
+        """The function ``name`` defined inside the innermost function around ``line`` that
+        defines one (a closure called where it is visible)."""
+        best: tuple[int, FunctionInfo] | None = None
+        for outer, info in self.nested.get((module.path, name), ()):
+            if outer.lineno <= line <= (outer.end_lineno or outer.lineno) and \
+                    (best is None or outer.lineno > best[0]):
+                best = (outer.lineno, info)
+        return best[1] if best is not None else None
 
     def _imported(self, qualified: str, module: ParsedModule) -> FunctionInfo | ast.ClassDef \
             | None:
@@ -151,12 +164,14 @@ def _index(program: Program) -> None:
 
 
 def _index_nested(program: Program, module: ParsedModule, outer: FunctionNode) -> None:
-    """Functions defined inside ``outer`` (a helper closure), by their own name."""
-    for node in module.own_nodes(outer):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            info = FunctionInfo(node, module, None, nested=True)
-            program.functions.setdefault((module.path, f"<nested>.{node.name}"), info)
-            program.by_node[id(node)] = info
+    """Functions defined inside ``outer`` (a helper closure), at any depth: each found by its
+    name from a call inside the function that defines it (Program.resolve)."""
+    for node in inner_functions(outer):
+        info = FunctionInfo(node, module, None, nested=True)
+        program.functions[(module.path, f"<nested {id(node)}>.{node.name}")] = info
+        program.by_node[id(node)] = info
+        program.nested.setdefault((module.path, node.name), []).append((outer, info))
+        _index_nested(program, module, node)
 
 
 def _index_calls(program: Program, module: ParsedModule) -> None:
@@ -306,8 +321,39 @@ class SiteScanner:
                 not switched_off(call, callee):
             name = callee.node.name
             return Site(f"{name}() (which calls {callee.site.name.split(' (')[0]})",
-                        call.lineno, f"{name}()", certain=callee.site.certain)
+                        call.lineno, f"{name}()", certain=callee.site.certain,
+                        seq=callee.sequence or ())
         return None
+
+    def sequence(self, stmts: list[ast.stmt], no_grad: bool = False,
+                 no_sync: bool = False) -> list[str] | None:
+        """The collectives ``stmts`` issue on every path, in order (p2p ops aside); None when
+        a branch, a loop, a handler or a jump can change them."""
+        out: list[str] = []
+        for stmt in stmts:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(stmt, (ast.With, ast.AsyncWith)):
+                inner = with_flags(stmt.items, self.module, no_grad, no_sync)
+                body = self.sequence(stmt.body, *inner)
+                if body is None:
+                    return None
+                out += flat(self.calls([i.context_expr for i in stmt.items], no_grad,
+                                       no_sync)) + body
+            elif isinstance(stmt, COMPOUND):
+                if self.scan_stmt(stmt, no_grad, no_sync) or _jumps(stmt):
+                    return None
+            else:
+                for call in calls_under([stmt], self.module):
+                    site = self.site_of(call, no_grad, no_sync)
+                    if site is None or site.p2p:
+                        continue
+                    if site.seq or classify(call, self.module, self.kinds, no_grad, no_sync,
+                                            self.module.path in self.program.ddp_modules):
+                        out += flat([site])
+                    else:
+                        return None  # a helper whose collectives differ by path
+        return out
 
 
 def calls_under(nodes: list[ast.AST], module: ParsedModule) -> list[ast.Call]:
@@ -324,12 +370,7 @@ def calls_under(nodes: list[ast.AST], module: ParsedModule) -> list[ast.Call]:
             continue
         if isinstance(node, ast.Call):
             found.append(node)
-        for name in node._fields:
-            value = getattr(node, name, None)
-            if isinstance(value, ast.AST):
-                stack.append(value)
-            elif isinstance(value, list):
-                stack.extend(v for v in value if isinstance(v, ast.AST))
+        stack.extend(children(node))
     found.sort(key=lambda c: (c.end_lineno or 0, c.end_col_offset or 0))
     if len(nodes) == 1:
         cache[id(nodes[0])] = found
@@ -358,6 +399,28 @@ def summarise_collectives(program: Program) -> None:
             info.site = next((site for site in sites if site.certain), sites[0])
             info.switches = switches(scanner, info)
             work.extend(c for c in callers.get(id(info), ()) if c.site is None)
+    _sequences(program)
+
+
+COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)
+
+
+def _jumps(stmt: ast.stmt) -> bool:
+    """A compound statement that may leave the function (a return or raise inside it)."""
+    return any(isinstance(n, (ast.Return, ast.Raise)) for n in own(stmt))
+
+
+def _sequences(program: Program) -> None:
+    """What each function that issues collectives issues on every call, callees first (a
+    function in a cycle of calls is left as itself)."""
+    for info in callee_first(program):
+        if info.site is None or info.switches:
+            continue
+        scanner = SiteScanner(program, info.module,
+                              static_kinds(info.node, info.module,
+                                           info.module.path in program.ddp_modules), info.cls)
+        found = scanner.sequence(info.node.body, no_grad_decorated(info.node, info.module))
+        info.sequence = tuple(found) if found else None
 
 
 def switches(scanner: SiteScanner, info: FunctionInfo) -> frozenset[str]:

@@ -34,6 +34,11 @@ class TaintKind(str, enum.Enum):
     PARAM = "param"
 
 
+# what a rank finds on its disk, or an error it caught: a condition on it decides the branch
+# it guards (a collective there, a jump) but does not taint what the branch assigns: a resumed
+# run's start epoch read from the checkpoint it found, a fallback set in an ``except``, are
+# the same on every rank of a job whose ranks see the same files and the same libraries
+SETUP_KINDS = frozenset({TaintKind.FILESYSTEM, TaintKind.EXCEPTION})
 MAX_VIA = 3
 STRENGTH = {k: len(TaintKind) - i for i, k in enumerate(TaintKind)}
 DESCRIBE = {

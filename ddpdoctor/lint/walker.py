@@ -7,7 +7,7 @@ import ast
 from dataclasses import dataclass, replace
 
 from ddpdoctor.lint.object_flow import seed_objects
-from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, receiver_name
+from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, flat, receiver_name
 from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
 from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
     lock_across_collective, rank_dependent_loop, recv_before_send
@@ -413,4 +413,4 @@ class FunctionWalker(DataFlow):
         return paired
 
     def sigs(self, stmts: list[ast.stmt]) -> list[str]:
-        return [s.sig for s in self.sites(stmts) if not s.p2p]
+        return flat(self.sites(stmts))

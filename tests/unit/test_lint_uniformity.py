@@ -143,14 +143,30 @@ def test_import_error_and_stop_iteration_are_no_rank_local_branches():
     """)
 
 
-def test_names_merely_containing_loss_are_no_loss_values():
+def test_a_loss_is_rank_local_by_what_flows_into_it_not_by_its_name():
     check("""
-    def step(model, batch, loss_scaler, loss_fn, train_loss):
+    def step(model, loader, loss_scaler, loss_fn, every):
         model = DDP(model)
-        if loss_scaler is not None:
-            loss_scaler.scale(loss_fn(model(batch))).backward()
-        if train_loss > 10:
-            dist.barrier()  # expect: conditional_collective
+        for i, batch in enumerate(loader):
+            if loss_scaler is not None:
+                loss_scaler.scale(loss_fn(model(batch))).backward()
+            reduce_global_loss = i % every == 0
+            if reduce_global_loss:
+                dist.all_reduce(torch.zeros(1))
+            train_loss = loss_fn(model(batch)).item()
+            if train_loss > 10:
+                dist.barrier()  # expect: conditional_collective
+    """)
+
+
+def test_a_name_ending_in_loss_read_from_the_config_is_uniform():
+    check("""
+    def step(model, batch, cfg):
+        model = DDP(model)
+        z_loss = cfg.z_loss
+        if z_loss is not None:
+            dist.all_reduce(torch.zeros(1))
+        model(batch).sum().backward()
     """)
 
 
