@@ -12,13 +12,15 @@ from ddpdoctor.lint.attributes import carried, class_of
 from ddpdoctor.lint.object_flow import bind_call
 from ddpdoctor.lint.collectives import (BEFORE_DDP, IN_PLACE_UNIFORM, Site, call_kinds,
                                         dist_op, is_ddp_wrap, uniform_result)
+from ddpdoctor.lint.known_calls import known_call
 from ddpdoctor.lint.module import ParsedModule, own
 from ddpdoctor.lint.rules import Draft, rank_dependent_model, unused_parameters
 from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
 from ddpdoctor.lint.state_checks import SIZED, StateChecks
 from ddpdoctor.lint.summaries import Program, SiteScanner
 from ddpdoctor.lint.taint_eval import BuiltObject, TaintEval
-from ddpdoctor.lint.taint import SETUP_KINDS, Env, Taint, TaintKind, key_of, stronger
+from ddpdoctor.lint.taint import SETUP_KINDS, Env, Taint, TaintKind, key_of, share_sized, \
+    stronger
 from ddpdoctor.lint.uniformity import device_move, is_device, same_iteration, strip_wrappers
 
 WRAP_WORDS = ("distributeddataparallel", "fullyshardeddataparallel", "auto_model")
@@ -184,11 +186,14 @@ class DataFlow(StateChecks):
 
     def shape_of(self, value: ast.expr) -> Taint | None:
         """What a new value's length or keys depend on: a call's result (``loss_dict =
-        model(batch)``) has the length and keys its code gives it, whatever the data."""
+        model(batch)``) has the length and keys its code gives it, whatever the data; a
+        result that differs by rank (``x, y = shard(rank)``) is sized as a rank's share of the
+        data (shares are often even), not by the rank itself."""
         t = self.trip_taint(value)
         if isinstance(value, ast.Call) and t is not None and t.kind == TaintKind.DATA:
             return None
-        return t
+        return share_sized(t) if isinstance(value, ast.Call) and \
+            not known_call(self.module.qualified(value.func) or "", value) else t
 
     # -- assignments ----------------------------------------------------------------------------
     def visit_Assign(self, stmt: ast.Assign) -> None:
@@ -270,7 +275,7 @@ class DataFlow(StateChecks):
             self.env.taints.pop(key, None)
         else:
             self.env.taints[key] = t
-        self.env.shapes[key] = t if value is None else \
+        self.env.shapes[key] = share_sized(t) if value is None else \
             stronger(self.shape_of(value), self.control_taint())
         self.env.uniform.discard(key)
         if isinstance(value, ast.Call) and self._uniform_call(value):

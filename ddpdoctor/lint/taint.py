@@ -106,6 +106,16 @@ class Taint:
         return self.kind == TaintKind.RANK and not self.unseen
 
 
+def share_sized(t: Taint | None) -> Taint | None:
+    """What the size of a value with taint ``t`` depends on when lint did not see it built:
+    values that differ by rank (data a rank chose or drew by its rank) have a size that can
+    differ only as a rank's share of the data does (shares are often even, a count rounded up
+    from them more often still): a definite path from the rank to a size needs a size lint
+    saw computed from the rank."""
+    return replace(t, kind=TaintKind.SHARD) if t is not None and t.kind == TaintKind.RANK \
+        else t
+
+
 def _rank_of(t: Taint) -> tuple[int, int, int]:
     return STRENGTH[t.kind], not t.unseen, not t.implicit
 

@@ -12,7 +12,8 @@ from typing import Callable
 from ddpdoctor.frameworks import known
 from ddpdoctor.lint.known_calls import LOAD_CALLS, bound_arguments, known_call, short, splits
 from ddpdoctor.lint.module import ParsedModule
-from ddpdoctor.lint.taint import SETUP_KINDS, Env, Taint, TaintKind, key_of, stronger
+from ddpdoctor.lint.taint import SETUP_KINDS, Env, Taint, TaintKind, key_of, share_sized, \
+    stronger
 from ddpdoctor.lint.uniformity import device_move, is_presence_test, value_keywords
 
 RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "SLURM_PROCID",
@@ -248,6 +249,10 @@ class TaintEval:
             return self.all_of(node.args[1:])
         if name == "len" and node.args and key_of(node.args[0]) in self.env.shapes:
             return self.env.shapes[key_of(node.args[0]) or ""]
+        if name == "len" and len(node.args) == 1 and not (
+                isinstance(node.args[0], ast.Call) and
+                known_call(self.module.qualified(node.args[0].func) or "", node.args[0])):
+            return share_sized(self.of(node.args[0]))  # len(x): x's size not seen computed
         if name in LOAD_CALLS:  # a file's contents: what every rank reads from it
             t = self.all_of(node.args)
             return None if t is None or t.kind == TaintKind.FILESYSTEM else t
