@@ -28,13 +28,10 @@ RANK_CALLS = frozenset({
 WORLD_CALLS = frozenset({"torch.distributed.get_world_size",
                          "torch.distributed.is_initialized",
                          "torch.distributed.is_available"}) | known.world_calls()
-RANK_ATTRS = frozenset({"rank", "local_rank", "global_rank", "node_rank"}) | known.rank_attrs()
+RANK_ATTRS = known.rank_attrs()  # the frameworks' documented attributes (ddpdoctor/frameworks/)
 RANK_METHODS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "rank"})
 WORLD_METHODS = frozenset({"get_world_size", "get_global_size", "get_local_size"})
 WORLD_ATTRS = frozenset({"world_size", "num_processes", "num_replicas"})
-RANK_NAMES = frozenset({"rank", "local_rank", "global_rank", "node_rank", "rank_id",
-                        "process_index"})
-WORLD_NAMES = frozenset({"world", "world_size", "num_replicas", "nprocs", "num_processes"})
 # what a rank finds on its file system: whether a file is there (yet), its size and age: a
 # per-rank view even of a shared directory (a file another rank is writing, a network file
 # system's cached attributes)

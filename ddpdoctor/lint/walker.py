@@ -16,7 +16,6 @@ from ddpdoctor.lint.walk_shapes import cond_key, ends_in_jump, hands_back_argume
 from ddpdoctor.lint.summaries import MODEL_PARAMS, FunctionInfo, ddp_annotation, \
     no_grad_decorated, rank_decorator, with_flags
 from ddpdoctor.lint.uniformity import benign_handler, strip_wrappers
-from ddpdoctor.lint.taint_eval import RANK_NAMES, WORLD_NAMES
 from ddpdoctor.lint.taint import Env, Taint, TaintKind, key_of, \
     stronger
 
@@ -55,10 +54,8 @@ class FunctionWalker(DataFlow):
             self.env.uniform.discard(arg.arg)
             self.env.kinds.pop(arg.arg, None)
             self.env.taints.pop(arg.arg, None)
-            if arg.arg in RANK_NAMES or (spawned and i == 0) or arg.arg in told:
+            if (spawned and i == 0) or arg.arg in told:
                 self.env.taints[arg.arg] = Taint(TaintKind.RANK, node.lineno)
-            elif arg.arg in WORLD_NAMES:
-                self.env.taints[arg.arg] = Taint(TaintKind.WORLD, node.lineno)
             if self.summary and not (i == 0 and arg.arg in ("self", "cls")):
                 mine = frozenset({arg.arg})
                 t = self.env.taints.get(arg.arg)

@@ -164,3 +164,34 @@ def test_a_loop_over_the_size_of_a_ranks_own_data_is_a_warning_not_an_error():
     by_kind = {f.kind: f.severity.value for f in findings}
     assert by_kind == {"uneven_loop": "warning", "rank_dependent_loop": "error"}
     assert severities(findings) == {"warning", "error"}
+
+
+def test_a_parameter_named_rank_is_no_rank_until_a_rank_is_passed_to_it():
+    """Lint decides from what the code does, not from names: a helper's parameter called
+    ``rank`` holds the rank only where a caller hands it one (or the process group is told
+    it is the rank, or it is a spawn target's first argument)."""
+    check("""
+    def pick(rank, t):
+        if rank == 0:
+            dist.all_reduce(t)
+
+    def told(rank, t):
+        dist.init_process_group("gloo", rank=rank, world_size=2)
+        if rank == 0:
+            dist.all_reduce(t)  # expect: rank_dependent_collective
+
+    class Worker:
+        def __init__(self, cfg):
+            self.rank = dist.get_rank()
+            self.cfg = cfg
+
+        def step(self, t):
+            if self.cfg.rank == 0:  # a setting of that name, not the rank
+                dist.all_reduce(t)
+            if self.rank == 0:
+                dist.all_reduce(t)  # expect: rank_dependent_collective
+
+    def main(t):
+        pick(0, t)
+        pick(len(t), t)
+    """)
