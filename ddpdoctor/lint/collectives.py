@@ -249,6 +249,10 @@ def call_kinds(call: ast.Call, module: ParsedModule) -> frozenset[str]:
         return frozenset({"loader"})
     if last == "DistributedSampler":
         return frozenset({"sampler"})
+    if name.startswith("torch.optim.lr_scheduler."):
+        return frozenset({"scheduler"})
+    if name.startswith("torch.optim."):
+        return frozenset({"optimizer"})
     if last == accelerate.ACCELERATOR:
         return frozenset({"accelerator"})
     if last in ignite.EVALUATOR_BUILDERS and any(

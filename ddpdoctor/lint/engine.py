@@ -114,8 +114,7 @@ def _walk_function(program: Program, module: ParsedModule, info: FunctionInfo, b
 
 
 def _class_kinds(program: Program, module: ParsedModule) -> dict[str, dict[str, frozenset[str]]]:
-    has_ddp = module.path in program.ddp_modules
-    return {node.name: static_kinds(node, module, has_ddp)
+    return {node.name: static_kinds(node, module)
             for node in module.tree.body if isinstance(node, ast.ClassDef)}
 
 

@@ -26,7 +26,6 @@ from ddpdoctor.lint.uniformity import device_move, is_device, same_iteration, st
 WRAP_WORDS = ("distributeddataparallel", "fullyshardeddataparallel", "auto_model")
 MUTATORS = frozenset({"append", "extend", "update", "add", "insert", "setdefault",
                       "appendleft", "__setitem__"})
-LOADER_WORDS = ("loader", "batches")
 
 
 @dataclass
@@ -363,12 +362,12 @@ class DataFlow(StateChecks):
             return
         for elt, arg in zip(target.elts, value.args):
             key = key_of(elt)
-            text = ast.unparse(arg).lower()
             if key is None:
                 continue
-            if any(w in text for w in LOADER_WORDS):
-                self.env.kinds[key] = frozenset({"loader"})
-            elif not any(w in text for w in ("opt", "sched", "data")):
+            kinds = self.kinds_of(arg)  # what the argument was built as, not what it is called
+            if kinds & {"loader", "optimizer", "scheduler"}:
+                self.env.kinds[key] = kinds
+            else:
                 self.env.kinds[key] = frozenset({"ddp", "model"})
 
     # -- calls inside simple statements ---------------------------------------------------------

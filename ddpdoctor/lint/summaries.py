@@ -21,7 +21,6 @@ DDP_MARKERS = ("DistributedDataParallel", "FullyShardedDataParallel", "auto_mode
                "Trainer", "Fabric")  # calls that make a file's backward a gradient all-reduce
 NESTED_SCOPES = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 MONITORING = ("ModelCheckpoint", "EarlyStopping")  # callbacks that read a logged metric
-MODEL_PARAMS = frozenset({"model", "ddp_model", "net", "module", "wrapped_model"})
 RANK_DECORATORS = ("rank_zero_only", "on_main_process", "on_local_main_process",
                    "main_process_only", "on_process", "on_local_process")
 
@@ -60,6 +59,11 @@ class Program:
     by_file: dict[Path, ParsedModule] = field(default_factory=dict)
     nested: dict[tuple[str, str], list[tuple[FunctionNode, FunctionInfo]]] = field(
         default_factory=dict)  # (path, name) -> (the function that defines it, it)
+    ddp_params: dict[int, frozenset[str]] = field(default_factory=dict)  # id(node) -> params
+
+    def params_given_ddp(self, info: FunctionInfo) -> frozenset[str]:
+        """The parameters of ``info`` that a call in the program hands a DDP model."""
+        return self.ddp_params.get(id(info.node), frozenset())
 
     def resolve(self, call: ast.Call, module: ParsedModule, cls: str | None) -> FunctionInfo | None:
         """The linted function a call reaches: ``f()``, ``self.m()``, a function of a project
@@ -209,13 +213,10 @@ def ddp_annotation(arg: ast.arg, module: ParsedModule) -> bool:
 
 
 def static_kinds(node: FunctionNode | ast.Module | ast.ClassDef, module: ParsedModule,
-                 has_ddp: bool) -> dict[str, frozenset[str]]:
-    """What objects a function's names hold, from its assignments alone (for summaries)."""
-    kinds: dict[str, frozenset[str]] = {}
-    if has_ddp and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        for arg in node.args.args:
-            if arg.arg in MODEL_PARAMS:
-                kinds[arg.arg] = frozenset({"ddp"})
+                 ddp_params: frozenset[str] = frozenset()) -> dict[str, frozenset[str]]:
+    """What objects a function's names hold, from its assignments alone (for summaries), and
+    its parameters that its callers hand a DDP model (Program.ddp_params)."""
+    kinds: dict[str, frozenset[str]] = {p: frozenset({"ddp"}) for p in ddp_params}
     for stmt, found in _assigned_kinds(module, node):
         for target in stmt.targets:
             key = key_of(target)
@@ -382,6 +383,7 @@ def summarise_collectives(program: Program) -> None:
     functions it calls: each function is scanned once, and again only when a callee of its
     is newly marked (a worklist over the reversed call graph: linear in its size)."""
     _index(program)
+    _ddp_params(program)
     callers: dict[int, list[FunctionInfo]] = {}
     for info in program.functions.values():
         for callee in callees(program, info):
@@ -391,15 +393,51 @@ def summarise_collectives(program: Program) -> None:
         info = work.pop()
         if info.site is not None:
             continue
-        has_ddp = info.module.path in program.ddp_modules
         scanner = SiteScanner(program, info.module,
-                              static_kinds(info.node, info.module, has_ddp), info.cls)
+                              static_kinds(info.node, info.module,
+                                           program.params_given_ddp(info)), info.cls)
         sites = scanner.scan(info.node.body, no_grad_decorated(info.node, info.module))
         if sites:
             info.site = next((site for site in sites if site.certain), sites[0])
             info.switches = switches(scanner, info)
             work.extend(c for c in callers.get(id(info), ()) if c.site is None)
     _sequences(program)
+
+
+DDP_PARAM_ROUNDS = 3  # a model handed down through helpers rarely goes deeper
+
+
+def _ddp_params(program: Program) -> None:
+    """The parameters each function is handed a DDP model in: by a call, in a file that wraps
+    one, whose argument holds a DDP object there (``train(model, ...)`` after ``model =
+    DDP(net)``), or holds one as a parameter of the caller's that is handed one in turn."""
+    scopes: list[tuple[ParsedModule, ast.AST, str | None]] = []
+    for module in program.modules:
+        if module.path in program.ddp_modules:
+            scopes.append((module, module.tree, None))
+    scopes += [(info.module, info.node, info.cls) for info in program.functions.values()
+               if info.module.path in program.ddp_modules]
+    base = {id(scope): static_kinds(scope, module) for module, scope, _ in scopes}
+    calls = {id(scope): [n for n in module.own_nodes(scope) if isinstance(n, ast.Call)]
+             for module, scope, _ in scopes}
+    for _ in range(DDP_PARAM_ROUNDS):
+        grown = False
+        for module, scope, cls in scopes:
+            kinds = base[id(scope)]
+            given = program.ddp_params.get(id(scope), frozenset())
+            for call in calls[id(scope)]:
+                callee = program.resolve(call, module, cls)
+                if callee is None:
+                    continue
+                bound = bound_arguments(call, callee.node, callee.cls is not None)
+                found = {p for p, a in bound.items() if key_of(a) is not None and (
+                    "ddp" in kinds.get(key_of(a) or "", ()) or key_of(a) in given)}
+                before = program.ddp_params.get(id(callee.node), frozenset())
+                if not found <= before:
+                    program.ddp_params[id(callee.node)] = before | found
+                    grown = True
+        if not grown:
+            return
 
 
 COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)
@@ -418,7 +456,7 @@ def _sequences(program: Program) -> None:
             continue
         scanner = SiteScanner(program, info.module,
                               static_kinds(info.node, info.module,
-                                           info.module.path in program.ddp_modules), info.cls)
+                                           program.params_given_ddp(info)), info.cls)
         found = scanner.sequence(info.node.body, no_grad_decorated(info.node, info.module))
         info.sequence = tuple(found) if found else None
 
@@ -538,7 +576,7 @@ def summarise_framework_method(module: ParsedModule, qualname: str) -> tuple[str
         return None
     if info.site is None:
         return "", False
-    scanner = SiteScanner(program, module, static_kinds(info.node, module, False), info.cls)
+    scanner = SiteScanner(program, module, static_kinds(info.node, module), info.cls)
     top = [s for s in info.node.body if not isinstance(s, (ast.If, ast.Try, ast.For, ast.While,
                                                             ast.Match))]
     return info.site.name.split(" (")[0], bool(scanner.scan(top))

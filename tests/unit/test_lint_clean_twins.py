@@ -195,3 +195,27 @@ def test_a_parameter_named_rank_is_no_rank_until_a_rank_is_passed_to_it():
         pick(0, t)
         pick(len(t), t)
     """)
+
+
+def test_a_parameter_is_a_ddp_model_when_a_caller_hands_it_one_whatever_its_name():
+    """A helper's forward is DDP's when the helper is given the wrapped model (``net``, or a
+    name lint never saw, through another helper); a parameter called ``model`` that is given
+    the plain module is no DDP forward."""
+    check("""
+    def forward_only(m, x):
+        return m(x)
+
+    def evaluate(thing, x):
+        return forward_only(thing, x)
+
+    def plain(model, x):
+        return model(x)
+
+    def main(net, x):
+        rank = dist.get_rank()
+        wrapped = DDP(net)
+        if rank == 0:
+            evaluate(wrapped, x)  # expect: rank_dependent_collective
+        if rank == 0:
+            plain(net, x)
+    """)

@@ -567,7 +567,8 @@ def test_no_grad_decorator():
 
 def test_loops_over_containers_follow_their_length_not_their_contents():
     check("""
-    def main(loader, t):
+    def main(ds, t):
+        loader = DataLoader(ds, batch_size=4)
         counts = []
         for x in loader:
             counts.append(x.sum())
