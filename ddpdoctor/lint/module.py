@@ -62,6 +62,27 @@ class ParsedModule:
         self.nodes()
         return None if scope is self.tree else self.__dict__["_spans"].get(id(scope))
 
+    def inner_functions(self, scope: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+        """The functions defined directly inside ``scope`` (a closure, a local helper), not
+        those defined inside them, nor inside a nested class (lambdas hold no definitions):
+        read off the file's pre-order walk, each nested scope's nodes skipped as a slice."""
+        order = self.nodes()
+        span = self.span(scope)
+        if span is None:
+            return []
+        spans = self.__dict__["_spans"]
+        out: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+        i = span[0] + 1
+        while i < span[1]:
+            node = order[i]
+            if isinstance(node, SCOPES):
+                if not isinstance(node, ast.ClassDef):
+                    out.append(node)  # type: ignore[arg-type]
+                i = spans[id(node)][1]
+            else:
+                i += 1
+        return out
+
     def own_nodes(self, scope: ast.AST) -> list[ast.AST]:
         """The nodes of a function's (or the file's) own body: nested functions, classes and
         lambdas left out, the scope itself too."""
@@ -139,18 +160,6 @@ def mentions(nodes: list[ast.AST], words: tuple[str, ...]) -> bool:
     return False
 
 
-def children(node: ast.AST) -> list[ast.AST]:
-    """The nodes directly under ``node``, in field order (``ast.iter_child_nodes`` as a list)."""
-    out: list[ast.AST] = []
-    for name in node._fields:
-        value = getattr(node, name, None)
-        if isinstance(value, ast.AST):
-            out.append(value)
-        elif isinstance(value, list):
-            out.extend(v for v in value if isinstance(v, ast.AST))
-    return out
-
-
 def walk(node: ast.AST) -> list[ast.AST]:
     """Every node under ``node`` (itself included), breadth first: ``ast.walk`` as a list,
     without its generators (lint walks every tree several times)."""
@@ -159,7 +168,12 @@ def walk(node: ast.AST) -> list[ast.AST]:
     while i < len(out):
         n = out[i]
         i += 1
-        out.extend(children(n))
+        for name in n._fields:
+            value = getattr(n, name, None)
+            if isinstance(value, ast.AST):
+                out.append(value)
+            elif isinstance(value, list):
+                out.extend(v for v in value if isinstance(v, ast.AST))
     return out
 
 
@@ -177,22 +191,12 @@ def own(scope: ast.AST) -> list[ast.AST]:
             continue
         if node is not scope:
             out.append(node)
-        stack.extend(children(node))
-    return out
-
-
-def inner_functions(scope: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-    """The functions defined directly inside ``scope`` (a closure, a local helper), not those
-    defined inside them, nor inside a nested class or lambda."""
-    out: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
-    stack: list[ast.AST] = [scope]
-    while stack:
-        node = stack.pop()
-        if node is not scope and isinstance(node, NESTED):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                out.append(node)
-            continue
-        stack.extend(children(node))
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, ast.AST))
     return out
 
 
@@ -210,7 +214,14 @@ def preorder(tree: ast.AST) -> tuple[list[ast.AST], dict[int, tuple[int, int]]]:
             spans[id(node)] = (len(order), -1)
             stack.append((node, True))
         order.append(node)
-        stack.extend((c, False) for c in reversed(children(node)))
+        children: list[ast.AST] = []
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                children.append(value)
+            elif isinstance(value, list):
+                children.extend(v for v in value if isinstance(v, ast.AST))
+        stack.extend((c, False) for c in reversed(children))
     return order, spans
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from ddpdoctor.lint import hidden_collectives
 from ddpdoctor.lint.attributes import ObjectFacts
 from ddpdoctor.lint.collectives import Site, call_kinds, classify, flat
-from ddpdoctor.lint.module import ParsedModule, children, inner_functions, own
+from ddpdoctor.lint.module import ParsedModule, own
 from ddpdoctor.lint.known_calls import bound_arguments
 from ddpdoctor.lint.taint import Taint, key_of
 
@@ -170,7 +170,7 @@ def _index(program: Program) -> None:
 def _index_nested(program: Program, module: ParsedModule, outer: FunctionNode) -> None:
     """Functions defined inside ``outer`` (a helper closure), at any depth: each found by its
     name from a call inside the function that defines it (Program.resolve)."""
-    for node in inner_functions(outer):
+    for node in module.inner_functions(outer):
         info = FunctionInfo(node, module, None, nested=True)
         program.functions[(module.path, f"<nested {id(node)}>.{node.name}")] = info
         program.by_node[id(node)] = info
@@ -371,7 +371,12 @@ def calls_under(nodes: list[ast.AST], module: ParsedModule) -> list[ast.Call]:
             continue
         if isinstance(node, ast.Call):
             found.append(node)
-        stack.extend(children(node))
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, ast.AST):
+                stack.append(value)
+            elif isinstance(value, list):
+                stack.extend(v for v in value if isinstance(v, ast.AST))
     found.sort(key=lambda c: (c.end_lineno or 0, c.end_col_offset or 0))
     if len(nodes) == 1:
         cache[id(nodes[0])] = found
