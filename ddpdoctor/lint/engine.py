@@ -12,8 +12,8 @@ from ddpdoctor.lint.param_reach import outline_enough, param_reach
 from ddpdoctor.lint.project import ProjectReader
 from ddpdoctor.lint.rules import Draft, dtype_divergence, duplicate_data, missing_set_epoch, \
     reentrant_checkpoint, seed_collision
-from ddpdoctor.lint.summaries import FunctionInfo, Program, callee_first, callees, \
-    static_kinds, summarise_collectives
+from ddpdoctor.lint.program import FunctionInfo, Program, static_kinds
+from ddpdoctor.lint.summaries import callee_first, callees, summarise_collectives
 from ddpdoctor.lint.taint import Env
 from ddpdoctor.lint.walker import FunctionWalker, ModuleFacts
 

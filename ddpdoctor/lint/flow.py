@@ -17,7 +17,8 @@ from ddpdoctor.lint.module import ParsedModule, own
 from ddpdoctor.lint.rules import Draft, rank_dependent_model, unused_parameters
 from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
 from ddpdoctor.lint.state_checks import SIZED, StateChecks
-from ddpdoctor.lint.summaries import Program, SiteScanner
+from ddpdoctor.lint.program import Program
+from ddpdoctor.lint.summaries import SiteScanner
 from ddpdoctor.lint.taint_eval import BuiltObject, TaintEval
 from ddpdoctor.lint.taint import SETUP_KINDS, Env, Taint, TaintKind, key_of, share_sized, \
     stronger

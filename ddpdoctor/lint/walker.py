@@ -13,8 +13,8 @@ from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
     lock_across_collective, rank_dependent_loop, recv_before_send
 from ddpdoctor.lint.walk_shapes import cond_key, ends_in_jump, hands_back_argument, \
     iterator_end, merge_items, single_side, told_rank
-from ddpdoctor.lint.summaries import FunctionInfo, ddp_annotation, \
-    no_grad_decorated, rank_decorator, with_flags
+from ddpdoctor.lint.program import FunctionInfo, ddp_annotation
+from ddpdoctor.lint.summaries import no_grad_decorated, rank_decorator, with_flags
 from ddpdoctor.lint.uniformity import benign_handler, strip_wrappers
 from ddpdoctor.lint.taint import Env, Taint, TaintKind, key_of, \
     stronger
