@@ -52,7 +52,7 @@ FRAMEWORK = Framework(
     uniform_results=frozenset({"all_gather", "all_reduce", "broadcast", "reduce",
                                "reduce_boolean_decision"}),
     backward_receivers=("fabric",),
-    rank_attrs=frozenset({"is_global_zero"}),
+    rank_attrs=frozenset({"is_global_zero", "global_rank", "local_rank", "node_rank"}),
     hidden=tuple(FrameworkMethod(package, f"{module}.trainer.trainer", TRAINER,
                                  "save_checkpoint", "2.6.6", "strategy.barrier", True)
                  for package, module in (("lightning", "lightning.pytorch"),

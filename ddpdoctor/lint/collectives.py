@@ -77,6 +77,14 @@ class Site:
     p2p: bool = False
     grouped: bool = False  # on an explicit process group (``group=``, ``process_group=``)
     certain: bool = True  # False: a collective under some configurations only (FSDP, ZeRO)
+    seq: tuple[str, ...] = ()  # a call of a function that issues these, on every call
+
+
+def flat(sites: list[Site]) -> list[str]:
+    """What ranks that run ``sites`` issue, in order (p2p ops aside): a call of a function that
+    issues the same collectives on every path counts as those (two helpers that each make one
+    all_reduce then a DDP forward match), any other call as itself."""
+    return [x for s in sites if not s.p2p for x in (s.seq or (s.sig,))]
 
 
 def receiver_name(node: ast.expr) -> str:
@@ -241,6 +249,10 @@ def call_kinds(call: ast.Call, module: ParsedModule) -> frozenset[str]:
         return frozenset({"loader"})
     if last == "DistributedSampler":
         return frozenset({"sampler"})
+    if name.startswith("torch.optim.lr_scheduler."):
+        return frozenset({"scheduler"})
+    if name.startswith("torch.optim."):
+        return frozenset({"optimizer"})
     if last == accelerate.ACCELERATOR:
         return frozenset({"accelerator"})
     if last in ignite.EVALUATOR_BUILDERS and any(

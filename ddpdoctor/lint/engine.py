@@ -12,8 +12,8 @@ from ddpdoctor.lint.param_reach import outline_enough, param_reach
 from ddpdoctor.lint.project import ProjectReader
 from ddpdoctor.lint.rules import Draft, dtype_divergence, duplicate_data, missing_set_epoch, \
     reentrant_checkpoint, seed_collision
-from ddpdoctor.lint.summaries import FunctionInfo, Program, callee_first, callees, \
-    static_kinds, summarise_collectives
+from ddpdoctor.lint.program import FunctionInfo, Program, static_kinds
+from ddpdoctor.lint.summaries import callee_first, callees, summarise_collectives
 from ddpdoctor.lint.taint import Env
 from ddpdoctor.lint.walker import FunctionWalker, ModuleFacts
 
@@ -114,8 +114,7 @@ def _walk_function(program: Program, module: ParsedModule, info: FunctionInfo, b
 
 
 def _class_kinds(program: Program, module: ParsedModule) -> dict[str, dict[str, frozenset[str]]]:
-    has_ddp = module.path in program.ddp_modules
-    return {node.name: static_kinds(node, module, has_ddp)
+    return {node.name: static_kinds(node, module)
             for node in module.tree.body if isinstance(node, ast.ClassDef)}
 
 

@@ -12,27 +12,21 @@ from ddpdoctor.lint.attributes import carried, class_of
 from ddpdoctor.lint.object_flow import bind_call
 from ddpdoctor.lint.collectives import (BEFORE_DDP, IN_PLACE_UNIFORM, Site, call_kinds,
                                         dist_op, is_ddp_wrap, uniform_result)
+from ddpdoctor.lint.known_calls import known_call
 from ddpdoctor.lint.module import ParsedModule, own
 from ddpdoctor.lint.rules import Draft, rank_dependent_model, unused_parameters
 from ddpdoctor.lint.rules.seed_collision import LoaderCall, SeedCall, seed_families
-from ddpdoctor.lint.state_checks import StateChecks
-from ddpdoctor.lint.summaries import Program, SiteScanner
+from ddpdoctor.lint.state_checks import SIZED, StateChecks
+from ddpdoctor.lint.program import Program
+from ddpdoctor.lint.summaries import SiteScanner
 from ddpdoctor.lint.taint_eval import BuiltObject, TaintEval
-from ddpdoctor.lint.taint import Env, Taint, TaintKind, key_of, \
+from ddpdoctor.lint.taint import SETUP_KINDS, Env, Taint, TaintKind, key_of, share_sized, \
     stronger
 from ddpdoctor.lint.uniformity import device_move, is_device, same_iteration, strip_wrappers
 
 WRAP_WORDS = ("distributeddataparallel", "fullyshardeddataparallel", "auto_model")
 MUTATORS = frozenset({"append", "extend", "update", "add", "insert", "setdefault",
                       "appendleft", "__setitem__"})
-LOADER_WORDS = ("loader", "batches")
-
-
-# what a rank finds on its disk, or an error it caught: a condition on it decides the branch
-# it guards (a collective there, a jump) but does not taint what the branch assigns: a resumed
-# run's start epoch read from the checkpoint it found, a fallback set in an ``except``, are
-# the same on every rank of a job whose ranks see the same files and the same libraries
-SETUP_KINDS = frozenset({TaintKind.FILESYSTEM, TaintKind.EXCEPTION})
 
 
 @dataclass
@@ -192,16 +186,20 @@ class DataFlow(StateChecks):
 
     def shape_of(self, value: ast.expr) -> Taint | None:
         """What a new value's length or keys depend on: a call's result (``loss_dict =
-        model(batch)``) has the length and keys its code gives it, whatever the data."""
+        model(batch)``) has the length and keys its code gives it, whatever the data; a
+        result that differs by rank (``x, y = shard(rank)``) is sized as a rank's share of the
+        data (shares are often even), not by the rank itself."""
         t = self.trip_taint(value)
         if isinstance(value, ast.Call) and t is not None and t.kind == TaintKind.DATA:
             return None
-        return t
+        return share_sized(t) if isinstance(value, ast.Call) and \
+            not known_call(self.module.qualified(value.func) or "", value) else t
 
     # -- assignments ----------------------------------------------------------------------------
     def visit_Assign(self, stmt: ast.Assign) -> None:
         self.calls_in(stmt.value)
-        if any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in stmt.targets):
+        if any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" and
+               not self.is_tensor(t.value) for t in stmt.targets):
             self.model_change(stmt.lineno, "requires_grad")
         flag = isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, bool)
         t = stronger(self.taint_of(stmt.value), self.control_taint(flag))
@@ -219,8 +217,18 @@ class DataFlow(StateChecks):
     def visit_AugAssign(self, stmt: ast.AugAssign) -> None:
         self.calls_in(stmt.value)
         t = stronger(self.taint_of(stmt.value), self.control_taint())
-        # ``xs += v`` may grow xs; ``d[k] += v`` only changes what d[k] holds
-        self.mix(stmt.target, t, None if isinstance(stmt.target, ast.Subscript) else t)
+        # ``xs += v`` may grow xs; ``d[k] += v`` only changes what d[k] holds; a tensor's
+        # in-place arithmetic (``total += loss``) never changes its shape
+        grows = not isinstance(stmt.target, ast.Subscript) and not self.is_tensor(stmt.target)
+        self.mix(stmt.target, t, t if grows else None)
+
+    def is_tensor(self, node: ast.expr) -> bool:
+        """A name that holds a tensor lint saw built (``torch.zeros(n)``): writes into it
+        (``x += v``, ``x[i] = v``) change its values, never its shape."""
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        key = key_of(node)
+        return key is not None and SIZED in self.env.kinds.get(key, frozenset())
 
     def mix(self, target: ast.expr, t: Taint | None, shape: Taint | None = None) -> None:
         """The target keeps its taint and takes ``t`` too (``x += v``, ``xs.append(v)``);
@@ -255,8 +263,9 @@ class DataFlow(StateChecks):
         if isinstance(target, ast.Starred):
             self.assign(target.value, t, None)
             return
-        if isinstance(target, ast.Subscript):  # d[k] = v: a new key k, perhaps
-            self.mix(target, t, stronger(self.taint_of(target.slice), self.control_taint()))
+        if isinstance(target, ast.Subscript):  # d[k] = v: a new key k, perhaps (not in a tensor)
+            self.mix(target, t, None if self.is_tensor(target) else
+                     stronger(self.taint_of(target.slice), self.control_taint()))
             return
         key = key_of(target)
         if key is None:
@@ -266,7 +275,7 @@ class DataFlow(StateChecks):
             self.env.taints.pop(key, None)
         else:
             self.env.taints[key] = t
-        self.env.shapes[key] = t if value is None else \
+        self.env.shapes[key] = share_sized(t) if value is None else \
             stronger(self.shape_of(value), self.control_taint())
         self.env.uniform.discard(key)
         if isinstance(value, ast.Call) and self._uniform_call(value):
@@ -354,12 +363,12 @@ class DataFlow(StateChecks):
             return
         for elt, arg in zip(target.elts, value.args):
             key = key_of(elt)
-            text = ast.unparse(arg).lower()
             if key is None:
                 continue
-            if any(w in text for w in LOADER_WORDS):
-                self.env.kinds[key] = frozenset({"loader"})
-            elif not any(w in text for w in ("opt", "sched", "data")):
+            kinds = self.kinds_of(arg)  # what the argument was built as, not what it is called
+            if kinds & {"loader", "optimizer", "scheduler"}:
+                self.env.kinds[key] = kinds
+            else:
                 self.env.kinds[key] = frozenset({"ddp", "model"})
 
     # -- calls inside simple statements ---------------------------------------------------------
@@ -387,7 +396,8 @@ class DataFlow(StateChecks):
                 self.env.uniform.add(key)
             return
         func = call.func
-        if isinstance(func, ast.Attribute) and func.attr in rank_dependent_model.MODEL_CHANGES:
+        if isinstance(func, ast.Attribute) and func.attr in rank_dependent_model.MODEL_CHANGES \
+                and not self.is_tensor(func.value):  # a tensor the rank built is no model
             self.model_change(call.lineno, func.attr)
         if isinstance(func, ast.Attribute) and func.attr in MUTATORS:
             t = stronger(self.all_taint(call), self.control_taint())

@@ -62,6 +62,27 @@ class ParsedModule:
         self.nodes()
         return None if scope is self.tree else self.__dict__["_spans"].get(id(scope))
 
+    def inner_functions(self, scope: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+        """The functions defined directly inside ``scope`` (a closure, a local helper), not
+        those defined inside them, nor inside a nested class (lambdas hold no definitions):
+        read off the file's pre-order walk, each nested scope's nodes skipped as a slice."""
+        order = self.nodes()
+        span = self.span(scope)
+        if span is None:
+            return []
+        spans = self.__dict__["_spans"]
+        out: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+        i = span[0] + 1
+        while i < span[1]:
+            node = order[i]
+            if isinstance(node, SCOPES):
+                if not isinstance(node, ast.ClassDef):
+                    out.append(node)  # type: ignore[arg-type]
+                i = spans[id(node)][1]
+            else:
+                i += 1
+        return out
+
     def own_nodes(self, scope: ast.AST) -> list[ast.AST]:
         """The nodes of a function's (or the file's) own body: nested functions, classes and
         lambdas left out, the scope itself too."""

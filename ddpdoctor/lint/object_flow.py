@@ -9,7 +9,7 @@ from typing import Callable
 
 from ddpdoctor.lint.attributes import carried, class_fields, constructed
 from ddpdoctor.lint.module import ParsedModule
-from ddpdoctor.lint.summaries import FunctionInfo, FunctionNode, Program
+from ddpdoctor.lint.program import FunctionInfo, FunctionNode, Program
 from ddpdoctor.lint.taint import Env, Taint, stronger
 
 

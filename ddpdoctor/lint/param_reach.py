@@ -15,7 +15,7 @@ from ddpdoctor.lint.taint import Taint, TaintKind
 # what a function must not name for its outline to be enough (lower-cased source text): the
 # rank and the sources of rank-local values (data, files, the clock, chance, errors, loaders)
 SOURCE_WORDS = ("rank", "main_process", "is_main", "global_zero", "rank_zero", "process_zero",
-                "master", "process_index", ".item(", "isnan", "isinf", "isfinite", "loss",
+                "master", "process_index", ".item(", "isnan", "isinf", "isfinite",
                 "time.", "perf_counter", "monotonic", "datetime", "rand", "exists", "glob",
                 "listdir", "scandir", "is_file", "is_dir", "isfile", "isdir", "getsize",
                 "getmtime", "stat(", "access(", "except", "next(", "loader", "batches",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from ddpdoctor.lint.collectives import dist_op, receiver_name
+from ddpdoctor.lint.collectives import dist_op
 from ddpdoctor.lint.rules import collective_shape, framework_state, replica_drift
 from ddpdoctor.lint.taint import Taint, key_of, stronger
 from ddpdoctor.lint.uniformity import device_move
@@ -158,7 +158,8 @@ class StateChecks:
         if not isinstance(func, ast.Attribute) or func.attr not in replica_drift.PARAM_METHODS:
             return
         receiver = func.value
-        optimizer = func.attr == "load_state_dict" and "optim" in receiver_name(receiver).lower()
+        optimizer = func.attr == "load_state_dict" and \
+            "optimizer" in self.env.kinds.get(key_of(receiver) or "", frozenset())
         if optimizer or self.model_rooted(receiver):
             self.emit(replica_drift.check(f"{ast.unparse(func)}()", call.lineno, cond))
 

@@ -4,230 +4,19 @@ return a value that differs between ranks (a fixpoint over the calls between the
 from __future__ import annotations
 
 import ast
-from bisect import bisect_left
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 from ddpdoctor.lint import hidden_collectives
-from ddpdoctor.lint.attributes import ObjectFacts
-from ddpdoctor.lint.collectives import Site, call_kinds, classify
-from ddpdoctor.lint.module import ParsedModule
+from ddpdoctor.lint.collectives import Site, classify, flat
 from ddpdoctor.lint.known_calls import bound_arguments
-from ddpdoctor.lint.taint import Taint, key_of
+from ddpdoctor.lint.module import ParsedModule, own
+from ddpdoctor.lint.program import FunctionInfo, FunctionNode, Program, ddp_params, index, \
+    static_kinds
 
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 NO_GRAD_CALLS = ("no_grad", "inference_mode")
-DDP_MARKERS = ("DistributedDataParallel", "FullyShardedDataParallel", "auto_model", ".prepare",
-               "Trainer", "Fabric")  # calls that make a file's backward a gradient all-reduce
 NESTED_SCOPES = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-MONITORING = ("ModelCheckpoint", "EarlyStopping")  # callbacks that read a logged metric
-MODEL_PARAMS = frozenset({"model", "ddp_model", "net", "module", "wrapped_model"})
 RANK_DECORATORS = ("rank_zero_only", "on_main_process", "on_local_main_process",
                    "main_process_only", "on_process", "on_local_process")
-
-
-@dataclass
-class FunctionInfo:
-    """A function (or method) defined in a linted file, or in a project module it imports."""
-
-    node: FunctionNode
-    module: ParsedModule
-    cls: str | None
-    site: Site | None = None  # the first collective it issues, directly or through calls
-    returns: Taint | None = None  # the taint of what it returns
-    nested: bool = False  # defined inside another function (walked with it)
-    returns_elts: list[Taint | None] | None = None  # item by item, for tuple returns
-    switches: frozenset[str] = frozenset()  # parameters that must be true for its collectives
-
-
-@dataclass
-class Program:
-    """Every function of the linted files and of the project modules they import, found by
-    name, with its summary. ``context`` holds the paths of the modules read for their
-    summaries only (no finding is reported in them)."""
-
-    modules: list[ParsedModule]
-    context: set[str] = field(default_factory=set)
-    functions: dict[tuple[str, str], FunctionInfo] = field(default_factory=dict)
-    by_node: dict[int, FunctionInfo] = field(default_factory=dict)
-    top_level: dict[str, list[FunctionInfo]] = field(default_factory=dict)
-    ddp_modules: set[str] = field(default_factory=set)
-    spawn_targets: set[str] = field(default_factory=set)
-    calls: dict[int, list[FunctionInfo]] = field(default_factory=dict)  # id(info) -> callees
-    monitors: dict[str, str] = field(default_factory=dict)  # metric key -> the callback
-    objects: ObjectFacts = field(default_factory=ObjectFacts)  # taint in attributes, params
-    by_file: dict[Path, ParsedModule] = field(default_factory=dict)
-
-    def resolve(self, call: ast.Call, module: ParsedModule, cls: str | None) -> FunctionInfo | None:
-        """The linted function a call reaches: ``f()``, ``self.m()``, a function of a project
-        module it imports (``helpers.f()``, ``from .dist import f``), a function defined
-        inside another; None when unknown."""
-        func = call.func
-        if isinstance(func, ast.Name):
-            own = self.functions.get((module.path, func.id))
-            if own is not None:
-                return own
-            imported = module.aliases.get(func.id)
-            if imported is not None:
-                found = self._imported(imported, module)
-                if isinstance(found, FunctionInfo):
-                    return found
-                if found is None and imported.rsplit(".", 1)[-1] in self.top_level and \
-                        not module.import_files:
-                    return self.top_level[imported.rsplit(".", 1)[-1]][0]
-                return None
-            return self.functions.get((module.path, f"<nested>.{func.id}"))
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
-                func.value.id in ("self", "cls") and cls is not None:
-            return self.functions.get((module.path, f"{cls}.{func.attr}"))
-        if isinstance(func, ast.Attribute) and module.import_files:
-            found = self._imported(module.qualified(func) or "", module)
-            return found if isinstance(found, FunctionInfo) else None
-        return None
-
-    def _imported(self, qualified: str, module: ParsedModule) -> FunctionInfo | ast.ClassDef \
-            | None:
-        """What a dotted name means in a project module ``module`` imports: a function, a
-        class, a class's method (``pkg.mod.Class.method``)."""
-        parts = qualified.split(".")
-        for cut in range(len(parts) - 1, 0, -1):
-            file = module.import_files.get(".".join(parts[:cut]))
-            if file is None:
-                continue
-            target = self.by_file.get(file)
-            if target is None:
-                return None
-            rest = parts[cut:]
-            if len(rest) == 1:
-                found = self.functions.get((target.path, rest[0]))
-                return found if found is not None else target.classes().get(rest[0])
-            if len(rest) == 2:
-                return self.functions.get((target.path, f"{rest[0]}.{rest[1]}"))
-            return None
-        return None
-
-    def resolve_class(self, call: ast.Call, module: ParsedModule) -> ast.ClassDef | None:
-        """The linted class a call builds (``TrainState(...)``, an imported project class)."""
-        name = module.qualified(call.func) or ""
-        own = module.classes().get(name)
-        if own is not None or not module.import_files:
-            return own
-        found = self._imported(name, module)
-        return found if isinstance(found, ast.ClassDef) else None
-
-    def class_module(self, cls: ast.ClassDef, module: ParsedModule) -> ParsedModule:
-        """The module that defines ``cls`` (``module`` or a project module it imports)."""
-        if module.classes().get(cls.name) is cls:
-            return module
-        for file in module.import_files.values():
-            target = self.by_file.get(file)
-            if target is not None and target.classes().get(cls.name) is cls:
-                return target
-        return module
-
-
-def _index(program: Program) -> None:
-    for module in program.modules:
-        if module.file is not None:
-            program.by_file.setdefault(module.file, module)
-    for module in program.modules:
-        for node in module.tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                info = FunctionInfo(node, module, None)
-                program.functions[(module.path, node.name)] = info
-                program.top_level.setdefault(node.name, []).append(info)
-                program.by_node[id(node)] = info
-                _index_nested(program, module, node)
-            elif isinstance(node, ast.ClassDef):
-                for item in node.body:
-                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        info = FunctionInfo(item, module, node.name)
-                        program.functions[(module.path, f"{node.name}.{item.name}")] = info
-                        program.by_node[id(item)] = info
-                        _index_nested(program, module, item)
-        if module.path in program.context:
-            continue
-        _index_calls(program, module)
-
-
-def _index_nested(program: Program, module: ParsedModule, outer: FunctionNode) -> None:
-    """Functions defined inside ``outer`` (a helper closure), by their own name."""
-    for node in module.own_nodes(outer):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            info = FunctionInfo(node, module, None, nested=True)
-            program.functions.setdefault((module.path, f"<nested>.{node.name}"), info)
-            program.by_node[id(node)] = info
-
-
-def _index_calls(program: Program, module: ParsedModule) -> None:
-    """What the file's calls say of the job: a DDP wrap, a monitored metric, a spawn target."""
-    for node in module.nodes():
-        if isinstance(node, ast.arg) and ddp_annotation(node, module):
-            program.ddp_modules.add(module.path)  # def train(model: DDP, ...)
-        if isinstance(node, ast.Call):
-            name = module.qualified(node.func) or ""
-            if any(n in name for n in DDP_MARKERS):
-                program.ddp_modules.add(module.path)
-            if name.endswith(MONITORING):
-                for k in node.keywords:
-                    if k.arg == "monitor" and isinstance(k.value, ast.Constant) and \
-                            isinstance(k.value.value, str):
-                        program.monitors[k.value.value] = name.rsplit(".", 1)[-1]
-            if name.endswith((".spawn", "start_processes")) and node.args and \
-                    isinstance(node.args[0], ast.Name):
-                program.spawn_targets.add(node.args[0].id)
-            if name.endswith("Process"):  # Process(target=run, args=(rank, ...))
-                program.spawn_targets.update(
-                    k.value.id for k in node.keywords
-                    if k.arg == "target" and isinstance(k.value, ast.Name))
-            if name.endswith(".run") and "Parallel" in ast.unparse(node.func) and \
-                    node.args and isinstance(node.args[0], ast.Name):
-                program.spawn_targets.add(node.args[0].id)
-
-
-def ddp_annotation(arg: ast.arg, module: ParsedModule) -> bool:
-    """A parameter annotated as a DDP (or FSDP) model: ``def train(model: DDP, ...)``."""
-    if arg.annotation is None:
-        return False
-    name = module.qualified(arg.annotation) or ""
-    return name.endswith(("DistributedDataParallel", "FullyShardedDataParallel"))
-
-
-def static_kinds(node: FunctionNode | ast.Module | ast.ClassDef, module: ParsedModule,
-                 has_ddp: bool) -> dict[str, frozenset[str]]:
-    """What objects a function's names hold, from its assignments alone (for summaries)."""
-    kinds: dict[str, frozenset[str]] = {}
-    if has_ddp and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        for arg in node.args.args:
-            if arg.arg in MODEL_PARAMS:
-                kinds[arg.arg] = frozenset({"ddp"})
-    for stmt, found in _assigned_kinds(module, node):
-        for target in stmt.targets:
-            key = key_of(target)
-            if key is not None:
-                kinds[key] = kinds.get(key, frozenset()) | found
-    return kinds
-
-
-def _assigned_kinds(module: ParsedModule, scope: ast.AST) -> list[tuple[ast.Assign, frozenset[str]]]:
-    """The assignments of a call's result under ``scope`` whose result is an object lint
-    knows (call_kinds), found once per file and sliced by scope."""
-    table = module.__dict__.get("_assigned_kinds")
-    if table is None:
-        order = module.nodes()
-        table = ([], [])
-        for i, n in enumerate(order):
-            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
-                found = call_kinds(n.value, module)
-                if found:
-                    table[0].append(i)
-                    table[1].append((n, found))
-        module.__dict__["_assigned_kinds"] = table
-    span = module.span(scope)
-    if span is None:
-        return list(table[1])
-    lo, hi = bisect_left(table[0], span[0]), bisect_left(table[0], span[1])
-    return table[1][lo:hi]
 
 
 def with_flags(items: list[ast.withitem], module: ParsedModule, no_grad: bool,
@@ -306,8 +95,39 @@ class SiteScanner:
                 not switched_off(call, callee):
             name = callee.node.name
             return Site(f"{name}() (which calls {callee.site.name.split(' (')[0]})",
-                        call.lineno, f"{name}()", certain=callee.site.certain)
+                        call.lineno, f"{name}()", certain=callee.site.certain,
+                        seq=callee.sequence or ())
         return None
+
+    def sequence(self, stmts: list[ast.stmt], no_grad: bool = False,
+                 no_sync: bool = False) -> list[str] | None:
+        """The collectives ``stmts`` issue on every path, in order (p2p ops aside); None when
+        a branch, a loop, a handler or a jump can change them."""
+        out: list[str] = []
+        for stmt in stmts:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(stmt, (ast.With, ast.AsyncWith)):
+                inner = with_flags(stmt.items, self.module, no_grad, no_sync)
+                body = self.sequence(stmt.body, *inner)
+                if body is None:
+                    return None
+                out += flat(self.calls([i.context_expr for i in stmt.items], no_grad,
+                                       no_sync)) + body
+            elif isinstance(stmt, COMPOUND):
+                if self.scan_stmt(stmt, no_grad, no_sync) or _jumps(stmt):
+                    return None
+            else:
+                for call in calls_under([stmt], self.module):
+                    site = self.site_of(call, no_grad, no_sync)
+                    if site is None or site.p2p:
+                        continue
+                    if site.seq or classify(call, self.module, self.kinds, no_grad, no_sync,
+                                            self.module.path in self.program.ddp_modules):
+                        out += flat([site])
+                    else:
+                        return None  # a helper whose collectives differ by path
+        return out
 
 
 def calls_under(nodes: list[ast.AST], module: ParsedModule) -> list[ast.Call]:
@@ -340,7 +160,8 @@ def summarise_collectives(program: Program) -> None:
     """Mark every function that issues a collective, directly or through the linted files'
     functions it calls: each function is scanned once, and again only when a callee of its
     is newly marked (a worklist over the reversed call graph: linear in its size)."""
-    _index(program)
+    index(program)
+    ddp_params(program)
     callers: dict[int, list[FunctionInfo]] = {}
     for info in program.functions.values():
         for callee in callees(program, info):
@@ -350,14 +171,36 @@ def summarise_collectives(program: Program) -> None:
         info = work.pop()
         if info.site is not None:
             continue
-        has_ddp = info.module.path in program.ddp_modules
         scanner = SiteScanner(program, info.module,
-                              static_kinds(info.node, info.module, has_ddp), info.cls)
+                              static_kinds(info.node, info.module,
+                                           program.params_given_ddp(info)), info.cls)
         sites = scanner.scan(info.node.body, no_grad_decorated(info.node, info.module))
         if sites:
             info.site = next((site for site in sites if site.certain), sites[0])
             info.switches = switches(scanner, info)
             work.extend(c for c in callers.get(id(info), ()) if c.site is None)
+    _sequences(program)
+
+
+COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)
+
+
+def _jumps(stmt: ast.stmt) -> bool:
+    """A compound statement that may leave the function (a return or raise inside it)."""
+    return any(isinstance(n, (ast.Return, ast.Raise)) for n in own(stmt))
+
+
+def _sequences(program: Program) -> None:
+    """What each function that issues collectives issues on every call, callees first (a
+    function in a cycle of calls is left as itself)."""
+    for info in callee_first(program):
+        if info.site is None or info.switches:
+            continue
+        scanner = SiteScanner(program, info.module,
+                              static_kinds(info.node, info.module,
+                                           program.params_given_ddp(info)), info.cls)
+        found = scanner.sequence(info.node.body, no_grad_decorated(info.node, info.module))
+        info.sequence = tuple(found) if found else None
 
 
 def switches(scanner: SiteScanner, info: FunctionInfo) -> frozenset[str]:
@@ -475,7 +318,7 @@ def summarise_framework_method(module: ParsedModule, qualname: str) -> tuple[str
         return None
     if info.site is None:
         return "", False
-    scanner = SiteScanner(program, module, static_kinds(info.node, module, False), info.cls)
+    scanner = SiteScanner(program, module, static_kinds(info.node, module), info.cls)
     top = [s for s in info.node.body if not isinstance(s, (ast.If, ast.Try, ast.For, ast.While,
                                                             ast.Match))]
     return info.site.name.split(" (")[0], bool(scanner.scan(top))

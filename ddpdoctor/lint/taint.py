@@ -34,6 +34,11 @@ class TaintKind(str, enum.Enum):
     PARAM = "param"
 
 
+# what a rank finds on its disk, or an error it caught: a condition on it decides the branch
+# it guards (a collective there, a jump) but does not taint what the branch assigns: a resumed
+# run's start epoch read from the checkpoint it found, a fallback set in an ``except``, are
+# the same on every rank of a job whose ranks see the same files and the same libraries
+SETUP_KINDS = frozenset({TaintKind.FILESYSTEM, TaintKind.EXCEPTION})
 MAX_VIA = 3
 STRENGTH = {k: len(TaintKind) - i for i, k in enumerate(TaintKind)}
 DESCRIBE = {
@@ -99,6 +104,16 @@ class Taint:
     def is_rank(self) -> bool:
         """The rank decides, on a definite path: what makes an error."""
         return self.kind == TaintKind.RANK and not self.unseen
+
+
+def share_sized(t: Taint | None) -> Taint | None:
+    """What the size of a value with taint ``t`` depends on when lint did not see it built:
+    values that differ by rank (data a rank chose or drew by its rank) have a size that can
+    differ only as a rank's share of the data does (shares are often even, a count rounded up
+    from them more often still): a definite path from the rank to a size needs a size lint
+    saw computed from the rank."""
+    return replace(t, kind=TaintKind.SHARD) if t is not None and t.kind == TaintKind.RANK \
+        else t
 
 
 def _rank_of(t: Taint) -> tuple[int, int, int]:

@@ -12,9 +12,9 @@ from typing import Callable
 from ddpdoctor.frameworks import known
 from ddpdoctor.lint.known_calls import LOAD_CALLS, bound_arguments, known_call, short, splits
 from ddpdoctor.lint.module import ParsedModule
-from ddpdoctor.lint.taint import Env, Taint, TaintKind, key_of, stronger
-from ddpdoctor.lint.uniformity import device_move, is_presence_test, names_a_loss, \
-    value_keywords
+from ddpdoctor.lint.taint import SETUP_KINDS, Env, Taint, TaintKind, key_of, share_sized, \
+    stronger
+from ddpdoctor.lint.uniformity import device_move, is_presence_test, value_keywords
 
 RANK_ENV_VARS = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "SLURM_PROCID",
                            "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -28,17 +28,21 @@ RANK_CALLS = frozenset({
 WORLD_CALLS = frozenset({"torch.distributed.get_world_size",
                          "torch.distributed.is_initialized",
                          "torch.distributed.is_available"}) | known.world_calls()
-RANK_ATTRS = frozenset({"rank", "local_rank", "global_rank", "node_rank"}) | known.rank_attrs()
+RANK_ATTRS = known.rank_attrs()  # the frameworks' documented attributes (ddpdoctor/frameworks/)
 RANK_METHODS = frozenset({"get_rank", "get_local_rank", "get_global_rank", "rank"})
 WORLD_METHODS = frozenset({"get_world_size", "get_global_size", "get_local_size"})
 WORLD_ATTRS = frozenset({"world_size", "num_processes", "num_replicas"})
-RANK_NAMES = frozenset({"rank", "local_rank", "global_rank", "node_rank", "rank_id",
-                        "process_index"})
-WORLD_NAMES = frozenset({"world", "world_size", "num_replicas", "nprocs", "num_processes"})
+# what a rank finds on its file system: whether a file is there (yet), its size and age: a
+# per-rank view even of a shared directory (a file another rank is writing, a network file
+# system's cached attributes)
 FS_CALLS = frozenset({"os.path.exists", "os.path.isfile", "os.path.isdir", "os.path.getsize",
-                      "os.path.getmtime", "os.path.lexists", "os.listdir", "os.access",
-                      "os.scandir", "os.stat", "glob.glob", "glob.iglob"})
-FS_METHODS = frozenset({"exists", "is_file", "is_dir", "stat", "glob", "rglob", "iterdir"})
+                      "os.path.getmtime", "os.path.lexists", "os.access", "os.stat"})
+FS_METHODS = frozenset({"exists", "is_file", "is_dir", "stat"})
+# what a directory holds: the same on every rank that lists the same directory (a resumed
+# run's newest checkpoint in the output directory every rank names alike), this rank's own
+# view where the directory is the rank's (a path built from the rank)
+LISTING_CALLS = frozenset({"os.listdir", "os.scandir", "glob.glob", "glob.iglob"})
+LISTING_METHODS = frozenset({"glob", "rglob", "iterdir"})
 TIME_CALLS = frozenset({"time.time", "time.perf_counter", "time.monotonic", "time.time_ns",
                         "time.process_time", "datetime.datetime.now", "datetime.now",
                         "datetime.datetime.utcnow", "datetime.utcnow"})
@@ -127,10 +131,7 @@ class TaintEval:
         return result
 
     def _Name(self, node: ast.Name) -> Taint | None:
-        t = self.env.taints.get(node.id)
-        if t is None and names_a_loss(node.id) and node.id not in self.env.uniform:
-            return Taint(TaintKind.DATA, node.lineno)
-        return t
+        return self.env.taints.get(node.id)
 
     def _Lambda(self, node: ast.Lambda) -> Taint | None:
         return None
@@ -245,6 +246,10 @@ class TaintEval:
             return self.all_of(node.args[1:])
         if name == "len" and node.args and key_of(node.args[0]) in self.env.shapes:
             return self.env.shapes[key_of(node.args[0]) or ""]
+        if name == "len" and len(node.args) == 1 and not (
+                isinstance(node.args[0], ast.Call) and
+                known_call(self.module.qualified(node.args[0].func) or "", node.args[0])):
+            return share_sized(self.of(node.args[0]))  # len(x): x's size not seen computed
         if name in LOAD_CALLS:  # a file's contents: what every rank reads from it
             t = self.all_of(node.args)
             return None if t is None or t.kind == TaintKind.FILESYSTEM else t
@@ -314,9 +319,33 @@ class TaintEval:
                 result = stronger(result, t)
         return result
 
+    def _listing(self, node: ast.Call, line: int) -> Taint | None:
+        """A directory's listing: as the path is (every rank lists the same directory, or the
+        function's own argument while it is summarised), what this rank finds where the path
+        differs between ranks."""
+        where = self.all_of([*node.args, *(k.value for k in node.keywords)])
+        if isinstance(node.func, ast.Attribute) and node.func.attr in LISTING_METHODS:
+            where = stronger(where, self.of(node.func.value))
+        if where is None or not where.divergent():
+            return where
+        return Taint(TaintKind.FILESYSTEM, line)
+
+    def _IfExp(self, node: ast.IfExp) -> Taint | None:
+        """``a if test else b``: what either side holds, and the test, except a test on what a
+        rank finds on disk or an error it caught, which picks a side as an ``if`` statement
+        does (lint/flow.py SETUP_KINDS) unless both sides are flags (``True if ... else
+        False``)."""
+        sides = stronger(self.of(node.body), self.of(node.orelse))
+        test = self.of(node.test)
+        flags = all(isinstance(v, ast.Constant) and isinstance(v.value, bool)
+                    for v in (node.body, node.orelse))
+        if test is not None and test.kind in SETUP_KINDS and not flags:
+            return sides
+        return stronger(test, sides)
+
     def _range(self, node: ast.Call, args: Taint | None) -> Taint | None:
         if args is not None and len(node.args) >= 2 and args.kind == TaintKind.RANK:
-            return Taint(TaintKind.SHARD, args.line)
+            return replace(args, kind=TaintKind.SHARD, implicit=False)
         if args is not None and args.kind == TaintKind.WORLD and len(node.args) == 3 and \
                 self._strides_by_world(node.args[2]):
             self.on_world_split(node.lineno)
@@ -340,6 +369,8 @@ class TaintEval:
             return Taint(TaintKind.WORLD, line)
         if name in FS_CALLS or attr in FS_METHODS:
             return Taint(TaintKind.FILESYSTEM, line)
+        if name in LISTING_CALLS or attr in LISTING_METHODS:
+            return self._listing(node, line)
         if name in TIME_CALLS:
             return Taint(TaintKind.TIME, line)
         if name in DATA_CALLS:  # isnan(x): as rank-local as x (a reduced value is not)

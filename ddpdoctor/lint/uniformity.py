@@ -11,8 +11,7 @@ that fires on a tainted value would cry wolf on them:
 - a length-preserving wrapper: ``tqdm(loader, disable=not is_main)``, ``enumerate``,
   ``zip``, ``rich.progress.track``: as many items on every rank as what it wraps;
 - an exception that every rank meets alike: ``except ImportError`` (the same environment),
-  ``except StopIteration`` (a loader's end: loops judge a loader's length themselves);
-- a name that merely contains "loss" (``loss_scaler``, ``loss_fn``) is no loss value.
+  ``except StopIteration`` (a loader's end: loops judge a loader's length themselves).
 """
 
 from __future__ import annotations
@@ -107,19 +106,6 @@ def benign_handler(handler: ast.ExceptHandler) -> bool:
     names = kind.elts if isinstance(kind, ast.Tuple) else [kind] if kind is not None else []
     return bool(names) and all(callee_name(n) in BENIGN_EXCEPTIONS or
                                "Exhausted" in callee_name(n) for n in names)
-
-
-LOSS_SUFFIXES = frozenset({"val", "value", "item", "sum", "avg", "mean", "total"})
-
-
-def names_a_loss(name: str) -> bool:
-    """``loss``, ``train_loss``, ``val_losses``, ``loss_val``: a loss value (its last word, or
-    the word before a value suffix); ``loss_scaler``, ``loss_fn``, ``loss_mesh``: a thing about
-    losses, not one."""
-    words = [w for w in name.lower().split("_") if w]
-    if len(words) > 1 and words[-1] in LOSS_SUFFIXES:
-        words = words[:-1]
-    return bool(words) and (words[-1] in ("loss", "losses") or words[-1].endswith("loss"))
 
 
 DEVICE_WORDS = ("cuda", "xpu", "npu", "mps", "hpu", "xla", "cpu")

@@ -7,16 +7,15 @@ import ast
 from dataclasses import dataclass, replace
 
 from ddpdoctor.lint.object_flow import seed_objects
-from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, receiver_name
-from ddpdoctor.lint.flow import LOADER_WORDS, Control, DataFlow, Frame, ModuleFacts
+from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, flat, receiver_name
+from ddpdoctor.lint.flow import Control, DataFlow, Frame, ModuleFacts
 from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
     lock_across_collective, rank_dependent_loop, recv_before_send
 from ddpdoctor.lint.walk_shapes import cond_key, ends_in_jump, hands_back_argument, \
     iterator_end, merge_items, single_side, told_rank
-from ddpdoctor.lint.summaries import MODEL_PARAMS, FunctionInfo, ddp_annotation, \
-    no_grad_decorated, rank_decorator, with_flags
+from ddpdoctor.lint.program import FunctionInfo, ddp_annotation
+from ddpdoctor.lint.summaries import no_grad_decorated, rank_decorator, with_flags
 from ddpdoctor.lint.uniformity import benign_handler, strip_wrappers
-from ddpdoctor.lint.taint_eval import RANK_NAMES, WORLD_NAMES
 from ddpdoctor.lint.taint import Env, Taint, TaintKind, key_of, \
     stronger
 
@@ -49,22 +48,21 @@ class FunctionWalker(DataFlow):
     def seed_params(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
         spawned = node.name in self.program.spawn_targets
-        has_ddp = self.module.path in self.program.ddp_modules
+        info = self.program.by_node.get(id(node))
+        given_ddp = self.program.params_given_ddp(info) if info is not None else frozenset()
         told = told_rank(node, self.module)
         for i, arg in enumerate(args):
             self.env.uniform.discard(arg.arg)
             self.env.kinds.pop(arg.arg, None)
             self.env.taints.pop(arg.arg, None)
-            if arg.arg in RANK_NAMES or (spawned and i == 0) or arg.arg in told:
+            if (spawned and i == 0) or arg.arg in told:
                 self.env.taints[arg.arg] = Taint(TaintKind.RANK, node.lineno)
-            elif arg.arg in WORLD_NAMES:
-                self.env.taints[arg.arg] = Taint(TaintKind.WORLD, node.lineno)
             if self.summary and not (i == 0 and arg.arg in ("self", "cls")):
                 mine = frozenset({arg.arg})
                 t = self.env.taints.get(arg.arg)
                 self.env.taints[arg.arg] = Taint(TaintKind.PARAM, node.lineno, params=mine) \
                     if t is None else replace(t, params=mine)
-            if (has_ddp and arg.arg in MODEL_PARAMS) or ddp_annotation(arg, self.module):
+            if arg.arg in given_ddp or ddp_annotation(arg, self.module):
                 self.env.kinds[arg.arg] = frozenset({"ddp"})
                 self.ddp_seen = True
 
@@ -225,10 +223,7 @@ class FunctionWalker(DataFlow):
 
     def loader_like(self, node: ast.expr) -> bool:
         key = key_of(node)
-        if key is not None and "loader" in self.env.kinds.get(key, frozenset()):
-            return True
-        text = ast.unparse(node).lower()
-        return any(w in text for w in LOADER_WORDS)
+        return key is not None and "loader" in self.env.kinds.get(key, frozenset())
 
     def visit_While(self, stmt: ast.While) -> None:
         self.loop(stmt, None)
@@ -413,4 +408,4 @@ class FunctionWalker(DataFlow):
         return paired
 
     def sigs(self, stmts: list[ast.stmt]) -> list[str]:
-        return [s.sig for s in self.sites(stmts) if not s.p2p]
+        return flat(self.sites(stmts))

@@ -29,10 +29,13 @@ DELIBERATE = {
     ("tests/integration/jobs/collectives.py", 44),  # BUG=barrier_node1
     ("tests/integration/jobs/collectives.py", 51),  # BUG=conditional
     ("tests/integration/jobs/rank0_barrier.py", 21),  # the hang this job exists for
-    ("tests/integration/jobs/data_train.py", 142),  # BUG=uneven_split/uneven_iterable loaders
     ("tests/integration/jobs/ddp_torch_bucket_hang.py", 26),  # rank 1 takes one step fewer
     ("tests/integration/jobs/new_group_on_one_rank.py", 28),  # new_group on rank 0 only
 }
+# Hangs on purpose that lint can only warn of: the loop over a rank's own share of the data
+# (BUG=uneven_split/uneven_iterable loaders: shares sized from a table indexed by the rank;
+# lint cannot tell shares that differ from shares that round to the same batch count)
+DELIBERATE_WARNINGS = {("tests/integration/jobs/data_train.py", 142)}
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +83,11 @@ def test_compat_jobs_get_no_error():
 def test_examples_and_test_jobs_get_only_their_deliberate_errors():
     files = sorted((ROOT / "examples").glob("*.py")) + \
         sorted((ROOT / "tests" / "integration" / "jobs").glob("*.py"))
-    found = {(str(Path(f.file).relative_to(ROOT)), f.line) for f in lint_files(files)
+    findings = lint_files(files)
+    found = {(str(Path(f.file).relative_to(ROOT)), f.line) for f in findings
              if f.severity == Severity.ERROR}
+    warned = {(str(Path(f.file).relative_to(ROOT)), f.line) for f in findings
+              if f.severity == Severity.WARNING}
     assert found - DELIBERATE == set(), "false errors"
     assert DELIBERATE - found == set(), "deliberate bugs no longer found"
+    assert DELIBERATE_WARNINGS - warned == set(), "deliberate bugs no longer warned of"

@@ -73,6 +73,7 @@ def test_uniform_attributes_set_in_init_taint_nothing():
     check("""
     class Trainer:
         def __init__(self, world_size):
+            world_size = dist.get_world_size()
             self.world_size = dist.get_world_size()
             self.distributed = world_size > 1
             self.log_every = 10
@@ -222,6 +223,7 @@ def test_a_reassigned_object_forgets_its_attributes():
     import types
 
     def main(rank):
+        rank = dist.get_rank()
         box = types.SimpleNamespace()
         box.flag = rank == 0
         if box.flag:

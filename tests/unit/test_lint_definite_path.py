@@ -53,6 +53,7 @@ def test_counters_all_reduced_after_an_unknown_helper_are_uniform():
 def test_a_helper_that_only_logs_the_rank_returns_no_rank():
     check("""
     def pad(dataset, size, rank):
+        rank = dist.get_rank()
         print(f"rank {rank} pads")
         return dataset[:size]
     def main(ds):

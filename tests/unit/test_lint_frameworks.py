@@ -122,10 +122,11 @@ def test_zero_consolidate_state_dict():
     assert flagged("""
     import torch.distributed as dist
     def save(opt, rank):
+        rank = dist.get_rank()
         opt.consolidate_state_dict(to=0)
         if rank == 0:
             opt.consolidate_state_dict(to=0)
-    """) == [(6, "rank_dependent_collective", "consolidate_state_dict")]
+    """) == [(7, "rank_dependent_collective", "consolidate_state_dict")]
 
 
 def test_syncbatchnorm_forward_even_without_grad():
@@ -133,11 +134,12 @@ def test_syncbatchnorm_forward_even_without_grad():
     import torch
     from torch import nn
     def evaluate(model, x, rank):
+        rank = dist.get_rank()
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
         if rank == 0:
             with torch.no_grad():
                 model(x)
-    """) == [(8, "rank_dependent_collective", "SyncBatchNorm forward")]
+    """) == [(9, "rank_dependent_collective", "SyncBatchNorm forward")]
 
 
 def test_ddp_forward_backward_and_construction():
@@ -160,6 +162,7 @@ def test_ddp_no_sync_is_no_collective():
     assert flagged("""
     from torch.nn.parallel import DistributedDataParallel as DDP
     def main(net, x, rank):
+        rank = dist.get_rank()
         model = DDP(net)
         if rank == 0:
             with model.no_sync():
@@ -172,15 +175,16 @@ def test_torch_distributed_object_collectives_and_groups():
     import torch.distributed as dist
     from torch.distributed import broadcast_object_list
     def main(rank, box):
+        rank = dist.get_rank()
         if rank == 0:
             broadcast_object_list(box, src=0)
         if rank in (0, 1):
             g = dist.new_group([0, 1])
         if rank == 0:
             dist.destroy_process_group()
-    """) == [(6, "rank_dependent_collective", "broadcast_object_list"),
-             (8, "rank_dependent_collective", "new_group"),
-             (10, "rank_dependent_collective", "destroy_process_group")]
+    """) == [(7, "rank_dependent_collective", "broadcast_object_list"),
+             (9, "rank_dependent_collective", "new_group"),
+             (11, "rank_dependent_collective", "destroy_process_group")]
 
 
 def test_spawn_target_first_argument_is_the_rank():

@@ -71,6 +71,7 @@ def test_the_same_collective_on_each_sides_own_group_is_balanced():
     group of the side it takes.  A side whose call is on no explicit group still differs."""
     check("""
     def main(rank):
+        rank = dist.get_rank()
         t = torch.ones(1)
         g01, g23 = dist.new_group([0, 1]), dist.new_group([2, 3])
         if rank < 2:
@@ -87,6 +88,7 @@ def test_the_same_collective_on_each_sides_own_group_is_balanced():
 def test_rank_zero_first_pattern_is_balanced():
     check("""
     def rank_zero_first(rank):
+        rank = dist.get_rank()
         if rank != 0:
             dist.barrier()
         yield
@@ -94,6 +96,7 @@ def test_rank_zero_first_pattern_is_balanced():
             dist.barrier()
 
     def wrong(rank):
+        rank = dist.get_rank()
         if rank != 0:
             dist.barrier()  # expect: rank_dependent_collective
         yield
@@ -159,6 +162,7 @@ def test_uniform_after_all_reduce():
 def test_rank_dependent_order():
     check("""
     def main(rank, a, b, ga, gb):
+        rank = dist.get_rank()
         if rank == 0:
             dist.all_reduce(a, group=ga)  # expect: rank_dependent_order
             dist.all_reduce(b, group=gb)
@@ -186,6 +190,7 @@ def test_rank_zero_only_decorator():
 def test_skips_under_divergent_conditions():
     check("""
     def train(model, loader, opt, rank):
+        rank = dist.get_rank()
         model = DDP(model)
         for x, y in loader:
             loss = nn.functional.mse_loss(model(x), y)
@@ -199,11 +204,13 @@ def test_skips_under_divergent_conditions():
             model(x).sum().backward()
 
     def evaluate(rank, t):
+        rank = dist.get_rank()
         if rank != 0:
             return  # expect: rank_dependent_skip
         dist.all_reduce(t)
 
     def harmless(rank, t):
+        rank = dist.get_rank()
         dist.all_reduce(t)
         if rank != 0:
             return
@@ -214,6 +221,7 @@ def test_skips_under_divergent_conditions():
 def test_skip_after_agreeing_is_fine():
     check("""
     def train(model, loader, world):
+        world = dist.get_world_size()
         model = DDP(model)
         best = 1e9
         for epoch in range(10):
@@ -245,6 +253,8 @@ def test_loops_with_rank_dependent_bounds():
     from torch.distributed.algorithms.join import Join
 
     def main(rank, world, data, model, t):
+        rank = dist.get_rank()
+        world = dist.get_world_size()
         model = DDP(model)
         for _ in range(rank + 1):
             dist.all_reduce(t)  # expect: rank_dependent_loop
@@ -271,6 +281,7 @@ def test_loops_with_rank_dependent_bounds():
 def test_ddp_forward_without_grad_is_no_collective():
     check("""
     def main(rank, model, x):
+        rank = dist.get_rank()
         model = DDP(model)
         if rank == 0:
             with torch.no_grad():
@@ -285,11 +296,13 @@ def test_ddp_forward_without_grad_is_no_collective():
 def test_recv_before_send():
     check("""
     def main(rank, mine, theirs):
+        rank = dist.get_rank()
         peer = 1 - rank
         dist.recv(theirs, src=peer)  # expect: recv_before_send
         dist.send(mine, dst=peer)
 
     def ordered(rank, mine, theirs):
+        rank = dist.get_rank()
         peer = 1 - rank
         if rank == 0:
             dist.send(mine, dst=peer)
@@ -342,6 +355,7 @@ def test_seed_collision_in_the_main_process():
         loader = DataLoader(Crops(), batch_size=2)
 
     def fixed(rank):
+        rank = dist.get_rank()
         torch.manual_seed(SEED + rank)
         loader = DataLoader(Crops(), batch_size=2)
     """)
@@ -357,6 +371,7 @@ def test_seed_collision_in_workers():
             return np.random.uniform(0, 1, 4)
 
     def main(rank):
+        rank = dist.get_rank()
         torch.manual_seed(42)
         data = Jitter()
         a = DataLoader(data, num_workers=2)  # expect: seed_collision
@@ -381,6 +396,7 @@ def test_duplicate_data_split_without_rank():
 def test_ignore_comment_silences_one_kind():
     check("""
     def main(rank):
+        rank = dist.get_rank()
         if rank == 0:
             dist.barrier()  # ddpdoctor: ignore[rank_dependent_collective]
         if rank == 0:
@@ -391,6 +407,7 @@ def test_ignore_comment_silences_one_kind():
 def test_finding_json_has_the_contract_fields():
     findings = check("""
     def main(rank):
+        rank = dist.get_rank()
         if rank == 0:
             dist.barrier()  # expect: rank_dependent_collective
     """)
@@ -411,6 +428,7 @@ def test_lint_source_rejects_bad_syntax(source):
 def test_model_changed_on_some_ranks():
     check("""
     def main(model, rank, freeze):
+        rank = dist.get_rank()
         if rank == 1:
             model.encoder.weight.requires_grad_(False)  # expect: rank_dependent_model
         if freeze:
@@ -424,6 +442,7 @@ def test_model_changed_on_some_ranks():
 def test_ddp_forward_without_grad_broadcasts_buffers():
     check("""
     def main(rank, x):
+        rank = dist.get_rank()
         model = DDP(nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)))
         if rank == 0:
             with torch.no_grad():
@@ -438,6 +457,8 @@ def test_ddp_forward_without_grad_broadcasts_buffers():
 def test_subgroup_members_and_world_slices():
     check("""
     def main(rank, t, world, res):
+        rank = dist.get_rank()
+        world = dist.get_world_size()
         members = [0, 2]
         group = dist.new_group(members)
         if rank in members:
@@ -494,6 +515,7 @@ def test_lock_held_across_a_collective():
     import threading
 
     def main(rank, path, t):
+        rank = dist.get_rank()
         with open(path) as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             dist.barrier()  # expect: lock_held_across_collective
@@ -519,6 +541,7 @@ def test_others_first_then_rank_zero_idioms():
             dist.barrier()
 
     def torch_distributed_zero_first(local_rank):
+        local_rank = int(os.environ["LOCAL_RANK"])
         if local_rank not in [-1, 0]:
             dist.barrier(device_ids=[local_rank])
         yield
@@ -535,6 +558,7 @@ def test_no_grad_decorator():
             model(x)
 
     def main(net, loader, rank):
+        rank = dist.get_rank()
         model = DDP(net)
         if rank == 0:
             evaluate(model, loader)
@@ -543,7 +567,8 @@ def test_no_grad_decorator():
 
 def test_loops_over_containers_follow_their_length_not_their_contents():
     check("""
-    def main(loader, t):
+    def main(ds, t):
+        loader = DataLoader(ds, batch_size=4)
         counts = []
         for x in loader:
             counts.append(x.sum())
@@ -793,6 +818,8 @@ def test_a_loop_that_always_runs_uses_its_submodule():
 def test_dtype_inferred_from_counters_a_rank_dependent_loop_makes_float():
     findings = check("""
     def evaluate(model, val, loader, rank, world):
+        rank = dist.get_rank()
+        world = dist.get_world_size()
         shard = Subset(val, range(rank * 2, min(len(val), rank * 2 + 2)))
         correct, seen = 0, 0
         for x, y in DataLoader(shard, batch_size=2):
@@ -818,6 +845,7 @@ def test_dtype_inferred_from_counters_a_rank_dependent_loop_makes_float():
         dist.all_reduce(mean)
 
     def per_rank_steps(rank):
+        rank = dist.get_rank()
         score = 0
         for i in range(rank):
             score += i / 2

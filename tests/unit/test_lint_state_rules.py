@@ -60,6 +60,8 @@ def test_collective_payload_shaped_by_rank_or_data():
 def test_replica_changed_on_one_rank_after_ddp():
     check("""
     def train(rank, world):
+        rank = dist.get_rank()
+        world = dist.get_world_size()
         model = nn.Linear(4, 4)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         if rank == 0:

@@ -90,6 +90,7 @@ def test_progress_helper_that_hands_back_its_argument():
 def test_flag_decided_on_rank0_and_broadcast_is_uniform():
     check("""
     def loop(model, loader, rank):
+        rank = dist.get_rank()
         for batch in loader:
             model(batch).sum().backward()
             flag = [False]
@@ -143,20 +144,37 @@ def test_import_error_and_stop_iteration_are_no_rank_local_branches():
     """)
 
 
-def test_names_merely_containing_loss_are_no_loss_values():
+def test_a_loss_is_rank_local_by_what_flows_into_it_not_by_its_name():
     check("""
-    def step(model, batch, loss_scaler, loss_fn, train_loss):
+    def step(model, loader, loss_scaler, loss_fn, every):
         model = DDP(model)
-        if loss_scaler is not None:
-            loss_scaler.scale(loss_fn(model(batch))).backward()
-        if train_loss > 10:
-            dist.barrier()  # expect: conditional_collective
+        for i, batch in enumerate(loader):
+            if loss_scaler is not None:
+                loss_scaler.scale(loss_fn(model(batch))).backward()
+            reduce_global_loss = i % every == 0
+            if reduce_global_loss:
+                dist.all_reduce(torch.zeros(1))
+            train_loss = loss_fn(model(batch)).item()
+            if train_loss > 10:
+                dist.barrier()  # expect: conditional_collective
+    """)
+
+
+def test_a_name_ending_in_loss_read_from_the_config_is_uniform():
+    check("""
+    def step(model, batch, cfg):
+        model = DDP(model)
+        z_loss = cfg.z_loss
+        if z_loss is not None:
+            dist.all_reduce(torch.zeros(1))
+        model(batch).sum().backward()
     """)
 
 
 def test_values_reduced_in_a_loop_guarded_by_the_world_size():
     check("""
     def log_losses(model, data, world):
+        world = dist.get_world_size()
         loss_dict = model(data)
         if dist.get_world_size() > 1:
             for v in loss_dict.values():
@@ -174,6 +192,7 @@ def test_values_reduced_in_a_loop_guarded_by_the_world_size():
 def test_error_paths_and_validity_checks_are_no_divergence():
     check("""
     def setup(world_size):
+        world_size = dist.get_world_size()
         rank_str = os.environ.get("RANK", "0")
         try:
             rank = int(rank_str)
@@ -208,6 +227,8 @@ def test_loader_end_by_any_name_and_things_about_losses():
 def test_world_split_offset_by_the_rank_is_a_split():
     check("""
     def step(params, rank, world_size):
+        rank = dist.get_rank()
+        world_size = dist.get_world_size()
         for base in range(len(params))[::world_size]:
             if base + rank < len(params):
                 params[base + rank].grad.zero_()
@@ -220,10 +241,12 @@ def test_model_change_in_a_method_before_the_wrap_is_no_drift():
     check("""
     class Trainer:
         def __init__(self, model, rank):
+            rank = dist.get_rank()
             self.model = model
             self.load(rank)
             self.ddp_model = DDP(self.model)
         def load(self, rank):
+            rank = dist.get_rank()
             if rank == 0:
                 self.model.load_state_dict(torch.load("ckpt.pt"))
     """)

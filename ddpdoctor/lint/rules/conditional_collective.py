@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpdoctor.lint.collectives import Site
+from ddpdoctor.lint.collectives import Site, flat
 from ddpdoctor.lint.rules import Draft, because, considered, severity_of
 from ddpdoctor.lint.taint import Taint, TaintKind
 
@@ -41,7 +41,7 @@ def check(taint: Taint, cond_line: int, taken: list[Site], other: list[Site],
     taken to be that group's, which only its members call."""
     a = [s for s in considered(taken, taint) if not (membership and s.grouped)]
     b = [s for s in considered(other, taint) if not (membership and s.grouped)]
-    if [s.sig for s in a] == [s.sig for s in b] or _per_group(a, b):
+    if flat(a) == flat(b) or _per_group(a, b):
         return None
     if a and b and sorted(s.sig for s in a) == sorted(s.sig for s in b):
         first = next(x for x, y in zip(a, b) if x.sig != y.sig)

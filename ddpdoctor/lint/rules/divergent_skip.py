@@ -3,7 +3,7 @@ collectives the other ranks go on to issue."""
 
 from __future__ import annotations
 
-from ddpdoctor.lint.collectives import Site
+from ddpdoctor.lint.collectives import Site, flat
 from ddpdoctor.lint.rules import Draft, because, considered, severity_of
 from ddpdoctor.lint.taint import Taint, TaintKind
 
@@ -22,7 +22,7 @@ def check(jump: str, line: int, taint: Taint, cond_line: int, before: list[Site]
     skipped = considered(skipped, taint)
     if not skipped:
         return None
-    if [s.sig for s in before if not s.p2p] == [s.sig for s in skipped]:
+    if flat(before) == flat(skipped):
         return None
     kind = RANK_KIND if taint.kind == TaintKind.RANK else OTHER_KIND
     first = skipped[0]
