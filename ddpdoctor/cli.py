@@ -60,7 +60,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "Exit status: the job's own when it ends by itself (with --fail-on: 1 when it "
         "exited 0\nbut a finding of that severity was named); 124 when ddpdoctor stopped "
         "a hung job;\n128+N when stopped by signal N (130 for Ctrl-C, 143 SIGTERM, 129 "
-        "SIGHUP); 141 when its\noutput was closed; 2 usage error.",
+        "SIGHUP); 141 when its\noutput was closed; 70 when ddpdoctor's own error stopped the "
+        "job; 2 usage error.",
         epilog="examples:\n  ddpdoctor run --nproc-per-node 4 train.py --lr 0.1\n"
         "  ddpdoctor run -- torchrun --nproc-per-node 4 train.py\n"
         "  ddpdoctor run -- python train_spawn.py\n"
