@@ -26,6 +26,7 @@ SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
 OUTCOME_STYLE = {"completed": "bold green", "failed": "bold red", "hung": "bold magenta",
                  "interrupted": "bold yellow", "running": "bold cyan"}
 MAX_RANK_ROWS = 16
+UNKNOWN = "?"  # a number not known (null in the report)
 WIDE = 100_000  # the width of a table off a terminal: its own, never cut
 
 
@@ -35,7 +36,13 @@ def _op(current: Any) -> str:
     shapes = [s for s in current.get("shapes") or [] if isinstance(s, (list, tuple))]
     dtypes = current.get("dtypes") or []
     tensors = ", ".join(f"{d}{list(s)}" for d, s in zip(dtypes or ["?"] * len(shapes), shapes))
-    return f"{current.get('op')}({tensors}) #{current.get('seq')}"
+    return f"{current.get('op')}({tensors}) #{_known(current.get('seq'))}"
+
+
+def _known(value: Any) -> str:
+    """A number as shown: ``?`` where it is not known (null: a rank seen from its stack
+    alone), never ``None``."""
+    return UNKNOWN if value is None else str(value)
 
 
 def rank_table(report: dict[str, Any]) -> RenderableType:
@@ -54,7 +61,7 @@ def rank_table(report: dict[str, Any]) -> RenderableType:
         state = str(r.get("state"))
         cur = r.get("current") or {}
         table.add_row(str(r.get("rank")), Text(state, STATE_STYLE.get(state, "")),
-                      str(r.get("pid")), str(r.get("step", "")),
+                      _known(r.get("pid")), _known(r.get("step")),
                       str(r.get("last_seq") if r.get("last_seq") is not None else "-"),
                       _op(cur), str(cur.get("callsite", "")) if cur else "")
     return table
@@ -72,7 +79,7 @@ def _span(name: str, values: list[Any]) -> str:
     """``step 10``, or the lowest and highest of the ranks' values (``steps 9-10``)."""
     known = sorted({v for v in values if isinstance(v, int)})
     if not known:
-        return f"{name} -"
+        return f"{name} {UNKNOWN}"
     return f"{name} {known[0]}" if len(known) == 1 else f"{name}s {known[0]}-{known[-1]}"
 
 
