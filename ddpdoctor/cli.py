@@ -156,7 +156,8 @@ def _add_attach(sub: argparse._SubParsersAction) -> None:
         "job is left running unless --stop.\n" + EXIT_DIAGNOSING,
         epilog="examples:\n  ddpdoctor attach            # the one job on this node\n"
         "  ddpdoctor attach 4242       # the job of this torchrun (or rank) PID\n"
-        "  ddpdoctor attach --stop     # diagnose, then stop the whole job",
+        "  ddpdoctor attach --stop     # diagnose, then stop the whole job\n"
+        "  ddpdoctor attach --json     # the report alone on stdout, for a script",
         formatter_class=HelpFormatter)
     p.add_argument("pids", nargs="*", type=_pid, metavar="PID",
                    help="the job's launcher or rank PIDs (default: find the job)")
@@ -169,6 +170,7 @@ def _add_attach(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stop", action="store_true",
                    help="after the report, stop the whole job (launcher and ranks: SIGTERM, "
                    "then SIGKILL after 5 s) and say which PIDs, on stderr")
+    _add_shown(p, "the report as JSON on stdout, nothing else there (notices stay on stderr)")
 
 
 def _add_lint(sub: argparse._SubParsersAction) -> None:
@@ -440,8 +442,11 @@ def _analyzed_report(paths: list[Path], report_path: Path | None) -> tuple[dict,
 def _attach(args: argparse.Namespace) -> int:
     from ddpdoctor.attach.command import AttachConfig, run_attach
 
+    if args.ui and _shown(args) != "summary":
+        raise UserError("--ui shows the report in the terminal UI: drop --quiet or --json",
+                        EXIT_USAGE)
     return run_attach(AttachConfig(tuple(args.pids), args.report, args.run_dir, args.ui,
-                                   args.stop))
+                                   args.stop, shown=_shown(args)))
 
 
 def _lint(args: argparse.Namespace) -> int:

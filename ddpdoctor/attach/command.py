@@ -43,6 +43,8 @@ class AttachConfig:
     pids: launcher or rank PIDs (empty: find the job).  report / run_dir: where the report
     and the stacks go (None: defaults).  ui: open the TUI on the report.  stop: stop the
     whole job tree after the report.  samples / interval_s: stack samples and their gap.
+    shown: what stdout gets: ``summary``, ``quiet`` (the verdict line and the report's
+    path) or ``json`` (the report alone).
     """
 
     pids: tuple[int, ...] = ()
@@ -52,6 +54,7 @@ class AttachConfig:
     stop: bool = False
     samples: int = SAMPLES
     interval_s: float = INTERVAL_S
+    shown: str = "summary"
 
     def __post_init__(self) -> None:
         if self.samples < 2:
@@ -167,7 +170,7 @@ def run_attach(config: AttachConfig) -> int:
         write_json_atomic(path, report)
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}", 1) from None
-    _show(report, path, config.ui)
+    _show(report, path, config)
     if config.stop:
         stopped = stop_job_tree(job_roots(ranks, list(config.pids)))
         if stopped.survivors:
@@ -178,18 +181,18 @@ def run_attach(config: AttachConfig) -> int:
     return EXIT_PROBLEM if errors else 0
 
 
-def _show(report: dict[str, Any], path: Path, ui: bool) -> None:
-    if ui:
+def _show(report: dict[str, Any], path: Path, config: AttachConfig) -> None:
+    if config.ui:
         from ddpdoctor.tui.app import run_ui
 
         run_ui(path)
         return
-    from ddpdoctor.terminal_text import SafeConsole as Console
+    from ddpdoctor.report.console import show_report, summary_console
 
-    from ddpdoctor.report.console import print_summary
-
-    console = Console()
-    print_summary(report, path, console)
+    console = summary_console()
+    show_report(report, path, console, config.shown)
+    if config.shown != "summary":
+        return
     sources = report.get("sources") or {}
     dumps = sources.get("flight_recorder")
     console.print(f"[dim]Sources: {sources.get('stacks')}; flight recorder: "
