@@ -469,14 +469,14 @@ def _ui(args: argparse.Namespace) -> int:
 
 def _bugs(args: argparse.Namespace) -> int:
     from ddpdoctor import bugs
-    from ddpdoctor.terminal_text import SafeConsole as Console
+    from ddpdoctor.report.console import summary_console
 
     if args.bugs_cmd == "run":
         extra = [a for a in args.extra if a != "--"]
         return bugs.run_bug(args.name, args.fixed, extra, repro=args.repro)
     if args.bugs_cmd == "show":
-        return bugs.show_bug(args.name, Console())
-    return bugs.list_bugs(Console(), verbose=bool(getattr(args, "verbose", False)))
+        return bugs.show_bug(args.name, summary_console())
+    return bugs.list_bugs(summary_console(), verbose=bool(getattr(args, "verbose", False)))
 
 
 def _runs(args: argparse.Namespace) -> int:

@@ -223,7 +223,7 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
     console.rule(title)
     if report.get("ranks"):
         # off a terminal at its natural width: every cell whole, none cut with "..."
-        _print_whole(console, rank_table(report)) if plain else console.print(rank_table(report))
+        _print_whole(console, rank_table(report)) if plain else print_table(console, rank_table(report))
     waits = wait_lines([w for w in report.get("waits") or []
                         if isinstance(w, dict) and w.get("waits_for")])
     for line in waits[:8]:
@@ -260,9 +260,27 @@ def _print_whole(console: Console, renderable: RenderableType) -> None:
     width = console.width
     console.width = WIDE
     try:
-        console.print(renderable)
+        lines = console.render_lines(renderable, console.options, pad=False)
     finally:
         console.width = width
+    _print_lines(console, lines)
+
+
+def print_table(console: Console, table: RenderableType) -> None:
+    """A table as rich lays it out; off a terminal (a log, a pipe, CI) each row without the
+    padding spaces rich ends it with."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    _print_lines(console, console.render_lines(table, console.options, pad=False))
+
+
+def _print_lines(console: Console, lines: list[list[Any]]) -> None:
+    """Rendered lines, each with its trailing spaces stripped."""
+    for line in lines:
+        text = Text.assemble(*((s.text, s.style) for s in line if not s.control))
+        text.rstrip()
+        console.print(text, soft_wrap=True)
 
 
 def finding_body(f: dict[str, Any]) -> Text:
