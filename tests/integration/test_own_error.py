@@ -1,11 +1,12 @@
-"""ddpdoctor's own bug after the job started (planted in the supervisor's loop of a real
-`run`, by monkeypatching in ddpdoctor's process) stops the job, its DataLoader workers
-included, writes a report, says one line and exits non-zero (70)."""
+"""ddpdoctor's own bug after the job started (planted in a real `run` by monkeypatching in
+ddpdoctor's process: in the supervisor's loop, or before the supervisor took over) stops the
+job, its DataLoader workers included, writes a report, says one line and exits 70."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -34,22 +35,33 @@ for i, _ in enumerate(loader):
     time.sleep(0.05)
 '''
 
-# ddpdoctor with a bug planted in its loop: the first look at the traces once the job's
-# DataLoader workers run raises
+# ddpdoctor with a bug planted once the job's DataLoader workers run: in the first look at
+# the traces (the supervisor's loop), or where the supervisor opens the other nodes (before
+# it took over: run's outermost handler alone)
 DOCTOR = '''
-import os, sys
-from ddpdoctor.supervisor.attempt_watch import AttemptWatch
+import os, sys, time
 from ddpdoctor.cli import main
+from ddpdoctor.supervisor.attempt_watch import AttemptWatch
+from ddpdoctor.supervisor.nodes import Nodes
 
-original = AttemptWatch.check_traces
+ready = os.path.join(sys.argv[1], "ready")
 
-def planted(self):
-    if os.path.exists(os.path.join(sys.argv[1], "ready")):
+def in_loop(self):
+    if os.path.exists(ready):
         raise RuntimeError("planted bug")
     return original(self)
 
-AttemptWatch.check_traces = planted
-sys.exit(main(sys.argv[2:]))
+def before_the_loop(self, *args):
+    while not os.path.exists(ready):
+        time.sleep(0.1)
+    raise RuntimeError("planted bug")
+
+if sys.argv[2] == "loop":
+    original = AttemptWatch.check_traces
+    AttemptWatch.check_traces = in_loop
+else:
+    Nodes.open = before_the_loop
+sys.exit(main(sys.argv[3:]))
 '''
 
 
@@ -61,23 +73,31 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def test_own_error_after_the_start_stops_the_whole_job(tmp_path):
+@pytest.mark.parametrize("where", ["loop", "start"])
+def test_own_error_after_the_start_stops_the_whole_job(tmp_path, where):
     pids = tmp_path / "pids"
     pids.mkdir()
     job = tmp_path / "job.py"
     job.write_text(textwrap.dedent(JOB))
     run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-c", DOCTOR, str(pids), "run", "--run-dir", str(run_dir),
-         "--hang-timeout", "30", "--", sys.executable, str(job), str(pids)],
-        capture_output=True, text=True, timeout=120)
+    out, err = tmp_path / "out", tmp_path / "err"
+    with out.open("w") as stdout, err.open("w") as stderr:  # files: a job left running
+        # would hold a pipe open and make the wait for its end look like a stop
+        returncode = subprocess.run(
+            [sys.executable, "-c", DOCTOR, str(pids), where, "run", "--run-dir", str(run_dir),
+             "--hang-timeout", "60", "--", sys.executable, str(job), str(pids)],
+            stdout=stdout, stderr=stderr, timeout=120).returncode
     started = [int(p.name) for p in pids.iterdir() if p.name.isdigit()]
-    assert len(started) == 3, (started, done.stderr[-2000:])  # the script and 2 workers
-    assert [p for p in started if _alive(p)] == []
-    assert done.returncode == 70, done.stderr[-3000:]
-    assert "Traceback" not in done.stdout + done.stderr
-    said = [line for line in done.stderr.splitlines() if "internal error" in line]
-    assert len(said) == 1 and "planted bug" in said[0], done.stderr
+    left = [p for p in started if _alive(p)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    stdout, stderr = out.read_text(), err.read_text()
+    assert len(started) == 3, (started, stderr[-2000:])  # the script and 2 workers
+    assert left == [], stderr[-2000:]
+    assert returncode == 70, stderr[-3000:]
+    assert "Traceback" not in stdout + stderr
+    said = [line for line in stderr.splitlines() if "internal error" in line]
+    assert len(said) == 1 and "planted bug" in said[0], stderr
     assert "planted bug" in (run_dir / "ddpdoctor-error.txt").read_text()
     report = json.loads((run_dir / "report.json").read_text())
     assert report["outcome"] == "interrupted" and report["exit_code"] == 70
