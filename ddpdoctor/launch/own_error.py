@@ -22,17 +22,24 @@ def ended_by_own_error(error: Exception, config: RunConfig, run_dir: Path, repor
                        started_ns: int, report_written: bool) -> int:
     """The job is stopped; keep the traceback, write the report unless one was written,
     say one line; returns EXIT_OWN_ERROR."""
-    log = run_dir / ERROR_LOG
-    try:
-        log.write_text("".join(traceback.format_exception(error)))
-    except OSError:
-        log = None  # type: ignore[assignment]
+    log = keep_traceback(error, run_dir)
     where = f" (traceback in {log})" if log is not None else ""
     if not report_written:
         _write_report(error, config, run_dir, report_path, started_ns)
     say_to_stderr(f"ddpdoctor: internal error, the job was stopped: "
                   f"{type(error).__name__}: {error}{where}; report: {report_path}")
     return EXIT_OWN_ERROR
+
+
+def keep_traceback(error: BaseException, run_dir: Path) -> Path | None:
+    """``error``'s traceback appended to RUN_DIR/ERROR_LOG; the file (None: not writable)."""
+    log = run_dir / ERROR_LOG
+    try:
+        with log.open("a") as f:
+            f.write("".join(traceback.format_exception(error)))
+    except OSError:
+        return None
+    return log
 
 
 def _write_report(error: Exception, config: RunConfig, run_dir: Path, report_path: Path,

@@ -18,7 +18,7 @@ from ddpdoctor.errors import UserError
 from ddpdoctor.launch.command import job_argv, job_env
 from ddpdoctor.launch.torch_range import torch_notice
 from ddpdoctor.lint.prerun import lint_before_run
-from ddpdoctor.launch.own_error import ended_by_own_error
+from ddpdoctor.launch.own_error import ended_by_own_error, keep_traceback
 from ddpdoctor.proc.control import become_subreaper, start_job, stop_whole_job
 from ddpdoctor.proc.job_output import JobOutput
 from ddpdoctor.proc.signals import interrupts_raised, say_to_stderr, signal_of
@@ -172,6 +172,10 @@ def _run_with_ui(supervisor: Supervisor, run_dir: Path) -> int:
         supervisor.request_stop(signal_of(e))
     except ImportError as e:
         say(f"ddpdoctor: the UI is not available ({e}); supervising without it")
+    except Exception as e:  # noqa: BLE001 - a bug of the UI: the supervision goes on
+        kept = keep_traceback(e, run_dir)
+        say_to_stderr(f"ddpdoctor: internal error in the UI ({type(e).__name__}: {e}"
+                      f"{f'; traceback in {kept}' if kept else ''}); supervising without it")
     finally:
         supervisor.voice.quiet = False
     if thread.is_alive():

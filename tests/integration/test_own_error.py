@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,52 @@ def test_own_error_after_the_start_stops_the_whole_job(tmp_path, where):
     report = json.loads((run_dir / "report.json").read_text())
     assert report["outcome"] == "interrupted" and report["exit_code"] == 70
     assert any("planted bug" in p for p in report["problems"]), report["problems"]
+
+
+UI_BUG = '''
+import sys
+import ddpdoctor.tui.app
+
+def planted(*args):
+    raise RuntimeError("planted UI bug")
+
+ddpdoctor.tui.app.run_live = planted
+from ddpdoctor.cli import main
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+def _drain(fd: int) -> None:
+    """Read what ddpdoctor writes to its terminal (a full pty would block it)."""
+    try:
+        while os.read(fd, 65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def test_a_bug_of_the_ui_leaves_the_supervision_going(tmp_path):
+    """`run --ui` on a terminal (a real pty) whose UI fails: said in one line, the job
+    supervised to its end without the UI, its own exit status and a report."""
+    import pty
+
+    run_dir = tmp_path / "run"
+    controller, terminal = pty.openpty()
+    err = tmp_path / "err"
+    threading.Thread(target=_drain, args=(controller,), daemon=True).start()
+    try:
+        with err.open("w") as stderr:
+            returncode = subprocess.run(
+                [sys.executable, "-c", UI_BUG, "run", "--ui", "--run-dir", str(run_dir), "--",
+                 sys.executable, "-c", "import time; time.sleep(1); raise SystemExit(3)"],
+                stdin=terminal, stdout=terminal, stderr=stderr, timeout=120).returncode
+    finally:
+        os.close(terminal)
+    said = err.read_text()
+    assert returncode == 3, said
+    assert "internal error in the UI (RuntimeError: planted UI bug" in said, said
+    assert "Traceback" not in said
+    assert "planted UI bug" in (run_dir / "ddpdoctor-error.txt").read_text()
+    assert json.loads((run_dir / "report.json").read_text())["outcome"] == "failed"
