@@ -26,6 +26,7 @@ from ddpdoctor.catalogue import CATALOGUE, FINDING_KINDS, Bug, Launch  # noqa: F
 from ddpdoctor.errors import UserError
 from ddpdoctor.frameworks import known
 from ddpdoctor.proc.signals import interrupts_raised, signal_of
+from ddpdoctor.report.console import print_table
 from ddpdoctor.terminal_text import SafeConsole
 
 ENV_SAMPLE_BUGS = "DDPDOCTOR_SAMPLE_BUGS"
@@ -220,7 +221,7 @@ def _print_compact(console: Console) -> None:
             table.add_row(f"[bold]{kind}[/] ({len(bugs)})", "", "", style="not dim")
         for bug in bugs:
             table.add_row(f"  {bug.name}", _blames(bug), escape(bug.symptom))
-    console.print(table)
+    print_table(console, table)
 
 
 def _blames(bug: Bug) -> str:
@@ -252,4 +253,4 @@ def _print_bug(bug: Bug, console: Console) -> None:
     table.add_row("fix", escape(bug.fix) + f" (sample_bugs/{escape(bug.fixed_script)})")
     table.add_row("source", escape(bug.source))
     console.print(f"[bold cyan]{bug.name}[/]", highlight=False)
-    console.print(table)
+    print_table(console, table)

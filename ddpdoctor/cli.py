@@ -60,7 +60,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "Exit status: the job's own when it ends by itself (with --fail-on: 1 when it "
         "exited 0\nbut a finding of that severity was named); 124 when ddpdoctor stopped "
         "a hung job;\n128+N when stopped by signal N (130 for Ctrl-C, 143 SIGTERM, 129 "
-        "SIGHUP); 141 when its\noutput was closed; 2 usage error.",
+        "SIGHUP); 141 when its\noutput was closed; 70 when ddpdoctor's own error stopped the "
+        "job; 2 usage error.",
         epilog="examples:\n  ddpdoctor run --nproc-per-node 4 train.py --lr 0.1\n"
         "  ddpdoctor run -- torchrun --nproc-per-node 4 train.py\n"
         "  ddpdoctor run -- python train_spawn.py\n"
@@ -155,7 +156,8 @@ def _add_attach(sub: argparse._SubParsersAction) -> None:
         "job is left running unless --stop.\n" + EXIT_DIAGNOSING,
         epilog="examples:\n  ddpdoctor attach            # the one job on this node\n"
         "  ddpdoctor attach 4242       # the job of this torchrun (or rank) PID\n"
-        "  ddpdoctor attach --stop     # diagnose, then stop the whole job",
+        "  ddpdoctor attach --stop     # diagnose, then stop the whole job\n"
+        "  ddpdoctor attach --json     # the report alone on stdout, for a script",
         formatter_class=HelpFormatter)
     p.add_argument("pids", nargs="*", type=_pid, metavar="PID",
                    help="the job's launcher or rank PIDs (default: find the job)")
@@ -168,6 +170,7 @@ def _add_attach(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stop", action="store_true",
                    help="after the report, stop the whole job (launcher and ranks: SIGTERM, "
                    "then SIGKILL after 5 s) and say which PIDs, on stderr")
+    _add_shown(p, "the report as JSON on stdout, nothing else there (notices stay on stderr)")
 
 
 def _add_lint(sub: argparse._SubParsersAction) -> None:
@@ -439,8 +442,11 @@ def _analyzed_report(paths: list[Path], report_path: Path | None) -> tuple[dict,
 def _attach(args: argparse.Namespace) -> int:
     from ddpdoctor.attach.command import AttachConfig, run_attach
 
+    if args.ui and _shown(args) != "summary":
+        raise UserError("--ui shows the report in the terminal UI: drop --quiet or --json",
+                        EXIT_USAGE)
     return run_attach(AttachConfig(tuple(args.pids), args.report, args.run_dir, args.ui,
-                                   args.stop))
+                                   args.stop, shown=_shown(args)))
 
 
 def _lint(args: argparse.Namespace) -> int:
@@ -463,14 +469,14 @@ def _ui(args: argparse.Namespace) -> int:
 
 def _bugs(args: argparse.Namespace) -> int:
     from ddpdoctor import bugs
-    from ddpdoctor.terminal_text import SafeConsole as Console
+    from ddpdoctor.report.console import summary_console
 
     if args.bugs_cmd == "run":
         extra = [a for a in args.extra if a != "--"]
         return bugs.run_bug(args.name, args.fixed, extra, repro=args.repro)
     if args.bugs_cmd == "show":
-        return bugs.show_bug(args.name, Console())
-    return bugs.list_bugs(Console(), verbose=bool(getattr(args, "verbose", False)))
+        return bugs.show_bug(args.name, summary_console())
+    return bugs.list_bugs(summary_console(), verbose=bool(getattr(args, "verbose", False)))
 
 
 def _runs(args: argparse.Namespace) -> int:

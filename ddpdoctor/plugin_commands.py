@@ -48,6 +48,7 @@ def _plugins_command(args: argparse.Namespace) -> int:
         print(json.dumps({"plugins": rows, "failures": [f.__dict__ for f in failures]},
                          indent=2))
         return 0
+    from ddpdoctor.report.console import print_table
     from ddpdoctor.terminal_text import SafeConsole as Console
     from rich.table import Table
 
@@ -56,7 +57,7 @@ def _plugins_command(args: argparse.Namespace) -> int:
     for r in rows:
         table.add_row(r["name"], r["source"], ", ".join(r["detectors"]) or "-",
                       ", ".join(r["exporters"]) or "-")
-    console.print(table)
+    print_table(console, table)
     allow = allowed_names()
     if allow is not None:
         console.print(f"{ENV_ALLOW}={os.environ.get(ENV_ALLOW)}: "

@@ -150,6 +150,7 @@ class RankRun:
     fault: str = ""  # faulthandler's dump after a fatal signal
     stack: list[dict[str, Any]] | None = None
     stack_error: str | None = None
+    seq_known: bool = True  # False: known from stacks alone (attach): its seqs are relative
     marks: list[CallRecord] = field(default_factory=list)  # init / new_group / destroy
     progress_ns: int | None = None  # live: wall time of the last observed progress
     cpu_busy: bool | None = None  # live: CPU time advanced in the last sampling window

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime as dt
 import json
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from ddpdoctor.rundir.layout import (RUN_FILE, make_run_dir, new_run_id, write_b
 from ddpdoctor.rundir.runs import hold_live
 from ddpdoctor.report import schema
 from ddpdoctor.report.build import infer_outcome
+from ddpdoctor.report.stack_only import null_relative_seqs, stack_only_ranks
 from ddpdoctor.proc.signals import say_to_stderr
 from ddpdoctor.supervisor.os_wait import os_wait
 from ddpdoctor.supervisor.stacks import capture_stacks, py_spy_path
@@ -35,10 +34,6 @@ from ddpdoctor.supervisor.stacks import capture_stacks, py_spy_path
 SAMPLES = 3
 INTERVAL_S = 1.0
 EXIT_PROBLEM = 1
-RELATIVE_NOTE = ("\n(From stacks alone: a rank's current call is known, not its position in "
-                 "the job's sequence of collectives, nor its step; flight recorder dumps the "
-                 "job wrote to TORCH_FR_DUMP_TEMP_FILE<rank> would tell them.)")
-UNKNOWN = "?"  # how the console shows a number attach cannot know (step, seq)
 
 
 @dataclass(frozen=True)
@@ -48,6 +43,8 @@ class AttachConfig:
     pids: launcher or rank PIDs (empty: find the job).  report / run_dir: where the report
     and the stacks go (None: defaults).  ui: open the TUI on the report.  stop: stop the
     whole job tree after the report.  samples / interval_s: stack samples and their gap.
+    shown: what stdout gets: ``summary``, ``quiet`` (the verdict line and the report's
+    path) or ``json`` (the report alone).
     """
 
     pids: tuple[int, ...] = ()
@@ -57,6 +54,7 @@ class AttachConfig:
     stop: bool = False
     samples: int = SAMPLES
     interval_s: float = INTERVAL_S
+    shown: str = "summary"
 
     def __post_init__(self) -> None:
         if self.samples < 2:
@@ -103,44 +101,6 @@ def read_dumps(ranks: list[RankProcess], problems: list[str]) -> dict[int, Fligh
             continue
         dumps[r.rank] = dataclasses.replace(dump, rank=r.rank)
     return dumps
-
-
-def _unnumbered(text: str, seq: int) -> str:
-    """``text`` without the relative seq that stacks alone gave (``all_reduce #0``)."""
-    return re.sub(rf" #{seq}\b", "", text.replace(f"seq {seq}", "current call"))
-
-
-def relative_seqs(findings: list[Finding], report: dict[str, Any],
-                  ranks_without_dump: set[int]) -> list[Finding]:
-    """Stacks alone give no sequence numbers nor steps: those that rest on them are null
-    (report.json), and a finding speaks of the current call."""
-    if not ranks_without_dump:
-        return findings
-    for entry in report["ranks"]:
-        if entry["rank"] in ranks_without_dump:
-            entry["last_seq"] = entry["step"] = None
-            if entry.get("current"):
-                entry["current"]["seq"] = None
-    for wait in report.get("waits") or []:
-        if wait.get("rank") in ranks_without_dump:
-            wait["seq"] = None
-    return [dataclasses.replace(
-        f, seq=None, summary=_unnumbered(f.summary, f.seq),
-        detail=_unnumbered(f.detail, f.seq) + RELATIVE_NOTE) if f.seq is not None else f
-        for f in findings]
-
-
-def shown(report: dict[str, Any]) -> dict[str, Any]:
-    """The report as the console shows it: a step or seq attach could not know reads
-    ``?``, never ``None`` (report.json keeps them null, as the contract says)."""
-    view = copy.deepcopy(report)
-    for entry in view.get("ranks") or []:
-        if entry.get("step", 0) is None:
-            entry["step"] = UNKNOWN
-        current = entry.get("current")
-        if isinstance(current, dict) and current.get("seq", 0) is None:
-            current["seq"] = UNKNOWN
-    return view
 
 
 def stuck_calls_only(job: JobView) -> dict[int, RankRun]:
@@ -195,14 +155,12 @@ def run_attach(config: AttachConfig) -> int:
         job.outcome = "hung"  # the supervisor's one rule, over the sampling window
     findings, waits = analyze_with_waits(job)
     report = schema.build(job, findings, infer_outcome(job), waits=waits)
-    findings = relative_seqs(findings, report, {r.rank for r in ranks} - set(dumps))
-    report["findings"] = [f.to_dict() for f in findings]
+    findings = null_relative_seqs(report, findings, stack_only_ranks(job))
     report["sources"] = _sources(dumps, samples, ranks)
     report["main_thread_moved"] = {str(f.process.rank): f.moved for f in facts}
     path = config.report or run_dir / "report.json"
     try:
-        write_json_atomic(run_dir / FACTS_FILE, facts_of(stuck_calls_only(job),
-                                                         {r.rank for r in ranks} - set(dumps)))
+        write_json_atomic(run_dir / FACTS_FILE, facts_of(stuck_calls_only(job)))
         # what the OS said idle ranks wait in and the verdict, where `run`'s supervisor logs
         # them: analyze of this run dir judges alike
         verdict = [{"event": "outcome", "t": job.now_ns, "outcome": job.outcome,
@@ -212,7 +170,7 @@ def run_attach(config: AttachConfig) -> int:
         write_json_atomic(path, report)
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}", 1) from None
-    _show(report, path, config.ui)
+    _show(report, path, config)
     if config.stop:
         stopped = stop_job_tree(job_roots(ranks, list(config.pids)))
         if stopped.survivors:
@@ -223,18 +181,18 @@ def run_attach(config: AttachConfig) -> int:
     return EXIT_PROBLEM if errors else 0
 
 
-def _show(report: dict[str, Any], path: Path, ui: bool) -> None:
-    if ui:
+def _show(report: dict[str, Any], path: Path, config: AttachConfig) -> None:
+    if config.ui:
         from ddpdoctor.tui.app import run_ui
 
         run_ui(path)
         return
-    from ddpdoctor.terminal_text import SafeConsole as Console
+    from ddpdoctor.report.console import show_report, summary_console
 
-    from ddpdoctor.report.console import print_summary
-
-    console = Console()
-    print_summary(shown(report), path, console)
+    console = summary_console()
+    show_report(report, path, console, config.shown)
+    if config.shown != "summary":
+        return
     sources = report.get("sources") or {}
     dumps = sources.get("flight_recorder")
     console.print(f"[dim]Sources: {sources.get('stacks')}; flight recorder: "

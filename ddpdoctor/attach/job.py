@@ -227,6 +227,7 @@ def rank_run(facts: RankFacts, dump: FlightRecorderDump | None, host: str) -> Ra
     run.stack, run.stack_error = facts.frames, facts.stack_error
     run.alive, run.proc_state = facts.alive, facts.proc_state
     run.cpu_busy = facts.moved  # as the supervisor's sampling says it of a rank under `run`
+    run.seq_known = dump is not None  # from the stack alone: seq 0 is the call it is in now
     return run
 
 

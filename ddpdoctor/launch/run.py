@@ -18,7 +18,8 @@ from ddpdoctor.errors import UserError
 from ddpdoctor.launch.command import job_argv, job_env
 from ddpdoctor.launch.torch_range import torch_notice
 from ddpdoctor.lint.prerun import lint_before_run
-from ddpdoctor.proc.control import become_subreaper, start_job, stop_job
+from ddpdoctor.launch.own_error import ended_by_own_error, keep_traceback
+from ddpdoctor.proc.control import become_subreaper, start_job, stop_whole_job
 from ddpdoctor.proc.job_output import JobOutput
 from ddpdoctor.proc.signals import interrupts_raised, say_to_stderr, signal_of
 from ddpdoctor.rundir.attempts import max_restarts
@@ -109,7 +110,7 @@ def _run_in(config: RunConfig, console: Console, argv: list[str], nodes: Any,
     env = job_env(run_dir, run_id, config, argv)
     if job_output.piped_terminal:  # no pseudo-terminal: a pipe, as timely as a terminal
         env.setdefault("PYTHONUNBUFFERED", "1")
-    proc = None
+    proc = supervisor = None
     try:
         with interrupts_raised():
             become_subreaper()  # orphans of the job come back here, not to init
@@ -123,10 +124,12 @@ def _run_in(config: RunConfig, console: Console, argv: list[str], nodes: Any,
             supervisor.nodes.open(nodes, secret)  # none for a one-node job
             status = _run_with_ui(supervisor, run_dir) if config.ui else supervisor.run()
             return _judged(status, supervisor, config)
-    except KeyboardInterrupt:
-        if proc is not None and proc.poll() is None:
-            stop_job(proc)  # interrupted before the supervisor took over: no job left
-        raise
+    except BaseException as e:  # no process of the job outlives ddpdoctor, whatever ended it
+        stop_whole_job(proc, supervisor.tree if supervisor is not None else None)
+        if proc is None or not isinstance(e, Exception) or isinstance(e, UserError):
+            raise  # before the job: as it is; Ctrl-C and signals: cli's exit status
+        return ended_by_own_error(e, config, run_dir, report_path, started,
+                                  supervisor is not None and supervisor.report is not None)
     finally:
         become_subreaper(False)
         job_output.close()
@@ -151,8 +154,15 @@ def _judged(status: int, supervisor: Supervisor, config: RunConfig) -> int:
 def _run_with_ui(supervisor: Supervisor, run_dir: Path) -> int:
     """The UI in the main thread, the supervisor beside it."""
     result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(supervisor.run()),
-                              name="ddpdoctor-supervisor", daemon=True)
+    failed: list[Exception] = []
+
+    def supervise() -> None:
+        try:
+            result.append(supervisor.run())
+        except Exception as e:  # noqa: BLE001 - raised again in the main thread, below
+            failed.append(e)
+
+    thread = threading.Thread(target=supervise, name="ddpdoctor-supervisor", daemon=True)
     thread.start()
     try:
         from ddpdoctor.tui.app import run_live
@@ -162,6 +172,10 @@ def _run_with_ui(supervisor: Supervisor, run_dir: Path) -> int:
         supervisor.request_stop(signal_of(e))
     except ImportError as e:
         say(f"ddpdoctor: the UI is not available ({e}); supervising without it")
+    except Exception as e:  # noqa: BLE001 - a bug of the UI: the supervision goes on
+        kept = keep_traceback(e, run_dir)
+        say_to_stderr(f"ddpdoctor: internal error in the UI ({type(e).__name__}: {e}"
+                      f"{f'; traceback in {kept}' if kept else ''}); supervising without it")
     finally:
         supervisor.voice.quiet = False
     if thread.is_alive():
@@ -172,6 +186,8 @@ def _run_with_ui(supervisor: Supervisor, run_dir: Path) -> int:
     except KeyboardInterrupt as e:
         supervisor.request_stop(signal_of(e))
         thread.join()
+    if failed:
+        raise failed[0]  # ddpdoctor's own error: the job is stopped (Supervisor.run)
     if supervisor.report is not None and supervisor.report_path is not None:
         say_to_stderr(f"ddpdoctor: {supervisor.report.get('outcome')}; report: "
                       f"{supervisor.report_path}")

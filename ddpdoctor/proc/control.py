@@ -199,3 +199,13 @@ def stop_job(proc: subprocess.Popen, tree: JobTree | None = None,
     tree.remember(extra_pids)
     return stop_tree(tree, grace, first, launcher=proc,
                      quiet=(proc.pid,) if quiet_launcher else ())
+
+
+def stop_whole_job(proc: subprocess.Popen | None, tree: JobTree | None) -> None:
+    """Stop whatever of the job still runs (the launcher, its ranks, their DataLoader
+    workers, orphans): the stop path's stop, whatever ddpdoctor's state."""
+    if proc is None:
+        return
+    tree = tree or JobTree((proc.pid,))
+    if proc.poll() is None or tree.snapshot():
+        stop_job(proc, tree)

@@ -16,6 +16,7 @@ from ddpdoctor.analysis.model import JobView
 from ddpdoctor.rundir.lint_results import read_lint_results
 from ddpdoctor.report import schema
 from ddpdoctor.report.lint_match import mark_lint_seen
+from ddpdoctor.report.stack_only import null_relative_seqs, stack_only_ranks
 from ddpdoctor.trace.reader import TraceError, read_header_file
 
 
@@ -112,5 +113,7 @@ def fallback_report(outcome: str, error: BaseException, world_size: int,
 def _report(job: JobView, findings: list[Any], waits: list[Any]) -> dict[str, Any]:
     exit_code = next((e.get("exit_code") for e in reversed(job.supervisor_events)
                       if e.get("event") == "outcome"), None)
-    return schema.build(job, findings, infer_outcome(job),
-                        exit_code if isinstance(exit_code, int) else None, waits=waits)
+    report = schema.build(job, findings, infer_outcome(job),
+                          exit_code if isinstance(exit_code, int) else None, waits=waits)
+    null_relative_seqs(report, findings, stack_only_ranks(job))  # attach's run dir
+    return report

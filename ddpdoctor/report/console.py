@@ -26,6 +26,7 @@ SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "blue"}
 OUTCOME_STYLE = {"completed": "bold green", "failed": "bold red", "hung": "bold magenta",
                  "interrupted": "bold yellow", "running": "bold cyan"}
 MAX_RANK_ROWS = 16
+UNKNOWN = "?"  # a number not known (null in the report)
 WIDE = 100_000  # the width of a table off a terminal: its own, never cut
 
 
@@ -35,7 +36,13 @@ def _op(current: Any) -> str:
     shapes = [s for s in current.get("shapes") or [] if isinstance(s, (list, tuple))]
     dtypes = current.get("dtypes") or []
     tensors = ", ".join(f"{d}{list(s)}" for d, s in zip(dtypes or ["?"] * len(shapes), shapes))
-    return f"{current.get('op')}({tensors}) #{current.get('seq')}"
+    return f"{current.get('op')}({tensors}) #{_known(current.get('seq'))}"
+
+
+def _known(value: Any) -> str:
+    """A number as shown: ``?`` where it is not known (null: a rank seen from its stack
+    alone), never ``None``."""
+    return UNKNOWN if value is None else str(value)
 
 
 def rank_table(report: dict[str, Any]) -> RenderableType:
@@ -54,7 +61,7 @@ def rank_table(report: dict[str, Any]) -> RenderableType:
         state = str(r.get("state"))
         cur = r.get("current") or {}
         table.add_row(str(r.get("rank")), Text(state, STATE_STYLE.get(state, "")),
-                      str(r.get("pid")), str(r.get("step", "")),
+                      _known(r.get("pid")), _known(r.get("step")),
                       str(r.get("last_seq") if r.get("last_seq") is not None else "-"),
                       _op(cur), str(cur.get("callsite", "")) if cur else "")
     return table
@@ -72,7 +79,7 @@ def _span(name: str, values: list[Any]) -> str:
     """``step 10``, or the lowest and highest of the ranks' values (``steps 9-10``)."""
     known = sorted({v for v in values if isinstance(v, int)})
     if not known:
-        return f"{name} -"
+        return f"{name} {UNKNOWN}"
     return f"{name} {known[0]}" if len(known) == 1 else f"{name}s {known[0]}-{known[-1]}"
 
 
@@ -216,7 +223,7 @@ def print_summary(report: dict[str, Any], path: Path | None, console: Console) -
     console.rule(title)
     if report.get("ranks"):
         # off a terminal at its natural width: every cell whole, none cut with "..."
-        _print_whole(console, rank_table(report)) if plain else console.print(rank_table(report))
+        _print_whole(console, rank_table(report)) if plain else print_table(console, rank_table(report))
     waits = wait_lines([w for w in report.get("waits") or []
                         if isinstance(w, dict) and w.get("waits_for")])
     for line in waits[:8]:
@@ -253,9 +260,27 @@ def _print_whole(console: Console, renderable: RenderableType) -> None:
     width = console.width
     console.width = WIDE
     try:
-        console.print(renderable)
+        lines = console.render_lines(renderable, console.options, pad=False)
     finally:
         console.width = width
+    _print_lines(console, lines)
+
+
+def print_table(console: Console, table: RenderableType) -> None:
+    """A table as rich lays it out; off a terminal (a log, a pipe, CI) each row without the
+    padding spaces rich ends it with."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    _print_lines(console, console.render_lines(table, console.options, pad=False))
+
+
+def _print_lines(console: Console, lines: list[list[Any]]) -> None:
+    """Rendered lines, each with its trailing spaces stripped."""
+    for line in lines:
+        text = Text.assemble(*((s.text, s.style) for s in line if not s.control))
+        text.rstrip()
+        console.print(text, soft_wrap=True)
 
 
 def finding_body(f: dict[str, Any]) -> Text:

@@ -11,6 +11,7 @@ from ddpdoctor.config import FailOn
 from ddpdoctor.proc.signals import exit_status as signal_exit_status
 
 EXIT_HUNG = 124  # ddpdoctor stopped a hung job
+EXIT_OWN_ERROR = 70  # ddpdoctor's own error stopped the job (sysexits EX_SOFTWARE)
 EXIT_FOUND = 1  # the job exited 0, but a finding of the --fail-on severity was named
 
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 from rich.console import Console
 
 from ddpdoctor.config import RunConfig
-from ddpdoctor.proc.control import JobTree, stop_job
+from ddpdoctor.proc.control import JobTree, stop_whole_job
 from ddpdoctor.proc.job_output import JobOutput
 from ddpdoctor.proc.signals import ENDING_SIGNALS, OutputWatch, describe, say_to_stderr, \
     signal_of
@@ -95,18 +95,19 @@ class Supervisor:
     # -- the loop --------------------------------------------------------------------
     def run(self) -> int:
         """Supervise until the job ends (or is stopped); returns ddpdoctor's exit status."""
-        self.watch.log("start", pid=self.proc.pid, command=redact_argv(self.config.command))
         try:
-            verdict = self._watch_job()
-        except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP (proc.signals.Interrupted)
-            verdict = Verdict("interrupt", describe(signal_of(e)), signal_of(e))
-        with self._finishing():
+            self.watch.log("start", pid=self.proc.pid,
+                           command=redact_argv(self.config.command))
             try:
+                verdict = self._watch_job()
+            except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP (proc.signals.Interrupted)
+                verdict = Verdict("interrupt", describe(signal_of(e)), signal_of(e))
+            with self._finishing():
                 return self._end(verdict)
-            except BaseException:
-                if self.proc.poll() is None:  # a bug of the ending leaves no job behind
-                    stop_job(self.proc, self.tree)
-                raise
+        except BaseException:  # a bug of ddpdoctor's leaves no process of the job behind,
+            # at once (under the UI the main thread learns of it only when the UI quits)
+            stop_whole_job(self.proc, self.tree)
+            raise
 
     def _end(self, verdict: Verdict | None) -> int:
         """The ending a verdict (or the job's own end) calls for."""

@@ -67,9 +67,20 @@ def test_attach_names_rank_0_and_its_line_and_leaves_the_job_running(tmp_path):
         assert living(tree) == tree, "attach changed the job"
         assert job.poll() is None, "attach stopped the job"
 
-        proc, _ = attach([str(job.pid), "--stop", "--run-dir", str(tmp_path / "attach-2")],
+        # for scripts, as run and analyze: --quiet the verdict and the report's path,
+        # --json the report alone on stdout (the stop said on stderr)
+        proc, _ = attach([str(job.pid), "--quiet", "--run-dir", str(tmp_path / "attach-q")],
                          tmp_path)
         assert proc.returncode == 1, proc.stderr
+        verdict, path = proc.stdout.splitlines()
+        assert verdict.startswith("ddpdoctor: ") and ": error " in verdict, verdict
+        assert path == f"Report: {tmp_path / 'attach-q' / 'report.json'}"
+        proc, _ = attach([str(job.pid), "--stop", "--json", "--run-dir",
+                          str(tmp_path / "attach-2")], tmp_path)
+        assert proc.returncode == 1, proc.stderr
+        assert json.loads(proc.stdout) == \
+            json.loads((tmp_path / "attach-2" / "report.json").read_text())
+        assert "stopped the job" in proc.stderr
         job.wait(timeout=30)
         deadline = time.monotonic() + 15
         while living(tree) and time.monotonic() < deadline:
@@ -130,6 +141,7 @@ def test_attach_on_a_rank_blocked_on_a_lock_says_what_run_says_and_stop_says_wha
                                 str(tmp_path / "a"), "--report", str(tmp_path / "b.json")],
                                capture_output=True, text=True, timeout=120)
         assert again.returncode == 1, again.stderr  # attach's run dir, read again alike
+        assert "None" not in again.stdout and "#0" not in again.stdout, again.stdout
         offline = json.loads((tmp_path / "b.json").read_text())
         assert [r["state"] for r in offline["ranks"]] == ["hung", "blocked"]
     finally:

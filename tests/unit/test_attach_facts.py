@@ -3,6 +3,7 @@ finding rank processes in /proc (real processes, no torch)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from ddpdoctor.analysis.load import fr_dumps
 from ddpdoctor.analysis.engine import analyze
@@ -317,3 +319,28 @@ def test_a_call_only_just_entered_is_not_saved_as_waiting(script, tmp_path):
     (run_dir / "traces").mkdir(parents=True)
     (run_dir / FACTS_FILE).write_text(json.dumps(facts_of(stuck_calls_only(job))))
     assert not [f for f in analyze(load_job([run_dir])) if f.severity == Severity.ERROR]
+
+
+def test_analyze_of_an_attach_run_dir_shows_no_relative_seq_nor_step(script, tmp_path):
+    """Stacks alone tell the call a rank is in, not its seq nor its step: the report of the
+    run dir (as `analyze` builds it) keeps them null, and the console shows ``?``, never
+    ``None`` nor a relative ``#0``."""
+    from ddpdoctor.report.build import build_report
+    from ddpdoctor.report.console import print_summary
+
+    sample = {0: in_call("barrier", script, 6), 1: at_line(script, 8)}
+    job = job_of([sample] * 3, tmp_path)
+    run_dir = tmp_path / "node0"
+    (run_dir / "traces").mkdir(parents=True)
+    (run_dir / FACTS_FILE).write_text(json.dumps(facts_of(stuck_calls_only(job))))
+    report = build_report(run_dir, live=False)
+    rank0 = report["ranks"][0]
+    assert rank0["step"] is None and rank0["last_seq"] is None
+    assert rank0["current"]["op"] == "barrier" and rank0["current"]["seq"] is None
+    root = report["findings"][0]
+    assert root["kind"] == "missing_collective" and root["seq"] is None
+    assert "#0" not in root["summary"] + root["detail"]
+    console = Console(file=io.StringIO(), soft_wrap=True, color_system=None)
+    print_summary(report, None, console)
+    shown = console.file.getvalue()
+    assert "None" not in shown and "#0" not in shown and "barrier() #?" in shown, shown

@@ -208,3 +208,27 @@ def test_a_summary_whose_reader_went_falls_silent(shown):
         stream.close()
     except BrokenPipeError:
         pass  # what was left in its buffer: nowhere to go (cli.main silences that flush)
+
+
+@pytest.mark.parametrize("columns", [None, "80"])
+def test_off_a_terminal_no_line_ends_in_padding(monkeypatch, columns):
+    """A table's rows (the ranks, `bugs list`, `bugs show`) end where their text does, in a
+    log as with a width the user gave."""
+    from ddpdoctor.bugs import list_bugs, show_bug
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    for name in NAMES:
+        text = printed(load(name), summary_console(file=io.StringIO()))
+        assert "rank  state" in text
+        assert [line for line in text.splitlines() if line != line.rstrip()] == [], name
+    if columns is not None:
+        return  # rich wraps `bugs list`'s last sentence at that width, a space at the break
+    console = summary_console(file=io.StringIO())
+    list_bugs(console)
+    show_bug("early_stop_per_rank", console)
+    text = console.file.getvalue()
+    assert "metric_rank0_only" in text and "symptom" in text
+    assert [line for line in text.splitlines() if line != line.rstrip()] == []

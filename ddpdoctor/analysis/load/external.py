@@ -64,9 +64,9 @@ def _call_dict(c: Call) -> dict[str, Any]:
             "iteration": c.iteration}
 
 
-def facts_of(runs: dict[int, RankRun], relative: set[int] | None = None) -> dict[str, Any]:
-    """The ranks of a JobView built from outside facts, as RUN_DIR/facts.json holds them;
-    ``relative``: the ranks whose seqs come from stacks alone (0 = the call now)."""
+def facts_of(runs: dict[int, RankRun]) -> dict[str, Any]:
+    """The ranks of a JobView built from outside facts, as RUN_DIR/facts.json holds them
+    (``relative_seq``: its seqs come from stacks alone, 0 = the call now)."""
     ranks = []
     for run in (runs[r] for r in sorted(runs)):
         h = run.header
@@ -77,7 +77,7 @@ def facts_of(runs: dict[int, RankRun], relative: set[int] | None = None) -> dict
             "alive": run.alive, "proc_state": run.proc_state, "cpu_busy": run.cpu_busy,
             "stack": run.stack,
             "stack_error": run.stack_error, "group_ranks": run.group_ranks,
-            "relative_seq": run.rank in (relative or set()),
+            "relative_seq": not run.seq_known,
             "calls": [_call_dict(c) for c in calls],
             "marks": [{"op": m.op, "t_start": m.t_start, "t_end": m.t_end,
                        "callsite": m.callsite} for m in run.trace.records
@@ -120,6 +120,7 @@ def _run_from(path: Path, d: dict[str, Any]) -> RankRun:
     run.alive = d.get("alive") if isinstance(d.get("alive"), bool) else None
     run.proc_state = str(d.get("proc_state") or "")
     run.cpu_busy = d.get("cpu_busy") if isinstance(d.get("cpu_busy"), bool) else None
+    run.seq_known = d.get("relative_seq") is not True
     return run
 
 
@@ -152,11 +153,4 @@ def load_facts(run_dir: Path, problems: list[str]) -> dict[int, RankRun]:
             problems.append(f"{path}: a damaged rank entry was skipped")
             continue
         runs[run.rank] = run
-    relative = sorted(int(d["rank"]) for d in entries
-                      if isinstance(d, dict) and d.get("relative_seq") is True
-                      and type(d.get("rank")) is int)
-    if relative:
-        problems.append(f"{path}: rank(s) {', '.join(map(str, relative))} known from stacks "
-                        "alone: their seq 0 is the call they were in, not a position in "
-                        "the job's sequence")
     return runs
