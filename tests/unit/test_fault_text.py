@@ -1,6 +1,6 @@
 """faulthandler dumps as a finding quotes them: the user's crashing thread first."""
 
-from ddpdoctor.analysis.load.run_dirs import _user_threads_first
+from ddpdoctor.analysis.load.stacks import _user_threads_first
 
 DUMP = """Fatal Python error: Aborted
 

@@ -17,7 +17,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from ddpdoctor.analysis.causal.findings import ranks_text
+from ddpdoctor.analysis.model import ranks_text
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.explain.recorded import entered_way
 from ddpdoctor.analysis.load.user_source import _parse, split_callsite

@@ -7,7 +7,7 @@ how long nothing moved."""
 
 from __future__ import annotations
 
-from ddpdoctor.analysis.causal.findings import frame_text, ranks_text, whereabouts
+from ddpdoctor.analysis.causal.rank_words import frame_text, ranks_text, whereabouts
 from ddpdoctor.analysis.causal.graph import Wait
 from ddpdoctor.analysis.load.links import (Link, LinkFacts, host_pairs, link_line,
                                              links_summary)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpdoctor.analysis.causal.facts import rank_states
-from ddpdoctor.analysis.causal.findings import frame_text, ranks_text, wait_text
+from ddpdoctor.analysis.causal.rank_words import frame_text, ranks_text, wait_text
 from ddpdoctor.analysis.causal.mismatch import divergences
 from ddpdoctor.analysis.causal.graph import Wait, reachable, wait_for_graph
 from ddpdoctor.analysis.causal.state import RankState, StateKind

@@ -13,23 +13,21 @@ from ddpdoctor.analysis.load import external as sources
 from ddpdoctor.analysis.load import flight_recorder, fr_dumps
 from ddpdoctor.analysis.load.flow import rank_flow
 from ddpdoctor.analysis.load.implied import add_reducer_call
+from ddpdoctor.analysis.load.stacks import attach_children, fault_text, load_stack
 from ddpdoctor.analysis.model import NS, Call, JobView, NodeFacts, RankRun
 from ddpdoctor.config import HANG_TIMEOUT
 from ddpdoctor.errors import UserError
 from ddpdoctor.host import host_name
 from ddpdoctor.rundir.attempts import is_attempt_dir
-from ddpdoctor.rundir.bounded import BadInput, load_json, read_file
 from ddpdoctor.rundir.lint_results import read_lint_results
 from ddpdoctor.rundir.layout import is_run_dir, read_run_file
 from ddpdoctor.rundir.nodes import read_node_file, with_mirrors
 from ddpdoctor.trace import layout as L
 from ddpdoctor.trace.reader import RankTrace, TraceError, read_meta, read_trace
 from ddpdoctor.trace.world import world_size
-from ddpdoctor.trace.text import clean, clean_value
+from ddpdoctor.trace.text import clean
 
 SUPERVISOR_LOG = "supervisor.jsonl"
-MAX_STACK_BYTES = 8 << 20
-MAX_FAULT_BYTES = 20000  # faulthandler's dump: what is shown of it
 
 
 _MEMBER_LISTS: dict[tuple[int, ...], list[int]] = {}  # one list per distinct membership
@@ -94,26 +92,6 @@ def rank_run(trace: RankTrace) -> RankRun:
     return run
 
 
-def load_stack(path: Path) -> tuple[list[dict[str, Any]] | None, str | None]:
-    """A rank's py-spy stack as written by the supervisor: (frames, None) or (None, why)."""
-    try:
-        data = load_json(read_file(path, MAX_STACK_BYTES), path)
-    except FileNotFoundError:
-        return None, None
-    except BadInput as e:
-        if not e.damaged:
-            raise  # a FIFO, a device, a link or a huge file: hostile, exit 2
-        return None, f"unreadable stack file {path.name} (damaged)"
-    except OSError as e:
-        return None, f"unreadable stack file {path.name} ({type(e).__name__})"
-    if not isinstance(data, dict):
-        return None, f"unreadable stack file {path.name}"
-    frames = data.get("frames")
-    if isinstance(frames, list):  # its text is shown: no control character survives
-        return [clean_value(f) for f in frames if isinstance(f, dict)], None
-    return None, clean(str(data.get("error") or "no stack")[:500])
-
-
 def _read_traces(run_dir: Path, problems: list[str], tail: int | None = None,
                  read: dict[Path, RankTrace] | None = None) -> list[RankTrace]:
     traces = []
@@ -127,32 +105,6 @@ def _read_traces(run_dir: Path, problems: list[str], tail: int | None = None,
                 continue
         traces.append(trace)
     return traces
-
-
-def _fault_text(trace: RankTrace) -> str:
-    """faulthandler's dump: the crashing thread ("Current thread") first, then the user's
-    other threads; ddpdoctor's own threads and the list of extension modules left out."""
-    path = trace.path.with_name(trace.path.name.replace(".ring", ".fault.txt"))
-    try:
-        text = read_file(path, MAX_FAULT_BYTES, head=True).decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-    return _user_threads_first(text)
-
-
-_THREAD_BLOCK = re.compile(r"\n\n(?=(?:Current thread|Thread) 0x)")
-
-
-def _user_threads_first(text: str) -> str:
-    head, *threads = _THREAD_BLOCK.split(text)
-    if not threads:
-        return text
-    threads[-1] = threads[-1].split("\n\n", 1)[0]  # not the "Extension modules: ..." list
-    own = f"{os.sep}ddpdoctor{os.sep}runtime{os.sep}"
-    kept = [t for t in threads if t.startswith("Current") or
-            not any(own in line for line in t.splitlines()[1:2])]
-    kept.sort(key=lambda t: not t.startswith("Current"))
-    return "\n\n".join([head, *kept])
 
 
 def _iso_ns(text: Any) -> int | None:
@@ -325,7 +277,7 @@ def _load_dir(run_dir: Path, ranks: dict[int, RankRun], problems: list[str],
             continue  # read already, or an earlier incarnation (a restart): keep the newest
         run = rank_run(trace)
         if trace.path.name.replace(".ring", ".fault.txt") in faults:
-            run.fault = _fault_text(trace)
+            run.fault = fault_text(trace)
         if stacks and f"pid-{trace.header.pid}.json" in stack_files:
             run.stack, run.stack_error = load_stack(
                 run_dir / "stacks" / f"pid-{trace.header.pid}.json")
@@ -333,34 +285,11 @@ def _load_dir(run_dir: Path, ranks: dict[int, RankRun], problems: list[str],
         ranks[trace.header.rank] = run
         mine.append(run)
     if stacks:
-        _attach_children(run_dir, mine, stack_files)
+        attach_children(run_dir, mine, stack_files)
     if is_attempt_dir(run_dir):  # torchrun's agent (the launcher) spans the attempts
         launchers += [t for t in _read_traces(run_dir.parent, problems, tail)
                       if t.header.rank < 0]
     return mine, launchers
-
-
-MAX_CHILD_STACKS = 256  # stack files of the ranks' child processes read from one run dir
-
-
-def _attach_children(run_dir: Path, runs: list[RankRun], stack_files: set[str]) -> None:
-    """The stacks of the ranks' child processes (DataLoader workers, a subprocess) the
-    supervisor took beside theirs, each file naming its rank's pid as ``parent``."""
-    by_pid = {run.pid: run for run in runs}
-    own = {f"pid-{pid}.json" for pid in by_pid}
-    names = sorted(n for n in stack_files if n.startswith("pid-") and n.endswith(".json")
-                   and n.count(".") == 1 and n not in own)[:MAX_CHILD_STACKS]
-    for name in names:
-        path = run_dir / "stacks" / name
-        try:
-            data = load_json(read_file(path, MAX_STACK_BYTES), path)
-        except (BadInput, OSError):
-            continue  # a child's stack is a detail: an odd file is left out, not refused
-        parent = data.get("parent") if isinstance(data, dict) else None
-        run = by_pid.get(parent) if type(parent) is int else None
-        frames = data.get("frames")
-        if run is not None and isinstance(frames, list) and type(data.get("pid")) is int:
-            run.children.append((data["pid"], [f for f in frames if isinstance(f, dict)]))
 
 
 def _ended(ranks: dict[int, RankRun], sup_events: list[dict[str, Any]]) -> int | None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from ddpdoctor.analysis.model import Finding, FindingKind, JobView, Severity, ranks_text
-from ddpdoctor.analysis.detectors.drift.causes import Cause, CauseKind, likely_causes, short_site
+from ddpdoctor.analysis.detectors.drift.cause_kinds import Cause, CauseKind, listed, short_site
+from ddpdoctor.analysis.detectors.drift.causes import likely_causes
 from ddpdoctor.analysis.detectors.drift.compare import (Divergence, find_divergence, replicas_of,
                                                         settings_apart_from)
 from ddpdoctor.analysis.detectors.drift.facts import ReplicaFacts, replica_facts
@@ -23,11 +24,6 @@ SETTINGS = (CauseKind.SCHEDULER, CauseKind.HYPERPARAMETERS)  # causes a settings
 BUFFER_FIX = ("Nothing to fix if the buffers are running statistics (BatchNorm): with "
               "broadcast_buffers=False each rank keeps its own. For one set of statistics, use "
               "broadcast_buffers=True or torch.nn.SyncBatchNorm.convert_sync_batchnorm(model).")
-
-
-def _listed(names: list[str]) -> str:
-    shown = ", ".join(names[:3])
-    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def _amount(div: Divergence, names: tuple[str, ...]) -> str:
@@ -91,7 +87,7 @@ def parameter_finding(div: Divergence, causes: list[Cause]) -> Finding:
     since = _since(div) + (f"; the optimizer settings differ from step {apart} on"
                            if apart is not None else "")
     summary = (f"replicas drifted apart {_after(div, div.step)} ({since}): "
-               f"{_listed(differing)} differ{'s' if len(differing) == 1 else ''} between "
+               f"{listed(differing)} differ{'s' if len(differing) == 1 else ''} between "
                f"{ranks_text(rep.ranks)}; likely cause: {cause.short}")
     built = short_site(rep.sets[min(rep.sets)].site)
     before = (f"had identical parameters on every rank {_after(div, div.previous)}"
@@ -120,7 +116,7 @@ def buffer_finding(div: Divergence) -> Finding:
     rep = div.replicas
     buffers = rep.sets[min(rep.sets)].buffers
     differing = [buffers[i] for i in div.buffers if i < len(buffers)]
-    summary = (f"buffers {_listed(differing)} differ between {ranks_text(rep.ranks)} "
+    summary = (f"buffers {listed(differing)} differ between {ranks_text(rep.ranks)} "
                f"{_after(div, div.step)} (broadcast_buffers=False: each rank keeps its own)")
     detail = (f"The parameters are identical on every rank; {len(differing)} buffer"
               f"{'s' if len(differing) != 1 else ''} differ {_after(div, div.step)}. With "
