@@ -13,7 +13,7 @@ from typing import Any
 from ddpdoctor.analysis.causal.verdict import HangVerdict, judge
 from ddpdoctor.analysis.engine import analyze_with_waits
 from ddpdoctor.analysis.load.fr_dumps import FlightRecorderDump, load_dump
-from ddpdoctor.analysis.model import NS, Finding, JobView, RankRun, Severity
+from ddpdoctor.analysis.model import NS, JobView, RankRun, Severity
 from ddpdoctor.analysis.load.external import FACTS_FILE, facts_of
 from ddpdoctor.attach.discover import RankProcess, find_ranks
 from ddpdoctor.attach.job import (StackSample, build_job, main_thread_activity,

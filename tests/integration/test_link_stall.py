@@ -112,7 +112,7 @@ def test_a_link_cut_mid_training_is_a_stalled_call_naming_it(hosts, tmp_path):
     assert all(k["to_rank"] in (0, 1) and k["idle_s"] is not None for k in links)
     blamed = [f for f in errors if len(f["ranks"]) == 1]
     assert not blamed, [(f["kind"], f["ranks"], f["summary"]) for f in blamed]
-    box = " ".join(results[0][2].replace("│", " ").split())  # the console summary
+    box = " ".join(results[0][1].replace("│", " ").split())  # the console summary: stdout
     assert "stalled on the link node-a -> node-b" in box and "no rank is at fault" in box
 
 

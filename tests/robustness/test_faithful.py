@@ -58,9 +58,13 @@ def test_healthy_job_is_unchanged(tmp_path, ddp):
     doctor, doctor_out = _doctored(tmp_path, ddp, env)
     assert plain.returncode == 0, plain.stderr[-2000:]
     assert doctor.returncode == plain.returncode, doctor.stderr[-3000:]
-    # stdout is the job's alone (ddpdoctor writes to stderr); ranks interleave freely
-    assert sorted(doctor.stdout.splitlines()) == sorted(plain.stdout.splitlines())
+    # the job's lines as without ddpdoctor (ranks interleave freely); ddpdoctor's summary
+    # follows them on stdout, its notices on stderr; job.log holds the job's lines alone
+    assert all(ln.startswith("JOB|") for ln in plain.stdout.splitlines()), plain.stdout
+    assert _job_lines(doctor.stdout) == _job_lines(plain.stdout)
     assert _job_lines(doctor.stderr) == _job_lines(plain.stderr)
+    logged = (tmp_path / "run" / "job.log").read_text()
+    assert _job_lines(logged) == sorted(_job_lines(plain.stdout) + _job_lines(plain.stderr))
     assert "Traceback" not in doctor.stderr, doctor.stderr[-3000:]
     for mine, theirs in zip(_params(doctor_out), _params(plain_out)):
         if ddp == "torch":
@@ -75,4 +79,4 @@ def test_exit_status_is_the_jobs_own(tmp_path):
     doctor, _ = _doctored(tmp_path, "torch", env)
     assert plain.returncode != 0
     assert doctor.returncode == plain.returncode, doctor.stderr[-3000:]
-    assert sorted(doctor.stdout.splitlines()) == sorted(plain.stdout.splitlines())
+    assert _job_lines(doctor.stdout) == _job_lines(plain.stdout)
