@@ -12,7 +12,7 @@ from ddpdoctor.lint.param_reach import outline_enough, param_reach
 from ddpdoctor.lint.project import ProjectReader
 from ddpdoctor.lint.rules import Draft, dtype_divergence, duplicate_data, missing_set_epoch, \
     reentrant_checkpoint, seed_collision
-from ddpdoctor.lint.program import FunctionInfo, Program, static_kinds
+from ddpdoctor.lint.program import FunctionInfo, Program, class_kinds as kinds_of_class
 from ddpdoctor.lint.summaries import callee_first, callees, summarise_collectives
 from ddpdoctor.lint.taint import Env
 from ddpdoctor.lint.walker import FunctionWalker, ModuleFacts
@@ -114,7 +114,7 @@ def _walk_function(program: Program, module: ParsedModule, info: FunctionInfo, b
 
 
 def _class_kinds(program: Program, module: ParsedModule) -> dict[str, dict[str, frozenset[str]]]:
-    return {node.name: static_kinds(node, module)
+    return {node.name: kinds_of_class(module, node.name)
             for node in module.tree.body if isinstance(node, ast.ClassDef)}
 
 
