@@ -18,6 +18,7 @@ DATALOADER_SUFFIX = "/dataloader_idx_"  # add_dataloader_idx's suffix on a logge
 SELF_COLLECTIVES = frozenset({"all_gather"})
 LOG_METHODS = frozenset({"log", "log_dict"})  # a collective with sync_dist=True
 SYNC_KEYWORD = "sync_dist"
+RANK_ZERO_KEYWORD = "rank_zero_only"  # self.log(..., rank_zero_only=True): logged on rank 0
 MANUAL_BACKWARD = "manual_backward"  # self.manual_backward(loss): DDP's all-reduce
 # lint: a Trainer's fit or a Fabric's setup puts the module under DDP with a DDP strategy
 TRAINER, FABRIC, DDP_STRATEGY = "Trainer", "Fabric", "DDPStrategy"

@@ -58,6 +58,9 @@ LIGHTNING_SELF = lightning.SELF_COLLECTIVES
 LOG_METHODS = lightning.LOG_METHODS
 BACKWARD_KINDS = frozenset(known.backward_kinds())
 P2P_NAMES = DIST_P2P
+# the methods a receiver taken for a framework's object by its name may issue a collective in
+BY_NAME_METHODS = frozenset(m for ms in OBJECT_METHODS.values() for m in ms) | \
+    frozenset(m.method for m in known.hidden_methods()) | {"backward"}
 BEFORE_DDP = "<before ddp>"  # a kinds key: the scope has not wrapped its model in DDP yet
 
 
@@ -180,8 +183,8 @@ def classify(call: ast.Call, module: ParsedModule, kinds: dict[str, frozenset[st
     objects = object_kinds(recv, kinds)
     seen = bool(objects)  # built where lint saw it; else the receiver's name is all it has
     by_name = "" if seen else f"; `{receiver_name(recv)}` taken for a framework's object by its name"
-    if not seen and not kinds.get(key_of(recv) or "", frozenset()):  # built as nothing known
-        objects = named_kinds(rname)
+    if not seen and method in BY_NAME_METHODS and not kinds.get(key_of(recv) or "", frozenset()):
+        objects = named_kinds(rname)  # built as nothing lint knows: its name is all there is
     if method == "backward" and not no_sync and not no_grad and BEFORE_DDP not in kinds and (
             has_ddp or objects & BACKWARD_KINDS):
         models = [labels for labels in kinds.values() if "ddp" in labels]
