@@ -17,4 +17,7 @@ HIDDEN = (_method("save_checkpoint", "barrier (and ZeRO's state gathers)"),
           _method("backward", "the gradient all-reduce"),
           _method("step", "the optimizer step's all-reduce (overflow check)"))
 
-FRAMEWORK = Framework("deepspeed", ("deepspeed",), hidden=HIDDEN, receiver_words=("engine",))
+FRAMEWORK = Framework("deepspeed", ("deepspeed",), hidden=HIDDEN, hidden_kinds=("engine",),
+                      objects={"DeepSpeedEngine": "engine", "PipelineEngine": "engine"},
+                      name_words={"engine": "engine"},
+                      tuple_builders={"deepspeed.initialize": "engine"})

@@ -45,18 +45,29 @@ class Framework:
         user's code (runtime/callsites.py), and they are what a script imports.
     pip: the name to install it by (``ddpdoctor bugs run`` says so when it is missing).
     collectives: module -> its functions that run a collective on every rank (lint).
-    receiver_methods: a word of a receiver's name -> the methods that run a collective on
-        it (``accelerator.gather``) (lint).
+    objects: its classes (by name) -> the kind of object they build, which lint follows from
+        the construction, an annotation or a subclass, never from a variable's name
+        (``Fabric`` -> ``fabric``) (lint).
+    object_attrs: (an object's kind, its attribute) -> the kind of object the attribute holds
+        (``(trainer, strategy)`` -> ``strategy``) (lint).
+    tuple_builders: qualified calls that return a tuple whose first item is an object of a
+        kind (``deepspeed.initialize`` -> ``engine``) (lint).
+    hooks: a kind of class -> (the prefixes of its hook methods, the kinds of their
+        parameters after ``self``): a Lightning Callback's ``on_*(self, trainer, pl_module)``.
+    name_words: a word of a receiver's name -> the kind of object it may be, when lint did not
+        see the object built: a fallback whose findings are warnings at most (lint).
+    object_methods: a kind of object -> the methods that run a collective on it
+        (``accelerator.gather``) (lint).
     uniform_results: methods whose result is the same on every rank (lint).
-    backward_receivers: words of a receiver whose ``backward()`` runs DDP's gradient
+    backward_kinds: kinds of object whose ``backward()`` runs DDP's gradient
         all-reduce (``accelerator.backward(loss)``) (lint).
     ddp_wrappers: qualified calls that put a model under DDP (or FSDP) (lint).
     rank_calls, world_calls: qualified calls that return this rank, the world size (lint).
     rank_attrs: attributes that hold the rank or a test of it (``trainer.is_global_zero``)
         (lint).
     hidden: its methods that issue collectives the user never wrote (lint).
-    receiver_words: words of a receiver's name that may be one of its objects (``trainer``,
-        ``engine``), whose methods ``hidden`` names (lint).
+    hidden_kinds: the kinds of its objects (``trainer``, ``engine``) whose methods ``hidden``
+        names (lint).
     seeds_alike: does this framework drive the process (``sys.modules``, ``os.environ``)
         and seed every rank alike on purpose, for an identical initial model (runtime)?
     seed_fix: the fix a seed collision it made calls for (analysis/detectors/seeds.py).
@@ -66,14 +77,19 @@ class Framework:
     packages: tuple[str, ...] = ()
     pip: str = ""
     collectives: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    receiver_methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    objects: Mapping[str, str] = field(default_factory=dict)
+    object_attrs: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    tuple_builders: Mapping[str, str] = field(default_factory=dict)
+    hooks: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+    name_words: Mapping[str, str] = field(default_factory=dict)
+    object_methods: Mapping[str, frozenset[str]] = field(default_factory=dict)
     uniform_results: frozenset[str] = frozenset()
-    backward_receivers: tuple[str, ...] = ()
+    backward_kinds: tuple[str, ...] = ()
     ddp_wrappers: frozenset[str] = frozenset()
     rank_calls: frozenset[str] = frozenset()
     world_calls: frozenset[str] = frozenset()
     rank_attrs: frozenset[str] = frozenset()
     hidden: tuple[FrameworkMethod, ...] = ()
-    receiver_words: tuple[str, ...] = ()
+    hidden_kinds: tuple[str, ...] = ()
     seeds_alike: Callable[[Modules, Environ], bool] = never
     seed_fix: str = ""

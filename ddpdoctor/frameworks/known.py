@@ -41,17 +41,53 @@ def collectives() -> dict[str, frozenset[str]]:
     return _merged(f.collectives for f in ALL)
 
 
-def receiver_methods() -> dict[str, frozenset[str]]:
-    """A word of a receiver's name -> the methods that run a collective on it."""
-    return _merged(f.receiver_methods for f in ALL)
+def object_methods() -> dict[str, frozenset[str]]:
+    """A kind of framework object -> the methods that run a collective on it."""
+    return _merged(f.object_methods for f in ALL)
+
+
+def object_kind(qualified: str) -> str | None:
+    """The kind of object a framework's class builds (``lightning.Fabric`` -> ``fabric``)."""
+    top, last = qualified.split(".", 1)[0], qualified.rsplit(".", 1)[-1]
+    for f in ALL:
+        if top in f.packages and last in f.objects:
+            return f.objects[last]
+    return None
+
+
+def object_attrs() -> dict[tuple[str, str], str]:
+    return {k: v for f in ALL for k, v in f.object_attrs.items()}
+
+
+def tuple_builders() -> dict[str, str]:
+    return {k: v for f in ALL for k, v in f.tuple_builders.items()}
+
+
+def hooks() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    return {k: v for f in ALL for k, v in f.hooks.items()}
+
+
+def name_words() -> dict[str, frozenset[str]]:
+    """A word of a receiver's name -> the kinds of framework object it may be (a fallback)."""
+    out: dict[str, frozenset[str]] = {}
+    for f in ALL:
+        for word, kind in f.name_words.items():
+            out[word] = out.get(word, frozenset()) | {kind}
+    return out
+
+
+def object_kinds() -> frozenset[str]:
+    """Every kind of framework object lint follows."""
+    return frozenset(k for f in ALL for k in [*f.objects.values(), *f.object_attrs.values(),
+                                              *f.tuple_builders.values()])
 
 
 def uniform_results() -> frozenset[str]:
     return frozenset(m for f in ALL for m in f.uniform_results)
 
 
-def backward_receivers() -> tuple[str, ...]:
-    return tuple(r for f in ALL for r in f.backward_receivers)
+def backward_kinds() -> tuple[str, ...]:
+    return tuple(r for f in ALL for r in f.backward_kinds)
 
 
 def ddp_wrappers() -> frozenset[str]:
@@ -75,12 +111,12 @@ def hidden_methods() -> tuple[FrameworkMethod, ...]:
     return tuple(m for f in ALL for m in f.hidden)
 
 
-def receiver_frameworks() -> dict[str, tuple[str, ...]]:
-    """A word of a receiver's name -> the packages whose object it may be."""
+def hidden_frameworks() -> dict[str, tuple[str, ...]]:
+    """A kind of framework object -> the packages whose hidden methods it may have."""
     out: dict[str, tuple[str, ...]] = {}
     for f in ALL:
-        for word in f.receiver_words:
-            out[word] = out.get(word, ()) + f.packages
+        for kind in f.hidden_kinds:
+            out[kind] = out.get(kind, ()) + f.packages
     return out
 
 

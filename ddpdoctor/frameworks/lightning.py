@@ -18,6 +18,7 @@ DATALOADER_SUFFIX = "/dataloader_idx_"  # add_dataloader_idx's suffix on a logge
 SELF_COLLECTIVES = frozenset({"all_gather"})
 LOG_METHODS = frozenset({"log", "log_dict"})  # a collective with sync_dist=True
 SYNC_KEYWORD = "sync_dist"
+RANK_ZERO_KEYWORD = "rank_zero_only"  # self.log(..., rank_zero_only=True): logged on rank 0
 MANUAL_BACKWARD = "manual_backward"  # self.manual_backward(loss): DDP's all-reduce
 # lint: a Trainer's fit or a Fabric's setup puts the module under DDP with a DDP strategy
 TRAINER, FABRIC, DDP_STRATEGY = "Trainer", "Fabric", "DDPStrategy"
@@ -44,20 +45,31 @@ def seeds_workers(environ: Environ) -> bool:
 
 FRAMEWORK = Framework(
     "lightning", PACKAGES, pip="lightning",
-    receiver_methods={"fabric": frozenset({"all_gather", "all_reduce", "barrier", "broadcast",
-                                           "setup"}),
-                      "strategy": frozenset({"barrier", "broadcast", "reduce", "all_gather",
-                                             "reduce_boolean_decision"}),
-                      "trainer": frozenset({"fit", "validate", "test", "predict"})},
+    objects={"Fabric": "fabric", "Trainer": "trainer", "LightningModule": "lightning_module",
+             "Callback": "callback", "Strategy": "strategy", "DDPStrategy": "strategy",
+             "FSDPStrategy": "strategy", "DeepSpeedStrategy": "strategy",
+             "ParallelStrategy": "strategy", "ModelParallelStrategy": "strategy"},
+    object_attrs={("lightning_module", "trainer"): "trainer",
+                  ("lightning_module", "fabric"): "fabric",
+                  ("trainer", "lightning_module"): "lightning_module",
+                  ("trainer", "strategy"): "strategy", ("fabric", "strategy"): "strategy"},
+    name_words={"fabric": "fabric", "strategy": "strategy", "trainer": "trainer"},
+    hooks={"callback": (("on_", "setup", "teardown"), ("trainer", "lightning_module"))},
+    object_methods={"fabric": frozenset({"all_gather", "all_reduce", "barrier", "broadcast",
+                                         "setup"}),
+                    "strategy": frozenset({"barrier", "broadcast", "reduce", "all_gather",
+                                           "reduce_boolean_decision"}),
+                    "trainer": frozenset({"fit", "validate", "test", "predict"}),
+                    "lightning_module": frozenset({"all_gather"})},
     uniform_results=frozenset({"all_gather", "all_reduce", "broadcast", "reduce",
                                "reduce_boolean_decision"}),
-    backward_receivers=("fabric",),
+    backward_kinds=("fabric",),
     rank_attrs=frozenset({"is_global_zero", "global_rank", "local_rank", "node_rank"}),
     hidden=tuple(FrameworkMethod(package, f"{module}.trainer.trainer", TRAINER,
                                  "save_checkpoint", "2.6.6", "strategy.barrier", True)
                  for package, module in (("lightning", "lightning.pytorch"),
                                          ("pytorch_lightning", "pytorch_lightning"))),
-    receiver_words=("trainer",),
+    hidden_kinds=("trainer",),
     seeds_alike=seeds_alike,
     seed_fix=(
         "Lightning's `seed_everything(seed)` seeds every rank alike on purpose (identical "

@@ -14,12 +14,15 @@ def seeds_alike(modules: Modules, environ: Environ) -> bool:
 
 FRAMEWORK = Framework(
     "transformers", ("transformers",), pip="transformers",
-    receiver_methods={"trainer": frozenset({"evaluate", "predict", "train"})},
+    objects={"Trainer": "hf_trainer", "Seq2SeqTrainer": "hf_trainer"},
+    object_attrs={("hf_trainer", "accelerator"): "accelerator"},
+    name_words={"trainer": "hf_trainer"},
+    object_methods={"hf_trainer": frozenset({"evaluate", "predict", "train"})},
     rank_attrs=frozenset({"is_world_process_zero", "is_local_process_zero"}),
     hidden=(FrameworkMethod("transformers", "transformers.trainer", "Trainer", "save_model",
                             "5.25.0", "the gather of a DeepSpeed ZeRO-3 or FSDP state dict",
                             False),),
-    receiver_words=("trainer",),
+    hidden_kinds=("hf_trainer",),
     seeds_alike=seeds_alike,
     seed_fix=(
         "The Trainer seeds every rank alike on purpose (`TrainingArguments(seed=...)` -> "

@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from ddpdoctor.frameworks import accelerate, fsdp, ignite, known, lightning
+from ddpdoctor.frameworks import fsdp, ignite, known, lightning
+from ddpdoctor.lint.framework_objects import built_kind, named_kinds, object_kinds
 from ddpdoctor.lint.hidden_collectives import hidden_collective
 from ddpdoctor.lint.module import BUFFER_WORDS, ParsedModule, mentions, walk
 from ddpdoctor.lint.taint import key_of
@@ -49,14 +50,17 @@ DDP_WRAPPERS = frozenset({
     known.ddp_wrappers()
 SYNC_BATCHNORM = ("SyncBatchNorm.convert_sync_batchnorm", "SyncBatchNorm")
 
-# methods that are collectives on a receiver whose last name contains the key
-RECEIVER_METHODS: dict[str, frozenset[str]] = known.receiver_methods()
+# methods that are collectives on a framework object of the key's kind (lint/framework_objects.py)
+OBJECT_METHODS: dict[str, frozenset[str]] = known.object_methods()
 UNIFORM_RESULT_METHODS = known.uniform_results() | {"compute"}  # (compute: a metric's)
 ANY_RECEIVER = frozenset({"consolidate_state_dict", "full_tensor"})  # (DTensor: an all-gather)
 LIGHTNING_SELF = lightning.SELF_COLLECTIVES
 LOG_METHODS = lightning.LOG_METHODS
-BACKWARD_RECEIVERS = known.backward_receivers()
+BACKWARD_KINDS = frozenset(known.backward_kinds())
 P2P_NAMES = DIST_P2P
+# the methods a receiver taken for a framework's object by its name may issue a collective in
+BY_NAME_METHODS = frozenset(m for ms in OBJECT_METHODS.values() for m in ms) | \
+    frozenset(m.method for m in known.hidden_methods()) | {"backward"}
 BEFORE_DDP = "<before ddp>"  # a kinds key: the scope has not wrapped its model in DDP yet
 
 
@@ -132,11 +136,12 @@ def uniform_result(call: ast.Call, module: ParsedModule, kinds: dict[str, frozen
     if op is not None:
         return op in IN_PLACE_UNIFORM or op.startswith(("all_", "broadcast"))
     if isinstance(call.func, ast.Attribute) and call.func.attr in UNIFORM_RESULT_METHODS:
-        recv = receiver_name(call.func.value).lower()
         if call.func.attr == "compute":
             key = key_of(call.func.value)
             return key is not None and "metric" in kinds.get(key, frozenset())
-        return any(r in recv for r in RECEIVER_METHODS) or recv == "self"
+        recv = call.func.value
+        return bool(object_kinds(recv, kinds) or named_kinds(receiver_name(recv))) or \
+            receiver_name(recv) == "self"
     return False
 
 
@@ -175,11 +180,20 @@ def classify(call: ast.Call, module: ParsedModule, kinds: dict[str, frozenset[st
         return None
     method, recv = func.attr, func.value
     rname = receiver_name(recv).lower()
+    objects = object_kinds(recv, kinds)
+    seen = bool(objects)  # built where lint saw it; else the receiver's name is all it has
+    by_name = "" if seen else f"; `{receiver_name(recv)}` taken for a framework's object by its name"
+    if not seen and method in BY_NAME_METHODS and not kinds.get(key_of(recv) or "", frozenset()):
+        objects = named_kinds(rname)  # built as nothing lint knows: its name is all there is
     if method == "backward" and not no_sync and not no_grad and BEFORE_DDP not in kinds and (
-            has_ddp or any(r in rname for r in BACKWARD_RECEIVERS)):
+            has_ddp or objects & BACKWARD_KINDS):
         models = [labels for labels in kinds.values() if "ddp" in labels]
         grouped = bool(models) and all("grouped" in labels for labels in models)
-        return Site("backward (DDP's gradient all-reduce)", line, "backward", grouped=grouped)
+        if has_ddp or seen:
+            return Site("backward (DDP's gradient all-reduce)", line, "backward",
+                        grouped=grouped)
+        return Site(f"backward (DDP's gradient all-reduce{by_name})", line, "backward",
+                    grouped=grouped, certain=False)
     if method == lightning.MANUAL_BACKWARD and rname == "self":
         return Site("manual_backward (DDP's gradient all-reduce)", line, "backward")
     if method in ANY_RECEIVER:
@@ -188,14 +202,14 @@ def classify(call: ast.Call, module: ParsedModule, kinds: dict[str, frozenset[st
         return Site(f"self.{method}", line, method)
     if method in LOG_METHODS and _sync_dist(call):
         return Site(f"{method}(sync_dist=True)", line, "log_sync")
-    for marker, methods in RECEIVER_METHODS.items():
-        if marker in rname and method in methods:
-            return Site(f"{receiver_name(recv)}.{method}", line, method)
-    hidden = hidden_collective(rname, method, module.packages())
+    if any(method in OBJECT_METHODS.get(kind, ()) for kind in objects):
+        return Site(f"{receiver_name(recv)}.{method}" + (f" ({by_name[2:]})" if by_name else ""),
+                    line, method, certain=seen)
+    hidden = hidden_collective(objects, method, module.packages())
     if hidden is not None:
         when = "" if hidden.always else " under some configurations"
         return Site(f"{receiver_name(recv)}.{method} (issues {hidden.collective}{when}: "
-                    f"{hidden.source})", line, method, certain=hidden.always)
+                    f"{hidden.source}{by_name})", line, method, certain=hidden.always and seen)
     if method == "state_dict" and "fsdp" in kinds.get(key_of(recv) or "", frozenset()):
         return Site(f"{receiver_name(recv)}.state_dict (FSDP all-gathers the full state dict)",
                     line, "fsdp_state_dict")
@@ -253,11 +267,14 @@ def call_kinds(call: ast.Call, module: ParsedModule) -> frozenset[str]:
         return frozenset({"scheduler"})
     if name.startswith("torch.optim."):
         return frozenset({"optimizer"})
-    if last == accelerate.ACCELERATOR:
-        return frozenset({"accelerator"})
+    built = built_kind(call, module)
+    if built:
+        return built
     if last in ignite.EVALUATOR_BUILDERS and any(
             k.arg == "metrics" for k in call.keywords):
         return frozenset({"evaluator"})
     if name.startswith(("torchmetrics.", *ignite.METRIC_MODULES)):
         return frozenset({"metric"})
+    if name in module.classes():
+        return frozenset({f"class:{name}"})  # an object of the file's own class
     return frozenset()

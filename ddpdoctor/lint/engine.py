@@ -8,18 +8,17 @@ from pathlib import Path
 from ddpdoctor.errors import UserError
 from ddpdoctor.lint.findings import Condition, LintFinding, Severity, ignored
 from ddpdoctor.lint.module import ParsedModule, UnparsableSource, parse_module, parse_source
-from ddpdoctor.lint.param_reach import outline_enough, param_reach
+from ddpdoctor.lint import sources as sources_of
+from ddpdoctor.lint.param_reach import param_reach
 from ddpdoctor.lint.project import ProjectReader
 from ddpdoctor.lint.rules import Draft, dtype_divergence, duplicate_data, missing_set_epoch, \
     reentrant_checkpoint, seed_collision
-from ddpdoctor.lint.program import FunctionInfo, Program, static_kinds
+from ddpdoctor.lint.program import FunctionInfo, Program, class_kinds as kinds_of_class
 from ddpdoctor.lint.summaries import callee_first, callees, summarise_collectives
 from ddpdoctor.lint.taint import Env
 from ddpdoctor.lint.walker import FunctionWalker, ModuleFacts
 
 SYNTAX_KIND = "syntax_error"
-RANK_WORDS = ("rank", "main_process", "is_main", "global_zero", "rank_zero", "process_zero",
-              "master", "process_index")  # what names the rank (lower-cased source text)
 SKIP_DIRS = frozenset({".git", "__pycache__", ".venv", "venv", "node_modules", ".tox"})
 
 
@@ -114,7 +113,7 @@ def _walk_function(program: Program, module: ParsedModule, info: FunctionInfo, b
 
 
 def _class_kinds(program: Program, module: ParsedModule) -> dict[str, dict[str, frozenset[str]]]:
-    return {node.name: static_kinds(node, module)
+    return {node.name: kinds_of_class(module, node.name)
             for node in module.tree.body if isinstance(node, ast.ClassDef)}
 
 
@@ -129,25 +128,24 @@ def _walk_module(program: Program, module: ParsedModule, functions: list[Functio
                            facts)
 
 
-# what a function without a collective must name for a rule to have anything to say in it: the
-# rank (a framework's stop flag, a replica changed, a model changed under a rank test), a seed
-# or a DataLoader (seed collisions), the world size (splits that forget the rank), a DDP wrap
-FINDING_WORDS = RANK_WORDS + ("seed", "dataloader", "world", "num_replicas", "nprocs",
-                              "num_processes", "ddp", "distributeddataparallel")
+# what a function without a collective must hold for a rule to have anything to say in it: a
+# rank value (a framework's stop flag, a replica changed, a model changed under a rank test), a
+# seed or a DataLoader (seed collisions), the world size (splits that forget the rank)
+FINDING_SOURCES = sources_of.RANK | sources_of.WORLD | sources_of.SEEDS
 
 
 def _worth_walking(program: Program, info: FunctionInfo) -> bool:
     """Rule: a function is walked for findings when it reaches a collective (itself, through
-    the functions it calls, or in a function defined inside it), when a parameter or its
-    class's attribute holds a rank value, or when its text names what a rule without a
-    collective looks for (FINDING_WORDS); no rule can fire in any other function."""
+    the functions it calls, or in a function defined inside it), when it may hold a rank value,
+    or when its code starts what a rule without a collective looks for (FINDING_SOURCES, found
+    by lint/sources.py); no rule can fire in any other function."""
     if info.site is not None or _may_hold_rank(program, info):
         return True
     if any(program.by_node.get(id(n)) is not None and program.by_node[id(n)].site is not None
            for n in info.module.own_nodes(info.node)
            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
         return True
-    return info.module.mentions_words(info.node, FINDING_WORDS)
+    return bool(sources_of.sources(info.module, info.node) & FINDING_SOURCES)
 
 
 SUMMARY_ROUNDS = 4  # passes at most: what flows into attributes and parameters rarely nests
@@ -176,7 +174,7 @@ def _summarise_returns(program: Program, datasets: dict[str, dict[str, ast.Class
             before = (info.returns, info.returns_elts)
             if info.site is None and all(c.returns is None for c in callees(program, info)) \
                     and not _may_hold_rank(program, info) and \
-                    outline_enough(info.module, info.node):
+                    not sources_of.sources(info.module, info.node) & sources_of.ANY:
                 info.returns = param_reach(info.node)  # its arguments, as they come
             else:
                 path = info.module.path
@@ -208,14 +206,16 @@ def _reached_by(order: list[FunctionInfo], dirty: set) -> set[int]:
 
 def _may_hold_rank(program: Program, info: FunctionInfo) -> bool:
     """A function that may put a rank value into an object's attribute or a parameter: its
-    text names the rank (``rank``, ``is_main_process``, ``is_global_zero``...), it is a spawn
-    target, or a parameter or its class's attribute already holds one."""
+    code reads the rank (``dist.get_rank()``, ``RANK``, ``is_main_process``, a global that holds
+    it, a ``@rank_zero_only`` body: lint/sources.py), it is a spawn target, or a parameter or its
+    class's attribute already holds one."""
     objects = program.objects
     if objects.param_taints(info.node) or info.node.name in program.spawn_targets:
         return True
     if info.cls is not None and objects.class_attrs(info.module.path, info.cls):
         return True
-    return info.module.mentions_words(info.node, RANK_WORDS)
+    found = sources_of.sources(info.module, info.node)
+    return bool(found & sources_of.RANK) or bool(found & sources_of.GLOBAL)
 
 
 def _resolved_callees(program: Program) -> set[int]:

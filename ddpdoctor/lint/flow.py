@@ -12,6 +12,7 @@ from ddpdoctor.lint.attributes import carried, class_of
 from ddpdoctor.lint.object_flow import bind_call
 from ddpdoctor.lint.collectives import (BEFORE_DDP, IN_PLACE_UNIFORM, Site, call_kinds,
                                         dist_op, is_ddp_wrap, uniform_result)
+from ddpdoctor.lint.framework_objects import annotated_kind, object_kinds, unpacked_kinds
 from ddpdoctor.lint.known_calls import known_call
 from ddpdoctor.lint.module import ParsedModule, own
 from ddpdoctor.lint.rules import Draft, rank_dependent_model, unused_parameters
@@ -213,6 +214,10 @@ class DataFlow(StateChecks):
             self.calls_in(stmt.value)
             self.assign(stmt.target, stronger(self.taint_of(stmt.value), self.control_taint()),
                         stmt.value)
+        kind = annotated_kind(stmt.annotation, self.module)
+        key = key_of(stmt.target)
+        if kind is not None and key is not None:  # trainer: L.Trainer = build(cfg)
+            self.env.kinds[key] = frozenset({kind})
 
     def visit_AugAssign(self, stmt: ast.AugAssign) -> None:
         self.calls_in(stmt.value)
@@ -259,6 +264,7 @@ class DataFlow(StateChecks):
                     self.assign(elt, items[i], None)
             if isinstance(value, ast.Call) and values is None:
                 self.unpack_kinds(target, value)
+                self.env.kinds.update(unpacked_kinds(target.elts, value, self.module))
             return
         if isinstance(target, ast.Starred):
             self.assign(target.value, t, None)
@@ -355,7 +361,10 @@ class DataFlow(StateChecks):
                         found |= self.env.kinds.get(k, frozenset()) & inherit
             return found
         k = key_of(value) if value is not None else None
-        return self.env.kinds.get(k, frozenset()) if k else frozenset()
+        found = self.env.kinds.get(k, frozenset()) if k else frozenset()
+        if not found and isinstance(value, ast.Attribute):
+            found = object_kinds(value, self.env.kinds)  # trainer = self.trainer
+        return found
 
     def unpack_kinds(self, target: ast.Tuple | ast.List, value: ast.Call) -> None:
         """``model, opt, loader = accelerator.prepare(model, opt, loader)``: the model is DDP."""

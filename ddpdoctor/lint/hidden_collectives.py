@@ -20,6 +20,7 @@ from typing import Callable
 
 from ddpdoctor.frameworks import known
 from ddpdoctor.frameworks.framework import FrameworkMethod
+from ddpdoctor.lint.framework_objects import declare_class_kind
 from ddpdoctor.lint.module import ParsedModule, parse_module
 
 
@@ -34,8 +35,8 @@ class HiddenCollective:
 
 # the frameworks' records (ddpdoctor/frameworks/): read when the installed source is not
 TABLE: tuple[FrameworkMethod, ...] = known.hidden_methods()
-# receivers by what user code calls them, and the frameworks each may be
-RECEIVER_FRAMEWORKS: dict[str, tuple[str, ...]] = known.receiver_frameworks()
+# kinds of framework object (lint/framework_objects.py), and the frameworks each may be
+KIND_FRAMEWORKS: dict[str, tuple[str, ...]] = known.hidden_frameworks()
 _READ: dict[tuple[str, str, str], HiddenCollective | None] = {}
 
 
@@ -83,6 +84,7 @@ def read_installed(entry: FrameworkMethod) -> HiddenCollective | None:
     if key in _READ:
         return _READ[key]
     found: HiddenCollective | None = None
+    _READ[key] = None  # a method that reaches itself through the framework's others
     file = _module_file(entry.module)
     version = installed_version(entry.package)
     if file is not None and version is not None:
@@ -92,6 +94,7 @@ def read_installed(entry: FrameworkMethod) -> HiddenCollective | None:
             module = None
         if module is not None:
             _absolute_imports(module, entry.module, file.name == "__init__.py")
+            declare_class_kind(module, entry.cls, known.object_kind(f"{entry.package}.{entry.cls}"))
             found = _summarise(module, entry, version)
     _READ[key] = found
     return found
@@ -114,12 +117,14 @@ def _summarise(module: ParsedModule, entry: FrameworkMethod, version: str) \
     return HiddenCollective(found[0], found[1], f"{entry.package} {version}, installed")
 
 
-def hidden_collective(receiver: str, method: str, imports: set[str]) -> HiddenCollective | None:
+def hidden_collective(receiver: frozenset[str], method: str, imports: set[str]) \
+        -> HiddenCollective | None:
     """The collective a call ``<receiver>.<method>(...)`` issues when the receiver is one of the
-    frameworks' objects (a receiver named like one, in a file importing that framework): read
-    from the installed source, else from the table (with its version)."""
-    for word, packages in RECEIVER_FRAMEWORKS.items():
-        if word not in receiver:
+    frameworks' objects (``receiver``: its kinds, by what built it), in a file importing that
+    framework: read from the installed source, else from the table (with its version)."""
+    for kind in receiver:
+        packages = KIND_FRAMEWORKS.get(kind)
+        if packages is None:
             continue
         for entry in TABLE:
             if entry.method != method or entry.package not in packages or \

@@ -1,30 +1,16 @@
-"""The outline summary of a function that names no source of rank-dependent values and issues
-no collective: which of its parameters reach its return value, read from its assignments
-alone (flow-insensitive, through the conditions they sit under), and whether the way passes
-through a call lint does not know. Such a function's result differs between ranks only as its
+"""The outline summary of a function that holds no source of rank-dependent values (none that
+lint/sources.py finds) and issues no collective: which of its parameters reach its return
+value, read from its assignments alone (flow-insensitive, through the conditions they sit
+under), and whether the way passes through a call lint does not know. Such a function's result differs between ranks only as its
 arguments do, so the full walk (lint/walker.py) is not needed to say so."""
 
 from __future__ import annotations
 
 import ast
 
-from ddpdoctor.lint.module import ParsedModule, own
+from ddpdoctor.lint.module import own
 from ddpdoctor.lint.known_calls import known_call
 from ddpdoctor.lint.taint import Taint, TaintKind
-
-# what a function must not name for its outline to be enough (lower-cased source text): the
-# rank and the sources of rank-local values (data, files, the clock, chance, errors, loaders)
-SOURCE_WORDS = ("rank", "main_process", "is_main", "global_zero", "rank_zero", "process_zero",
-                "master", "process_index", ".item(", "isnan", "isinf", "isfinite",
-                "time.", "perf_counter", "monotonic", "datetime", "rand", "exists", "glob",
-                "listdir", "scandir", "is_file", "is_dir", "isfile", "isdir", "getsize",
-                "getmtime", "stat(", "access(", "except", "next(", "loader", "batches",
-                "environ", "getenv", "world", "replicas", "tolist", ".any(", ".all(", "yield")
-
-
-def outline_enough(module: ParsedModule, node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """True when the function names none of SOURCE_WORDS."""
-    return not module.mentions_words(node, SOURCE_WORDS)
 
 
 def _names(node: ast.AST | None) -> tuple[set[str], bool]:

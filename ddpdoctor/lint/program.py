@@ -11,6 +11,8 @@ from pathlib import Path
 
 from ddpdoctor.lint.attributes import ObjectFacts
 from ddpdoctor.lint.collectives import Site, call_kinds
+from ddpdoctor.lint.framework_objects import TUPLE_BUILDERS, annotated_kind, param_kinds, \
+    self_kinds, unpacked_kinds
 from ddpdoctor.lint.known_calls import bound_arguments
 from ddpdoctor.lint.module import ParsedModule
 from ddpdoctor.lint.taint import Taint, key_of
@@ -215,16 +217,44 @@ def static_kinds(node: FunctionNode | ast.Module | ast.ClassDef, module: ParsedM
     its parameters that its callers hand a DDP model (Program.ddp_params)."""
     kinds: dict[str, frozenset[str]] = {p: frozenset({"ddp"}) for p in ddp_params}
     for stmt, found in _assigned_kinds(module, node):
-        for target in stmt.targets:
+        for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+            if isinstance(target, (ast.Tuple, ast.List)) and isinstance(stmt.value, ast.Call):
+                for key, more in unpacked_kinds(target.elts, stmt.value, module).items():
+                    kinds[key] = kinds.get(key, frozenset()) | more
+                continue
             key = key_of(target)
-            if key is not None:
+            if key is not None and found:
                 kinds[key] = kinds.get(key, frozenset()) | found
     return kinds
 
 
-def _assigned_kinds(module: ParsedModule, scope: ast.AST) -> list[tuple[ast.Assign, frozenset[str]]]:
+def class_kinds(module: ParsedModule, cls: str) -> dict[str, frozenset[str]]:
+    """What the attributes of a class's objects hold (``self.fabric = Fabric(...)`` in any of
+    its methods), and ``self`` when the class inherits a framework's; once per file."""
+    cache = module.__dict__.setdefault("_class_kinds", {})
+    found = cache.get(cls)
+    if found is None:
+        node = module.classes().get(cls)
+        found = cache[cls] = {**(static_kinds(node, module) if node is not None else {}),
+                              **self_kinds(module, cls)}
+    return found
+
+
+def scope_kinds(info: FunctionInfo, ddp_params: frozenset[str] = frozenset()) \
+        -> dict[str, frozenset[str]]:
+    """What objects a function's names hold before it runs a line, for its summary: its class's
+    attributes, its parameters (by annotation or a framework hook's signature) and its own
+    assignments."""
+    kinds = class_kinds(info.module, info.cls) if info.cls is not None else {}
+    return {**kinds, **param_kinds(info.node, info.module, info.cls),
+            **static_kinds(info.node, info.module, ddp_params)}
+
+
+def _assigned_kinds(module: ParsedModule, scope: ast.AST) \
+        -> list[tuple[ast.Assign | ast.AnnAssign, frozenset[str]]]:
     """The assignments of a call's result under ``scope`` whose result is an object lint
-    knows (call_kinds), found once per file and sliced by scope."""
+    knows (call_kinds), and the names annotated with a framework's class, found once per file
+    and sliced by scope."""
     table = module.__dict__.get("_assigned_kinds")
     if table is None:
         order = module.nodes()
@@ -232,9 +262,14 @@ def _assigned_kinds(module: ParsedModule, scope: ast.AST) -> list[tuple[ast.Assi
         for i, n in enumerate(order):
             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
                 found = call_kinds(n.value, module)
-                if found:
+                if found or (module.qualified(n.value.func) or "") in TUPLE_BUILDERS:
                     table[0].append(i)
                     table[1].append((n, found))
+            elif isinstance(n, ast.AnnAssign):  # self.trainer: Trainer | None = None
+                kind = annotated_kind(n.annotation, module)
+                if kind is not None:
+                    table[0].append(i)
+                    table[1].append((n, frozenset({kind})))
         module.__dict__["_assigned_kinds"] = table
     span = module.span(scope)
     if span is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 
+from ddpdoctor.frameworks import lightning
 from ddpdoctor.lint.collectives import dist_op
 from ddpdoctor.lint.rules import collective_shape, framework_state, replica_drift
 from ddpdoctor.lint.taint import Taint, key_of, stronger
@@ -118,7 +119,7 @@ class StateChecks:
         key = next((k for k in keys if k in monitors), None)
         if key is None:
             return
-        zero_only = any(k.arg == "rank_zero_only" and isinstance(k.value, ast.Constant) and
+        zero_only = any(k.arg == lightning.RANK_ZERO_KEYWORD and isinstance(k.value, ast.Constant) and
                         k.value.value is True for k in call.keywords)
         cond = self.rank_control()
         if zero_only or cond is not None:

@@ -11,7 +11,7 @@ from ddpdoctor.lint.collectives import Site, classify, flat
 from ddpdoctor.lint.known_calls import bound_arguments
 from ddpdoctor.lint.module import ParsedModule, own
 from ddpdoctor.lint.program import FunctionInfo, FunctionNode, Program, ddp_params, index, \
-    static_kinds
+    scope_kinds
 
 NO_GRAD_CALLS = ("no_grad", "inference_mode")
 NESTED_SCOPES = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -172,8 +172,7 @@ def summarise_collectives(program: Program) -> None:
         if info.site is not None:
             continue
         scanner = SiteScanner(program, info.module,
-                              static_kinds(info.node, info.module,
-                                           program.params_given_ddp(info)), info.cls)
+                              scope_kinds(info, program.params_given_ddp(info)), info.cls)
         sites = scanner.scan(info.node.body, no_grad_decorated(info.node, info.module))
         if sites:
             info.site = next((site for site in sites if site.certain), sites[0])
@@ -197,8 +196,7 @@ def _sequences(program: Program) -> None:
         if info.site is None or info.switches:
             continue
         scanner = SiteScanner(program, info.module,
-                              static_kinds(info.node, info.module,
-                                           program.params_given_ddp(info)), info.cls)
+                              scope_kinds(info, program.params_given_ddp(info)), info.cls)
         found = scanner.sequence(info.node.body, no_grad_decorated(info.node, info.module))
         info.sequence = tuple(found) if found else None
 
@@ -318,7 +316,7 @@ def summarise_framework_method(module: ParsedModule, qualname: str) -> tuple[str
         return None
     if info.site is None:
         return "", False
-    scanner = SiteScanner(program, module, static_kinds(info.node, module), info.cls)
+    scanner = SiteScanner(program, module, scope_kinds(info), info.cls)
     top = [s for s in info.node.body if not isinstance(s, (ast.If, ast.Try, ast.For, ast.While,
                                                             ast.Match))]
     return info.site.name.split(" (")[0], bool(scanner.scan(top))

@@ -9,7 +9,7 @@ import ast
 
 from ddpdoctor.lint.module import ParsedModule, own
 from ddpdoctor.lint.taint import Taint, TaintKind, stronger
-from ddpdoctor.lint.uniformity import callee_name, strip_wrappers
+from ddpdoctor.lint.uniformity import callee_name, is_presence_test, strip_wrappers
 
 
 def hands_back_argument(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -59,6 +59,26 @@ def single_side(test: ast.expr, taint_of) -> int | None:
         if (op is ast.Eq and n == 1) or (op is ast.Lt and n == 2) or (op is ast.LtE and n == 1):
             return 0
     return None
+
+
+RANK_ABSENT_WHEN_TRUE = {ast.Eq: True, ast.Is: True, ast.NotEq: False, ast.IsNot: False}
+
+
+def absent_side(test: ast.expr, taint_of) -> int | None:
+    """Which side of a test of the rank's presence runs in a single process (no launcher gave
+    a rank): 0 for ``if args.local_rank == -1:`` (or ``is None``), 1 for ``!= -1``; None for
+    any other test."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = absent_side(test.operand, taint_of)
+        return None if inner is None else 1 - inner
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    absent = RANK_ABSENT_WHEN_TRUE.get(type(test.ops[0]))
+    t = taint_of(test.left)
+    if absent is None or t is None or t.kind != TaintKind.RANK or \
+            not is_presence_test(test, test.left):
+        return None
+    return 0 if absent else 1
 
 
 def merge_items(old: list[Taint | None] | None, new: list[Taint | None] | None) \

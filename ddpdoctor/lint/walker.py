@@ -7,12 +7,13 @@ import ast
 from dataclasses import dataclass, replace
 
 from ddpdoctor.lint.object_flow import seed_objects
+from ddpdoctor.lint.framework_objects import param_kinds
 from ddpdoctor.lint.collectives import IN_PLACE_UNIFORM, dist_op, flat, receiver_name
 from ddpdoctor.lint.flow import Control, DataFlow, Frame, ModuleFacts
 from ddpdoctor.lint.rules import conditional_collective, divergent_skip, \
     lock_across_collective, rank_dependent_loop, recv_before_send
 from ddpdoctor.lint.walk_shapes import cond_key, ends_in_jump, hands_back_argument, \
-    iterator_end, merge_items, single_side, told_rank
+    absent_side, iterator_end, merge_items, single_side, told_rank
 from ddpdoctor.lint.program import FunctionInfo, ddp_annotation
 from ddpdoctor.lint.summaries import no_grad_decorated, rank_decorator, with_flags
 from ddpdoctor.lint.uniformity import benign_handler, strip_wrappers
@@ -51,6 +52,7 @@ class FunctionWalker(DataFlow):
         info = self.program.by_node.get(id(node))
         given_ddp = self.program.params_given_ddp(info) if info is not None else frozenset()
         told = told_rank(node, self.module)
+        framework = param_kinds(node, self.module, self.cls)
         for i, arg in enumerate(args):
             self.env.uniform.discard(arg.arg)
             self.env.kinds.pop(arg.arg, None)
@@ -62,6 +64,8 @@ class FunctionWalker(DataFlow):
                 t = self.env.taints.get(arg.arg)
                 self.env.taints[arg.arg] = Taint(TaintKind.PARAM, node.lineno, params=mine) \
                     if t is None else replace(t, params=mine)
+            if arg.arg in framework:
+                self.env.kinds[arg.arg] = framework[arg.arg]
             if arg.arg in given_ddp or ddp_annotation(arg, self.module):
                 self.env.kinds[arg.arg] = frozenset({"ddp"})
                 self.ddp_seen = True
@@ -133,7 +137,8 @@ class FunctionWalker(DataFlow):
                 self.emit(conditional_collective.check(t, stmt.lineno, body, orelse, membership))
         raw = self.taint_of(stmt.test)
         single = raw is not None and raw.kind == TaintKind.WORLD  # if world_size > 1: ...
-        alone = single_side(stmt.test, self.taint_of) if single else None
+        alone = single_side(stmt.test, self.taint_of) if single else \
+            absent_side(stmt.test, self.taint_of) if raw is None else None
         self.branches(t, stmt.lineno, [stmt.body, stmt.orelse], single_process_side=single,
                       alone=alone)
 
@@ -157,6 +162,8 @@ class FunctionWalker(DataFlow):
             self.block(body, loop)
             self.single_process = saved
             reduced |= self.env.uniform
+            if i == alone and not single_process_side:
+                continue  # what a process without a rank assigns, no rank of a job sees
             merged = self.env if merged is None else merged.merge(self.env)
         if merged is not None and single_process_side:
             merged.uniform |= reduced
