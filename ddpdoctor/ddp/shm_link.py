@@ -224,28 +224,23 @@ def _record(pg: Any, outcome: "shm_setup.Outcome", shm: bool) -> None:
     rec.meta("transport", **fields)
 
 
-def _forget_in_child() -> None:
-    """A forked child (a DataLoader worker) must not hold the ring's sockets: a rank that
-    exits would stay connected through its workers, and its neighbours not hear of it."""
-    global _links
+def _close_all() -> None:
+    """Close this process's ring sockets: at the interpreter's end (as its exit would, so
+    that a user who runs with warnings on sees no ResourceWarning of ddpdoctor's), and in a
+    forked child."""
     for links in list(_links.values()):
         if links is not None:
             links.out.close()
             links.into.close()
+
+
+def _forget_in_child() -> None:
+    """A forked child (a DataLoader worker) must not hold the ring's sockets: a rank that
+    exits would stay connected through its workers, and its neighbours not hear of it."""
+    global _links
+    _close_all()
     _links = weakref.WeakKeyDictionary()
 
 
-def _close_at_exit() -> None:
-    """The ring's sockets closed as the rank's interpreter ends (as its exit would), so that
-    a user who runs with warnings on sees no ResourceWarning of ddpdoctor's."""
-    for links in list(_links.values()):
-        if links is not None:
-            for wire in (links.out, links.into):
-                try:
-                    wire.sock.close()
-                except OSError:
-                    pass
-
-
 os.register_at_fork(after_in_child=_forget_in_child)
-atexit.register(_close_at_exit)
+atexit.register(_close_all)

@@ -15,7 +15,8 @@ from ddpdoctor.errors import UserError
 from ddpdoctor.repro import loaders
 from ddpdoctor.repro.ddp_replay import CONSTRUCTION_CHECK, with_real_ddp
 from ddpdoctor.rundir.attempts import attempt_dirs
-from ddpdoctor.repro.steps import Step, short_site, source_line
+from ddpdoctor.repro.steps import Step, source_line
+from ddpdoctor.trace.record import short_site
 from ddpdoctor.trace import layout as L
 from ddpdoctor.rundir.bounded import load_json_file
 from ddpdoctor.trace.text import clean_value

@@ -6,7 +6,8 @@ from dataclasses import replace
 from typing import Any
 
 from ddpdoctor.analysis.model import RankRun
-from ddpdoctor.repro.steps import Step, short_site, source_line
+from ddpdoctor.repro.steps import Step, source_line
+from ddpdoctor.trace.record import short_site
 
 START, BATCH, END = "loader_start", "loader_batch", "loader_end"
 OPS = (START, BATCH, END)

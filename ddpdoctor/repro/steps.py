@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Hashable
 
@@ -39,12 +38,6 @@ class Step:
         return (self.op, self.group, self.reduce_op, self.in_shapes, self.out_shapes,
                 self.dtypes, self.peer, self.p2p, self.obj, self.bucket, self.slot, self.wait,
                 self.site, self.framework_site)
-
-
-
-def short_site(callsite: str) -> str:
-    path, _, line = callsite.rpartition(":")
-    return f"{os.path.basename(path)}:{line}" if path else callsite
 
 
 def source_line(callsite: str) -> str:

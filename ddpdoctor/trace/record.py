@@ -62,8 +62,7 @@ class CallRecord:
     @property
     def short_site(self) -> str:
         """The call site as ``file.py:line`` (no directories)."""
-        path, _, line = self.callsite.rpartition(":")
-        return f"{os.path.basename(path)}:{line}" if path else self.callsite
+        return short_site(self.callsite)
 
     def where(self) -> str:
         """``all_gather at lightning/.../distributed.py:247, called from train.py:30``, or
@@ -105,6 +104,12 @@ class CallRecord:
 
 
 _new = object.__new__
+
+
+def short_site(site: str) -> str:
+    """``path/to/train.py:42`` as ``train.py:42`` (a site with no line as it is)."""
+    path, _, line = site.rpartition(":")
+    return f"{os.path.basename(path)}:{line}" if path else site
 
 
 def filled(**fields: Any) -> CallRecord:

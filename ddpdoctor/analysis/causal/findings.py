@@ -10,7 +10,7 @@ from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.align.clocks import host_now, ordered
 from ddpdoctor.analysis.model import (FindingKind, Finding, JobView, NodeFacts, Severity,
                                       ranks_text, ranks_values)
-from ddpdoctor.analysis.causal.rank_words import (_after, utc_clock, wait_text, waits_text,
+from ddpdoctor.analysis.causal.rank_words import (after_call, utc_clock, wait_text, waits_text,
                                                  whereabouts)
 from ddpdoctor.analysis.load.user_source import rank_condition
 from ddpdoctor.trace import layout as L
@@ -286,7 +286,7 @@ def node_lost(node: NodeFacts, ranks: list[int], waits: list[Wait],
     """A node whose supervisor stopped answering: its ranks are unreachable, what they did
     after is unknown; the ranks that wait on them are not at fault."""
     waiting = sorted({w.rank for w in waits} - set(ranks))
-    last = [f"rank {r} last seen {_after(states[r])}" for r in ranks if r in states]
+    last = [f"rank {r} last seen {after_call(states[r])}" for r in ranks if r in states]
     summary = (f"node {node.node} (host {node.host}, {ranks_text(ranks)}) was lost: its "
                "supervisor stopped answering" +
                (f"; {ranks_text(waiting)} wait{'s' if len(waiting) == 1 else ''} for it"

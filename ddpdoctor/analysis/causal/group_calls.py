@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpdoctor.analysis.model import FindingKind, Finding, JobView, Severity, ranks_text
+from ddpdoctor.trace.record import short_site as _short
 
 FIX = ("Call new_group on every rank, with the same ranks and in the same order, members of "
        "the group or not (torch requires it); keep only the use of the group under the rank "
@@ -107,8 +108,3 @@ def _finding(calls: dict[int, list[GroupCall]], k: int, culprits: tuple[int, ...
                                    for c in cs] for r, cs in sorted(calls.items())}}
     return Finding(FindingKind.COLLECTIVE_MISMATCH, Severity.ERROR, culprits, None, summary, detail,
                    FIX, evidence)
-
-
-def _short(site: str) -> str:
-    path, _, line = site.rpartition(":")
-    return f"{path.rsplit('/', 1)[-1]}:{line}" if path else site

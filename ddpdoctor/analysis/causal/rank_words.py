@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 from ddpdoctor.analysis.causal.graph import Wait
 from ddpdoctor.analysis.causal.state import RankState, StateKind
 from ddpdoctor.analysis.load.user_source import source_line
 from ddpdoctor.analysis.model import Call, rank_groups, ranks_text
+from ddpdoctor.trace.record import short_site
 
 
 def utc_clock(ns: int) -> str:
@@ -17,21 +17,16 @@ def utc_clock(ns: int) -> str:
     moment = dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc)
     return moment.strftime("%H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"
 
-def _short(site: str) -> str:
-    path, _, line = site.rpartition(":")
-    return f"{os.path.basename(path)}:{line}" if path else site
-
-
 def frame_text(s: RankState) -> str:
     """``eval.py:88 `score = evaluate(model)``` (or "" without a stack)."""
     if not s.frame:
         return ""
     src = source_line(s.frame)
-    return _short(s.frame) + (f" `{src}`" if src else "") + \
+    return short_site(s.frame) + (f" `{src}`" if src else "") + \
         (f" in {s.frame_name}" if s.frame_name and not src else "")
 
 
-def _after(s: RankState) -> str:
+def after_call(s: RankState) -> str:
     c = s.call
     return f"after seq {c.seq} ({c.describe()} at {c.short_site})" if c else \
         "before its first collective"
@@ -52,7 +47,7 @@ def whereabouts(s: RankState) -> str:
     if s.kind == StateKind.UNSEEN and s.call is None:
         return "left no flight recorder dump among those read: nothing tells where it is"
     if s.kind == StateKind.UNSEEN:
-        return (f"issued no collective {_after(s)}; its dump does not say where it is "
+        return (f"issued no collective {after_call(s)}; its dump does not say where it is "
                 "instead")
     if s.kind == StateKind.COMPUTING:
         busy = {True: " (its CPU time advances)",
@@ -61,12 +56,12 @@ def whereabouts(s: RankState) -> str:
     if s.kind == StateKind.DATA_LOADING:
         return f"is loading data{at}"
     if s.kind == StateKind.EXITED:
-        return f"exited cleanly {_after(s)}"
+        return f"exited cleanly {after_call(s)}"
     if s.kind == StateKind.STOPPED:
         return f"is stopped (SIGSTOP){at}"
     if s.kind == StateKind.UNREACHABLE:
         return "is unreachable: its node was lost (" + \
-            (f"last seen {_after(s)}" if s.call else "no collective seen") + ")"
+            (f"last seen {after_call(s)}" if s.call else "no collective seen") + ")"
     if s.kind == StateKind.NOT_ARRIVED:
         blocked = f": it is {blocked_text(s)}" if s.blocked_on else ""
         return f"has not joined the process group{blocked}{at}" if at or s.steps or \
@@ -76,7 +71,7 @@ def whereabouts(s: RankState) -> str:
         return (f"was elsewhere{at or ' (no stack)'}: it entered {s.call.describe()} "
                 f"(seq {s.call.seq}) at {s.call.short_site} only later")
     if s.kind == StateKind.DIED and s.death is not None and s.death.left_early:
-        return f"left {_after(s)} and died on its way out: {s.death.cause}"
+        return f"left {after_call(s)} and died on its way out: {s.death.cause}"
     if s.kind in (StateKind.DIED, StateKind.PEER_FAILED) and s.death is not None:
         return f"died: {s.death.cause}"
     if s.kind == StateKind.BLOCKED and s.call is not None:

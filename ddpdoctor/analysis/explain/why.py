@@ -12,6 +12,7 @@ from ddpdoctor.analysis.model import Call, Finding, FindingKind, JobView, Severi
 from ddpdoctor.analysis.load.user_source import declares_launcher, rank_condition, source_line
 from ddpdoctor.analysis.explain.mechanisms import MECHANISMS, fix_for
 from ddpdoctor.trace.origin import Origin
+from ddpdoctor.trace.record import short_site as _short
 
 
 
@@ -116,11 +117,6 @@ def skip_text(skip: SkippedIteration, exit_: LoopExit | None) -> str:
                  + (f" under {exit_.condition}" if exit_.condition else "")
                  + f", decided by {exit_.decided_by}")
     return text
-
-
-def _short(site: str) -> str:
-    path, _, line = site.rpartition(":")
-    return f"{path.rsplit('/', 1)[-1]}:{line}" if path else site
 
 
 def with_skip(f: Finding, skip: SkippedIteration) -> Finding:
